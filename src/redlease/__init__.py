@@ -1,0 +1,55 @@
+"""redlease: safe leader election and distributed locks on Redis.
+
+Blocking API here; the asyncio API with the same names lives in :mod:`redlease.aio`.
+"""
+
+from redlease.errors import (
+    AlreadyHeld,
+    ConfigError,
+    LeaseLost,
+    LockContention,
+    LockError,
+    LockTimeout,
+    LockUnavailable,
+    NotOwned,
+    ProtocolError,
+    QuorumUnavailable,
+    RedleaseError,
+    ReplicationError,
+)
+from redlease.lease import Lease
+from redlease.locks import (
+    Lock,
+    ReadLock,
+    ReadWriteLock,
+    ReentrantLock,
+    Renewer,
+    WriteLock,
+)
+from redlease.status import LockState
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AlreadyHeld",
+    "ConfigError",
+    "Lease",
+    "LeaseLost",
+    "Lock",
+    "LockContention",
+    "LockError",
+    "LockState",
+    "LockTimeout",
+    "LockUnavailable",
+    "NotOwned",
+    "ProtocolError",
+    "QuorumUnavailable",
+    "ReadLock",
+    "ReadWriteLock",
+    "RedleaseError",
+    "ReentrantLock",
+    "Renewer",
+    "ReplicationError",
+    "WriteLock",
+    "__version__",
+]

@@ -1,0 +1,5 @@
+"""``python -m redlease`` is the ``redlease`` command."""
+
+from redlease.cli import main
+
+raise SystemExit(main())

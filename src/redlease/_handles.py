@@ -1,0 +1,204 @@
+"""Bookkeeping shared by the sync and asyncio lock handles (pure: no I/O here).
+
+A handle turns user calls into :mod:`redlease.protocol` flows and their results into
+:class:`~redlease.lease.Lease` objects. :mod:`redlease.locks` and :mod:`redlease.aio` only add
+the thin "run this flow" layer on top.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redlease import protocol
+from redlease.errors import ConfigError, NotOwned
+from redlease.keys import LockKeys
+from redlease.lease import Lease
+from redlease.protocol import AcquireState, Flow, Grant, Options, Primitive
+
+
+def default_identity() -> str:
+    """Holder identity when none is given: ``$POD_NAME``, else ``hostname:pid``."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}:{os.getpid()}"
+
+
+def make_options(
+    *,
+    ttl: float,
+    identity: str | None,
+    handoff: float,
+    replicas: int,
+    replica_timeout: float,
+) -> Options:
+    """Validate user settings into :class:`Options` (each error names its argument)."""
+    if not isinstance(ttl, int | float) or not 0.005 <= ttl <= 86400 * 365:
+        raise ConfigError("ttl", f"must be between 0.005 and {86400 * 365} seconds, got {ttl!r}")
+    if not isinstance(handoff, int | float) or handoff < 0:
+        raise ConfigError("handoff", f"must be >= 0 seconds, got {handoff!r}")
+    if not isinstance(replicas, int) or replicas < 0:
+        raise ConfigError("replicas", f"must be an integer >= 0, got {replicas!r}")
+    if not isinstance(replica_timeout, int | float) or replica_timeout <= 0:
+        raise ConfigError("replica_timeout", f"must be > 0 seconds, got {replica_timeout!r}")
+    ident = default_identity() if identity is None else identity
+    if not ident or len(ident) > 253:
+        raise ConfigError("identity", "must be 1-253 characters")
+    return Options(
+        ttl=float(ttl),
+        identity=ident,
+        handoff=float(handoff),
+        replicas=replicas,
+        replica_timeout=float(replica_timeout),
+    )
+
+
+def check_timeout(blocking: bool, timeout: float | None) -> None:
+    if timeout is not None and (not isinstance(timeout, int | float) or timeout < 0):
+        raise ConfigError("timeout", f"must be None or >= 0 seconds, got {timeout!r}")
+    if not blocking and timeout not in (None, 0):
+        raise ConfigError("timeout", "cannot be set when blocking=False")
+
+
+@dataclass
+class Held:
+    """One owner's hold on a lock: its owner token, local reentrancy count and lease."""
+
+    token: str
+    lease: Lease
+    count: int = 1
+
+
+class HandleCore:
+    """State and flow-building shared by one lock handle, sync or async.
+
+    ``kind`` is ``mutex`` (one hold per handle), ``reentrant`` (one hold per owner object),
+    ``read`` or ``write`` (a read-write lock's two sides; one hold per handle).
+    """
+
+    kind = "mutex"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        ttl: float = 30.0,
+        identity: str | None = None,
+        handoff: float = 0.25,
+        replicas: int = 0,
+        replica_timeout: float = 0.1,
+    ) -> None:
+        options = make_options(
+            ttl=ttl,
+            identity=identity,
+            handoff=handoff,
+            replicas=replicas,
+            replica_timeout=replica_timeout,
+        )
+        self.name = name
+        self.prim = Primitive(LockKeys.for_name(name), options, self.kind)
+        self._holds: dict[Any, Held] = {}
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def ttl(self) -> float:
+        return self.prim.options.ttl
+
+    @property
+    def identity(self) -> str:
+        return self.prim.options.identity
+
+    @property
+    def keys(self) -> LockKeys:
+        return self.prim.keys
+
+    def held(self, owner: Any = None) -> Held | None:
+        return self._holds.get(self._owner_key(owner))
+
+    def lease(self, owner: Any = None) -> Lease | None:
+        """The current lease of ``owner`` (None if it holds nothing)."""
+        held = self.held(owner)
+        return held.lease if held else None
+
+    def owned(self, owner: Any = None) -> bool:
+        """True while ``owner`` holds the lock and its local deadline has not passed."""
+        held = self.held(owner)
+        return held is not None and held.lease.valid
+
+    # -- flows --------------------------------------------------------------------------------
+
+    def _owner_key(self, owner: Any) -> Any:
+        return None
+
+    def begin_acquire(
+        self, owner: Any, blocking: bool, timeout: float | None, socket_timeout: float | None
+    ) -> tuple[Flow, Callable[[], Flow], str]:
+        check_timeout(blocking, timeout)
+        held = self.held(owner)
+        token = held.token if held is not None else protocol.new_token()
+        state = AcquireState()
+        flow = protocol.acquire(
+            self.prim,
+            token,
+            blocking=blocking,
+            timeout=timeout,
+            state=state,
+            socket_timeout=socket_timeout,
+        )
+        if held is not None and self.kind == "reentrant":
+            # never undo an outer hold when a re-entry is interrupted
+            return flow, _nothing, token
+        return flow, lambda: protocol.abort_acquire(self.prim, token, state), token
+
+    def finish_acquire(self, owner: Any, token: str, grant: Grant) -> Lease:
+        key = self._owner_key(owner)
+        held = self._holds.get(key)
+        if held is not None and held.token == token:
+            held.count += 1
+            held.lease.deadline = grant.deadline
+            held.lease.count = grant.count
+            held.lease.lost = False
+            return held.lease
+        lease = Lease.from_grant(self.name, grant, self.ttl)
+        self._holds[key] = Held(token, lease)
+        return lease
+
+    def begin_release(self, owner: Any) -> tuple[Flow, Held]:
+        held = self.held(owner)
+        if held is None:
+            raise NotOwned(self.name, "release of a lock this owner does not hold")
+        return protocol.release(self.prim, held.token, full=held.count <= 1), held
+
+    def finish_release(self, owner: Any, held: Held) -> None:
+        held.count -= 1
+        held.lease.count = max(0, held.count)
+        if held.count <= 0:
+            self._holds.pop(self._owner_key(owner), None)
+
+    def forget(self, owner: Any, held: Held) -> None:
+        """Drop a hold that Redis says is gone (release or extend refused)."""
+        held.lease.lost = True
+        self._holds.pop(self._owner_key(owner), None)
+
+    def begin_extend(self, owner: Any, ttl: float | None) -> tuple[Flow, Held]:
+        held = self.held(owner)
+        if held is None:
+            raise NotOwned(self.name, "extend of a lock this owner does not hold")
+        if ttl is not None and (not isinstance(ttl, int | float) or ttl <= 0):
+            raise ConfigError("ttl", f"must be > 0 seconds, got {ttl!r}")
+        return protocol.extend(self.prim, held.token, ttl, clock=time.monotonic), held
+
+    @staticmethod
+    def finish_extend(held: Held, result: tuple[float, int], ttl: float | None) -> Lease:
+        held.lease.deadline = result[0]
+        if ttl is not None:
+            held.lease.ttl = float(ttl)
+        return held.lease
+
+
+def _nothing() -> Flow:
+    return
+    yield  # pragma: no cover - makes this an empty generator

@@ -1,0 +1,75 @@
+"""Drive :mod:`redlease.protocol` flows with a blocking redis-py client (Redis or RedisCluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import redis.exceptions as rex
+import structlog
+
+from redlease import _redis
+from redlease.protocol import Call, Flow, Replicate, Request, Wait
+
+log = structlog.get_logger("redlease")
+
+
+class SyncNode:
+    """One blocking Redis client (a single server or a whole cluster) as seen by one lock."""
+
+    def __init__(self, client: Any, lock: str) -> None:
+        self.client = client
+        self.lock = lock
+        self.name = _redis.describe(client)
+        self.socket_timeout = _redis.socket_timeout(client)
+        self._cluster = not hasattr(client, "connection_pool")
+
+    def execute(self, req: Request) -> Any:
+        try:
+            return self._execute(req)
+        except rex.RedisError as exc:
+            mapped = _redis.translate(exc, self.lock, self.name)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    def _execute(self, req: Request) -> Any:
+        if isinstance(req, Call):
+            n = len(req.keys)
+            try:
+                return self.client.evalsha(req.script.sha, n, *req.keys, *req.args)
+            except rex.NoScriptError:
+                return self.client.eval(req.script.lua, n, *req.keys, *req.args)
+        if isinstance(req, Wait):
+            return self.client.blpop([req.key], timeout=req.timeout) is not None
+        if isinstance(req, Replicate):
+            if self._cluster:
+                node = self.client.get_node_from_key(req.key)
+                return self.client.execute_command(
+                    "WAIT", req.replicas, req.timeout_ms, target_nodes=node
+                )
+            return self.client.execute_command("WAIT", req.replicas, req.timeout_ms)
+        raise TypeError(f"unknown request {req!r}")
+
+
+def drive(node: SyncNode, flow: Flow) -> Any:
+    """Run ``flow`` to completion, executing each request it yields on ``node``."""
+    reply: Any = None
+    while True:
+        try:
+            req = flow.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        reply = node.execute(req)
+
+
+def guarded(node: SyncNode, flow: Flow, cleanup: Callable[[], Flow]) -> Any:
+    """Run ``flow``; if it fails or is interrupted, run ``cleanup()`` before re-raising."""
+    try:
+        return drive(node, flow)
+    except BaseException:
+        try:
+            drive(node, cleanup())
+        except Exception as exc:  # noqa: BLE001 - the original error matters more
+            log.warning("cleanup failed", lock=node.lock, node=node.name, error=str(exc))
+        raise

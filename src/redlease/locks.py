@@ -1,0 +1,250 @@
+"""The blocking API: Lock, ReentrantLock, ReadWriteLock and Renewer.
+
+Works unchanged with ``redis.Redis`` and ``redis.cluster.RedisCluster``. All logic lives in
+:mod:`redlease.protocol` and :mod:`redlease._handles`; this module only runs it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
+
+import structlog
+
+from redlease import _sync
+from redlease._handles import HandleCore
+from redlease.errors import LeaseLost, LockError, LockUnavailable, NotOwned
+from redlease.lease import Lease, RenewSchedule
+from redlease.status import LockState, read_state_flow
+
+log = structlog.get_logger("redlease")
+
+LostCallback = Callable[[LeaseLost], None]
+
+
+class _SyncHandle(HandleCore):
+    """Blocking operations over one Redis client."""
+
+    def __init__(self, client: Any, name: str, **options: Any) -> None:
+        super().__init__(name, **options)
+        self._node = _sync.SyncNode(client, name)
+
+    @property
+    def node(self) -> str:
+        """A secret-free name of the Redis node(s) behind this lock."""
+        return self._node.name
+
+    def acquire(
+        self, blocking: bool = True, timeout: float | None = None, *, owner: Any = None
+    ) -> Lease:
+        """Acquire the lock; wait (woken by notification) up to ``timeout`` seconds if blocking.
+
+        Raises :class:`LockTimeout`/:class:`LockContention` on contention and
+        :class:`LockUnavailable` on an outage. A failed or interrupted acquire leaves no lease.
+        """
+        flow, cleanup, token = self.begin_acquire(
+            owner, blocking, timeout, self._node.socket_timeout
+        )
+        grant = _sync.guarded(self._node, flow, cleanup)
+        return self.finish_acquire(owner, token, grant)
+
+    def release(self, *, owner: Any = None) -> None:
+        """Release (one level of) the hold. Raises :class:`NotOwned` if the lease was lost."""
+        flow, held = self.begin_release(owner)
+        try:
+            _sync.drive(self._node, flow)
+        except NotOwned:
+            self.forget(owner, held)
+            raise
+        self.finish_release(owner, held)
+
+    def extend(self, ttl: float | None = None, *, owner: Any = None) -> Lease:
+        """Push the expiry to ``ttl`` (default: the lock's TTL) from now; owner only."""
+        flow, held = self.begin_extend(owner, ttl)
+        try:
+            result = _sync.drive(self._node, flow)
+        except NotOwned:
+            self.forget(owner, held)
+            raise
+        return self.finish_extend(held, result, ttl)
+
+    def state(self) -> LockState:
+        """Read the lock's live state from Redis (holder, fencing token, TTL left, ...)."""
+        return _sync.drive(self._node, read_state_flow(self.keys))  # type: ignore[no-any-return]
+
+    def __enter__(self) -> Lease:
+        return self.acquire()
+
+    def __exit__(
+        self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    @contextmanager
+    def hold(
+        self,
+        timeout: float | None = None,
+        *,
+        renew: bool = True,
+        on_lost: LostCallback | None = None,
+        fraction: float = 1 / 3,
+        owner: Any = None,
+    ) -> Iterator[Lease]:
+        """Acquire, keep renewing in a background thread, release on exit.
+
+        Check ``lease.valid`` before acting on the protected resource: it turns false at the
+        local deadline even while Redis is unreachable. ``on_lost`` is called once on loss.
+        """
+        lease = self.acquire(timeout=timeout, owner=owner)
+        renewer = Renewer(self, on_lost=on_lost, fraction=fraction, owner=owner) if renew else None
+        try:
+            if renewer:
+                renewer.start()
+            yield lease
+        finally:
+            if renewer:
+                renewer.stop()
+            try:
+                self.release(owner=owner)
+            except NotOwned:
+                log.warning("lease already lost at release", lock=self.name)
+
+
+class Lock(_SyncHandle):
+    """A mutex lease with fencing tokens. One hold per instance (not reentrant)."""
+
+
+class ReentrantLock(_SyncHandle):
+    """A lease that the same owner may take repeatedly; released when the count reaches zero.
+
+    The owner is explicit (``owner=``) and defaults to the current thread.
+    """
+
+    kind = "reentrant"
+
+    def _owner_key(self, owner: Any) -> Any:
+        return threading.current_thread() if owner is None else owner
+
+    def count(self, owner: Any = None) -> int:
+        held = self.held(owner)
+        return held.count if held else 0
+
+
+class ReadLock(_SyncHandle):
+    """The shared side of a :class:`ReadWriteLock`. One hold per instance."""
+
+    kind = "read"
+
+
+class WriteLock(_SyncHandle):
+    """The exclusive side of a :class:`ReadWriteLock`. One hold per instance."""
+
+    kind = "write"
+
+
+class ReadWriteLock:
+    """Many readers or one writer on one cluster slot; a waiting writer blocks new readers.
+
+    ``reader()`` and ``writer()`` return fresh handles (each holds at most once).
+    """
+
+    def __init__(self, client: Any, name: str, **options: Any) -> None:
+        self.client = client
+        self.name = name
+        self.options = options
+        WriteLock(client, name, **options)  # validate now, not at first use
+
+    def reader(self) -> ReadLock:
+        return ReadLock(self.client, self.name, **self.options)
+
+    def writer(self) -> WriteLock:
+        return WriteLock(self.client, self.name, **self.options)
+
+
+class Renewer:
+    """Extends a held lease at ``fraction`` of its TTL from a daemon thread.
+
+    Keeps the lease's local deadline current; when an extend is refused, or the deadline passes
+    without a successful extend (Redis unreachable, process paused), the lease is marked lost,
+    a log line is written and ``on_lost`` is called once.
+    """
+
+    def __init__(
+        self,
+        handle: _SyncHandle,
+        *,
+        on_lost: LostCallback | None = None,
+        fraction: float = 1 / 3,
+        owner: Any = None,
+    ) -> None:
+        lease = handle.lease(owner)
+        if lease is None:
+            raise NotOwned(handle.name, "cannot renew a lock this owner does not hold")
+        self.handle = handle
+        self.lease = lease
+        self.owner = owner
+        self.on_lost = on_lost
+        self.schedule = RenewSchedule(lease.ttl, fraction)
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"redlease-renew-{handle.name}", daemon=True
+        )
+
+    def start(self) -> Renewer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __enter__(self) -> Renewer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        last_sent = time.monotonic()
+        failed = False
+        while not self._stop.is_set():
+            now = time.monotonic()
+            at = self.schedule.next_attempt(last_sent, now, self.lease.deadline, failed)
+            if self._stop.wait(max(0.0, at - now)):
+                return
+            if time.monotonic() >= self.lease.deadline:
+                self._signal("local deadline passed before a renewal succeeded")
+                return
+            sent = time.monotonic()
+            try:
+                self.handle.extend(owner=self.owner)
+            except NotOwned:
+                self._signal("renewal refused: lease expired or taken over")
+                return
+            except LockUnavailable as exc:
+                log.warning("renewal failed, retrying", lock=self.handle.name, error=str(exc))
+                failed = True
+                continue
+            except LockError as exc:
+                self._signal(f"renewal failed: {exc.message}")
+                return
+            last_sent, failed = sent, False
+
+    def _signal(self, why: str) -> None:
+        self.lease.lost = True
+        self.lost.set()
+        err = LeaseLost(self.handle.name, why)
+        log.warning(
+            "lease lost", lock=self.handle.name, fencing_token=self.lease.fencing_token, reason=why
+        )
+        if self.on_lost is not None:
+            try:
+                self.on_lost(err)
+            except Exception:  # noqa: BLE001 - a user callback must not kill the renewer
+                log.exception("on_lost callback failed", lock=self.handle.name)

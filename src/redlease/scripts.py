@@ -1,0 +1,402 @@
+"""Lua scripts: every lock operation is exactly one of these, one round trip each.
+
+Each constant starts with a header naming its KEYS, ARGV and reply. Times are server time
+(``TIME``) in milliseconds; TTLs are milliseconds. Scripts touch only the keys they are passed,
+and all keys of one lock share the hash tag ``{NAME}`` (one cluster slot).
+
+Reply status codes (first element of every acquire reply):
+
+* ``1`` granted, ``0`` held by someone else, ``2`` already held by this owner,
+  ``3`` free but reserved for registered waiters (a fair hand-off is under way).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+GRANTED = 1
+HELD = 0
+ALREADY = 2
+RESERVED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A named Lua script and its SHA1 (for EVALSHA)."""
+
+    name: str
+    lua: str
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.lua.encode()).hexdigest())  # noqa: S324
+
+
+# Shared Lua prelude. ``now`` is server time in ms. ``enqueue`` registers a blocked acquirer as a
+# waiter (sorted set, score = when the registration lapses) so that a release hands the lock to
+# waiters first. ``notify`` runs after a release: if live waiters exist it reserves the free lock
+# for them for ``handoff_ms`` and pushes wake tokens that the waiters BLPOP.
+_PRELUDE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function keep_alive(key, ms)
+  local p = redis.call('PTTL', key)
+  if p < ms then redis.call('PEXPIRE', key, ms) end
+end
+local function enqueue(zkey, token, wait)
+  if wait > 0 then
+    redis.call('ZADD', zkey, now + wait, token)
+    keep_alive(zkey, wait)
+  end
+end
+local function live(zkey)
+  redis.call('ZREMRANGEBYSCORE', zkey, '-inf', now - 1)
+  return redis.call('ZCARD', zkey)
+end
+local function notify(waiters, handoff, wake, handoff_ms, wake_all)
+  local n = live(waiters)
+  if n > 0 then
+    redis.call('SET', handoff, '1', 'PX', handoff_ms)
+    redis.call('DEL', wake)
+    local k = 1
+    if wake_all then k = math.min(n, 1000) end
+    for _ = 1, k do redis.call('RPUSH', wake, '1') end
+    redis.call('PEXPIRE', wake, math.max(handoff_ms, 1000))
+  end
+  return n
+end
+-- true when the caller may take a free lock: no reservation, or it is a live registered waiter,
+-- or every registered waiter has lapsed.
+local function admitted(waiters, handoff, token)
+  if redis.call('EXISTS', handoff) == 0 then return true end
+  local s = redis.call('ZSCORE', waiters, token)
+  if s and tonumber(s) >= now then return true end
+  if live(waiters) == 0 then redis.call('DEL', handoff) return true end
+  return false
+end
+local function grant(lease, fence_key, history, token, identity, ttl, min_fence, mode)
+  local fence = redis.call('INCR', fence_key)
+  if fence < min_fence then
+    redis.call('SET', fence_key, min_fence)
+    fence = min_fence
+  end
+  local transitions = tonumber(redis.call('HGET', history, 'transitions') or '0')
+  if redis.call('HGET', history, 'holder') ~= identity then
+    transitions = redis.call('HINCRBY', history, 'transitions', 1)
+    redis.call('HSET', history, 'holder', identity, 'changed_ms', now)
+  end
+  redis.call('HSET', lease, 'owner', token, 'holder', identity, 'fence', fence, 'count', 1,
+    'acquired_ms', now, 'renewed_ms', now, 'ttl_ms', ttl, 'transitions', transitions,
+    'mode', mode)
+  redis.call('PEXPIRE', lease, ttl)
+  return {1, fence, 1, now, transitions}
+end
+"""
+
+ACQUIRE = Script(
+    "acquire",
+    """
+-- Acquire an exclusive lease (mutex or reentrant).
+-- KEYS[1] lease hash   KEYS[2] fence counter   KEYS[3] history hash
+-- KEYS[4] waiters zset KEYS[5] handoff flag
+-- ARGV[1] owner token  ARGV[2] ttl ms  ARGV[3] holder identity  ARGV[4] reentrant '1'|'0'
+-- ARGV[5] waiter registration ms (0: do not register)  ARGV[6] minimum fence (0: none)
+-- Returns {1, fence, count, now_ms, transitions} granted (transitions -1 on re-entry)
+--         {0, pttl_ms, holder} held   {2, fence, count} already held by this owner
+--         {3, pttl_ms, ''} reserved for waiters
+"""
+    + _PRELUDE
+    + """
+local token = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local wait = tonumber(ARGV[5])
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'holder', 'fence', 'count')
+if cur[1] then
+  if cur[1] == token then
+    if ARGV[4] == '1' then
+      local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
+      redis.call('HSET', KEYS[1], 'renewed_ms', now, 'ttl_ms', ttl)
+      redis.call('PEXPIRE', KEYS[1], ttl)
+      return {1, tonumber(cur[3]), count, now, -1}
+    end
+    return {2, tonumber(cur[3]), tonumber(cur[4])}
+  end
+  enqueue(KEYS[4], token, wait)
+  return {0, redis.call('PTTL', KEYS[1]), cur[2]}
+end
+if not admitted(KEYS[4], KEYS[5], token) then
+  enqueue(KEYS[4], token, wait)
+  return {3, redis.call('PTTL', KEYS[5]), ''}
+end
+redis.call('DEL', KEYS[5])
+redis.call('ZREM', KEYS[4], token)
+return grant(KEYS[1], KEYS[2], KEYS[3], token, ARGV[3], ttl, tonumber(ARGV[6]), 'x')
+""",
+)
+
+RELEASE = Script(
+    "release",
+    """
+-- Release an exclusive lease (mutex, reentrant, or the writer of a read-write lock).
+-- KEYS[1] lease hash  KEYS[2] waiters zset  KEYS[3] handoff flag  KEYS[4] wake list
+-- ARGV[1] owner token  ARGV[2] '1' release every reentrant count, '0' one
+-- ARGV[3] handoff ms   ARGV[4] '1' wake every waiter, '0' one
+-- Returns {1, remaining count} released (0 = lease gone)  {0, 0} not the owner
+"""
+    + _PRELUDE
+    + """
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'count')
+if cur[1] ~= ARGV[1] then return {0, 0} end
+local count = tonumber(cur[2] or '1')
+if ARGV[2] ~= '1' and count > 1 then
+  return {1, redis.call('HINCRBY', KEYS[1], 'count', -1)}
+end
+redis.call('DEL', KEYS[1])
+notify(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[3]), ARGV[4] == '1')
+return {1, 0}
+""",
+)
+
+EXTEND = Script(
+    "extend",
+    """
+-- Extend an exclusive lease held by the owner.
+-- KEYS[1] lease hash
+-- ARGV[1] owner token  ARGV[2] new ttl ms
+-- Returns {1, fence, now_ms} extended  {0, 0, now_ms} not the owner (or expired)
+"""
+    + _PRELUDE
+    + """
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'fence')
+if cur[1] ~= ARGV[1] then return {0, 0, now} end
+redis.call('HSET', KEYS[1], 'renewed_ms', now, 'ttl_ms', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, tonumber(cur[2]), now}
+""",
+)
+
+LEAVE = Script(
+    "leave",
+    """
+-- A blocked acquirer gives up (timeout, cancellation): drop its registration and, if the lock is
+-- free and reserved for waiters, pass the wake token on so no waiter sleeps in vain.
+-- KEYS[1] lease hash  KEYS[2] waiters zset  KEYS[3] handoff flag  KEYS[4] wake list
+-- KEYS[5] writers-waiting zset
+-- ARGV[1] owner token  ARGV[2] handoff ms
+-- Returns {live waiters}
+"""
+    + _PRELUDE
+    + """
+redis.call('ZREM', KEYS[2], ARGV[1])
+local was_writer = redis.call('ZREM', KEYS[5], ARGV[1])
+local n = live(KEYS[2])
+if was_writer == 1 and live(KEYS[5]) == 0 then
+  -- readers queued behind this writer may go now
+  notify(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[2]), true)
+elseif n > 0 and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('RPUSH', KEYS[4], '1')
+  redis.call('PEXPIRE', KEYS[4], 1000)
+elseif n == 0 then
+  redis.call('DEL', KEYS[3])
+end
+return {n}
+""",
+)
+
+ACQUIRE_READ = Script(
+    "acquire_read",
+    """
+-- Acquire a shared (reader) lease of a read-write lock. Refused while a writer holds the lock
+-- or while a writer waits (writer preference: a stream of readers cannot starve a writer).
+-- KEYS[1] lease hash (the writer)  KEYS[2] readers zset  KEYS[3] writers-waiting zset
+-- KEYS[4] waiters zset  KEYS[5] handoff flag  KEYS[6] fence counter
+-- ARGV[1] owner token  ARGV[2] ttl ms  ARGV[3] waiter registration ms (0: do not register)
+-- Returns {1, fence, readers, now_ms} granted  {0, wait hint ms (-1 unknown), holder} refused
+--         {2, fence, readers} already a reader  {3, pttl ms, ''} reserved for waiters
+"""
+    + _PRELUDE
+    + """
+local token = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local wait = tonumber(ARGV[3])
+local fence = tonumber(redis.call('GET', KEYS[6]) or '0')
+local mine = redis.call('ZSCORE', KEYS[2], token)
+if mine and tonumber(mine) >= now then
+  return {2, fence, redis.call('ZCARD', KEYS[2])}
+end
+local holder = redis.call('HGET', KEYS[1], 'holder')
+if holder then
+  enqueue(KEYS[4], token, wait)
+  return {0, redis.call('PTTL', KEYS[1]), holder}
+end
+if live(KEYS[3]) > 0 then
+  enqueue(KEYS[4], token, wait)
+  return {0, -1, ''}
+end
+if not admitted(KEYS[4], KEYS[5], token) then
+  enqueue(KEYS[4], token, wait)
+  return {3, redis.call('PTTL', KEYS[5]), ''}
+end
+redis.call('ZREM', KEYS[4], token)
+redis.call('ZADD', KEYS[2], now + ttl, token)
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+keep_alive(KEYS[2], tonumber(last[2]) - now)
+return {1, fence, live(KEYS[2]), now}
+""",
+)
+
+ACQUIRE_WRITE = Script(
+    "acquire_write",
+    """
+-- Acquire the exclusive (writer) lease of a read-write lock: no writer and no live reader.
+-- A refused writer registers as waiting, which stops new readers from entering.
+-- KEYS[1] lease hash  KEYS[2] readers zset  KEYS[3] writers-waiting zset  KEYS[4] waiters zset
+-- KEYS[5] handoff flag  KEYS[6] fence counter  KEYS[7] history hash
+-- ARGV[1] owner token  ARGV[2] ttl ms  ARGV[3] holder identity
+-- ARGV[4] waiter registration ms (0: do not register)
+-- Returns {1, fence, 1, now_ms, transitions} granted  {0, wait hint ms, holder} refused
+--         {2, fence, count} already the writer  {3, pttl ms, ''} reserved for waiters
+"""
+    + _PRELUDE
+    + """
+local token = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local wait = tonumber(ARGV[4])
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'holder', 'fence', 'count')
+if cur[1] == token then return {2, tonumber(cur[3]), tonumber(cur[4])} end
+if cur[1] then
+  enqueue(KEYS[4], token, wait)
+  enqueue(KEYS[3], token, wait)
+  return {0, redis.call('PTTL', KEYS[1]), cur[2]}
+end
+if live(KEYS[2]) > 0 then
+  enqueue(KEYS[4], token, wait)
+  enqueue(KEYS[3], token, wait)
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+  return {0, tonumber(last[2]) - now, ''}
+end
+if not admitted(KEYS[4], KEYS[5], token) then
+  enqueue(KEYS[4], token, wait)
+  enqueue(KEYS[3], token, wait)
+  return {3, redis.call('PTTL', KEYS[5]), ''}
+end
+redis.call('DEL', KEYS[5])
+redis.call('ZREM', KEYS[4], token)
+redis.call('ZREM', KEYS[3], token)
+return grant(KEYS[1], KEYS[6], KEYS[7], token, ARGV[3], ttl, 0, 'w')
+""",
+)
+
+RELEASE_READ = Script(
+    "release_read",
+    """
+-- Release a reader lease; when the last reader leaves, wake the waiters (writers first in line).
+-- KEYS[1] readers zset  KEYS[2] waiters zset  KEYS[3] handoff flag  KEYS[4] wake list
+-- ARGV[1] owner token  ARGV[2] handoff ms
+-- Returns {1, readers left} released  {0, 0} not a reader (or its share expired)
+"""
+    + _PRELUDE
+    + """
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1])
+if (not s) or tonumber(s) < now then return {0, 0} end
+local left = live(KEYS[1])
+if left == 0 then notify(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[2]), true) end
+return {1, left}
+""",
+)
+
+EXTEND_READ = Script(
+    "extend_read",
+    """
+-- Extend a reader lease.
+-- KEYS[1] readers zset
+-- ARGV[1] owner token  ARGV[2] new ttl ms
+-- Returns {1, 0, now_ms} extended  {0, 0, now_ms} not a reader (or its share expired)
+"""
+    + _PRELUDE
+    + """
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if (not s) or tonumber(s) < now then return {0, 0, now} end
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+keep_alive(KEYS[1], tonumber(last[2]) - now)
+return {1, 0, now}
+""",
+)
+
+HEARTBEAT = Script(
+    "heartbeat",
+    """
+-- Register (or refresh) a candidate for leadership of a lock.
+-- KEYS[1] candidates zset
+-- ARGV[1] identity  ARGV[2] heartbeat ttl ms (0: withdraw the candidate)
+-- Returns {live candidates, now_ms}
+"""
+    + _PRELUDE
+    + """
+local ttl = tonumber(ARGV[2])
+if ttl > 0 then
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  keep_alive(KEYS[1], ttl)
+else
+  redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return {live(KEYS[1]), now}
+""",
+)
+
+STATUS = Script(
+    "status",
+    """
+-- Read the live state of a lock in one round trip (read-only).
+-- KEYS[1] lease hash  KEYS[2] fence counter  KEYS[3] history hash  KEYS[4] readers zset
+-- KEYS[5] candidates zset  KEYS[6] waiters zset
+-- Returns {now_ms, lease pttl ms, {lease field, value, ...}, fence, {history field, value, ...},
+--          live readers, {live candidate identities}, live waiters}
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return {now, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[1]),
+  tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('HGETALL', KEYS[3]),
+  redis.call('ZCOUNT', KEYS[4], now, '+inf'),
+  redis.call('ZRANGEBYSCORE', KEYS[5], now, '+inf'),
+  redis.call('ZCOUNT', KEYS[6], now, '+inf')}
+""",
+)
+
+FORCE_RELEASE = Script(
+    "force_release",
+    """
+-- Administrative release (operator's force-release): remove the writer/holder lease and every
+-- reader, keep the fence counter, wake all waiters.
+-- KEYS[1] lease hash  KEYS[2] readers zset  KEYS[3] waiters zset  KEYS[4] handoff flag
+-- KEYS[5] wake list
+-- ARGV[1] handoff ms
+-- Returns {leases removed (0|1), readers removed}
+"""
+    + _PRELUDE
+    + """
+local had = redis.call('DEL', KEYS[1])
+local readers = redis.call('ZCARD', KEYS[2])
+redis.call('DEL', KEYS[2])
+notify(KEYS[3], KEYS[4], KEYS[5], tonumber(ARGV[1]), true)
+return {had, readers}
+""",
+)
+
+ALL_SCRIPTS = (
+    ACQUIRE,
+    RELEASE,
+    EXTEND,
+    LEAVE,
+    ACQUIRE_READ,
+    ACQUIRE_WRITE,
+    RELEASE_READ,
+    EXTEND_READ,
+    HEARTBEAT,
+    STATUS,
+    FORCE_RELEASE,
+)

@@ -1,0 +1,87 @@
+"""Reading a lock's live state (for `redlease status`, the sidecar and the operator)."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from redlease import scripts
+from redlease.keys import LockKeys
+from redlease.protocol import Call, Request, as_int, as_list, as_str
+
+
+@dataclass(frozen=True, slots=True)
+class LockState:
+    """A snapshot of one lock on one Redis node, all times in server milliseconds."""
+
+    name: str
+    now_ms: int
+    holder: str | None = None
+    fencing_token: int | None = None  # the holder's token (None when free)
+    last_fence: int = 0  # the fence counter: the highest token ever issued
+    expires_in_ms: int | None = None
+    acquired_ms: int | None = None
+    renewed_ms: int | None = None
+    ttl_ms: int | None = None
+    mode: str | None = None  # "x" exclusive, "w" writer; None when free
+    count: int = 0
+    transitions: int = 0
+    last_transition_ms: int | None = None
+    readers: int = 0
+    waiters: int = 0
+    candidates: tuple[str, ...] = field(default=())
+
+    @property
+    def held(self) -> bool:
+        return self.holder is not None or self.readers > 0
+
+
+def status_call(keys: LockKeys) -> Call:
+    return Call(
+        scripts.STATUS,
+        (keys.lease, keys.fence, keys.history, keys.readers, keys.candidates, keys.waiters),
+        (),
+    )
+
+
+def _pairs(value: Any) -> dict[str, str]:
+    items = [as_str(v) for v in (value or [])]
+    return dict(zip(items[::2], items[1::2], strict=False))
+
+
+def decode_state(keys: LockKeys, reply: object) -> LockState:
+    """Decode a STATUS reply into a :class:`LockState`."""
+    name = keys.name
+    items = as_list(reply, name, 8)
+    lease = _pairs(items[2])
+    history = _pairs(items[4])
+    pttl = as_int(items[1], name, "ttl")
+
+    def opt(d: dict[str, str], key: str) -> int | None:
+        return as_int(d[key], name, key) if key in d else None
+
+    held = bool(lease.get("owner"))
+    return LockState(
+        name=name,
+        now_ms=as_int(items[0], name, "time"),
+        holder=lease.get("holder") if held else None,
+        fencing_token=opt(lease, "fence") if held else None,
+        last_fence=as_int(items[3], name, "fence"),
+        expires_in_ms=pttl if held and pttl >= 0 else None,
+        acquired_ms=opt(lease, "acquired_ms") if held else None,
+        renewed_ms=opt(lease, "renewed_ms") if held else None,
+        ttl_ms=opt(lease, "ttl_ms") if held else None,
+        mode=lease.get("mode") if held else None,
+        count=opt(lease, "count") or 0 if held else 0,
+        transitions=opt(history, "transitions") or 0,
+        last_transition_ms=opt(history, "changed_ms"),
+        readers=as_int(items[5], name, "readers"),
+        candidates=tuple(sorted(as_str(c) for c in (items[6] or []))),
+        waiters=as_int(items[7], name, "waiters"),
+    )
+
+
+def read_state_flow(keys: LockKeys) -> Generator[Request, Any, LockState]:
+    reply = yield status_call(keys)
+    return decode_state(keys, reply)
