@@ -43,7 +43,14 @@ class AsyncNode:
             except rex.NoScriptError:
                 return await self.client.eval(req.script.lua, n, *req.keys, *req.args)
         if isinstance(req, Wait):
-            return (await self.client.blpop([req.key], timeout=req.timeout)) is not None
+            # Redis checks blocking timeouts only at its hz tick (100 ms by default): keep the
+            # precise deadline here; cancelling the BLPOP drops its connection.
+            try:
+                async with asyncio.timeout(req.timeout):
+                    reply = await self.client.blpop([req.key], timeout=round(req.timeout + 1, 3))
+            except TimeoutError:
+                return False
+            return reply is not None
         if isinstance(req, Replicate):
             if self._cluster:
                 node = self.client.get_node_from_key(req.key)

@@ -41,7 +41,7 @@ class SyncNode:
             except rex.NoScriptError:
                 return self.client.eval(req.script.lua, n, *req.keys, *req.args)
         if isinstance(req, Wait):
-            return self.client.blpop([req.key], timeout=req.timeout) is not None
+            return self._blpop(req.key, req.timeout)
         if isinstance(req, Replicate):
             if self._cluster:
                 node = self.client.get_node_from_key(req.key)
@@ -50,6 +50,31 @@ class SyncNode:
                 )
             return self.client.execute_command("WAIT", req.replicas, req.timeout_ms)
         raise TypeError(f"unknown request {req!r}")
+
+    def _blpop(self, key: str, timeout: float) -> bool:
+        """BLPOP with a client-side deadline.
+
+        Redis checks blocking timeouts only at its ``hz`` tick (100 ms by default), so the server
+        timeout is a safety net and the precise deadline is kept here: if nothing arrived in
+        time the connection is dropped, which unblocks the server side too.
+        """
+        if self._cluster:
+            node = self.client.get_node_from_key(key)
+            pool = self.client.get_redis_connection(node).connection_pool
+        else:
+            pool = self.client.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_command("BLPOP", key, round(timeout + 1.0, 3))
+            if conn.can_read(timeout=timeout):
+                return conn.read_response() is not None
+            conn.disconnect()
+            return False
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
 
 
 def drive(node: SyncNode, flow: Flow) -> Any:
