@@ -7,12 +7,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis.exceptions as rex
-import structlog
 
+from redlease import _log as log
 from redlease import _redis
 from redlease.protocol import Call, Flow, Replicate, Request, Wait
 
-log = structlog.get_logger("redlease")
 T = TypeVar("T")
 
 

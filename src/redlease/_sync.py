@@ -6,12 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.exceptions as rex
-import structlog
 
+from redlease import _log as log
 from redlease import _redis
 from redlease.protocol import Call, Flow, Replicate, Request, Wait
-
-log = structlog.get_logger("redlease")
 
 
 class SyncNode:

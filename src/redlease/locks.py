@@ -13,15 +13,12 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
-import structlog
-
+from redlease import _log as log
 from redlease import _sync
 from redlease._handles import HandleCore
 from redlease.errors import LeaseLost, LockError, LockUnavailable, NotOwned
 from redlease.lease import Lease, RenewSchedule
 from redlease.status import LockState, read_state_flow
-
-log = structlog.get_logger("redlease")
 
 LostCallback = Callable[[LeaseLost], None]
 

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 
 import redlease
-from redlease import _sync, protocol
 from redlease import (
     AlreadyHeld,
     LockContention,
     LockTimeout,
     NotOwned,
+    _sync,
+    protocol,
 )
 
 from .util import wait_until
@@ -108,7 +109,7 @@ def test_waiter_is_woken_by_release_not_by_a_poll(any_client: Any, lock_name: st
         got = threading.Event()
         got_at: list[float] = []
 
-        def wait() -> None:
+        def wait(got: threading.Event = got, got_at: list[float] = got_at) -> None:
             w = redlease.Lock(any_client, lock_name, ttl=30)
             w.acquire(timeout=20)
             got_at.append(time.monotonic())
