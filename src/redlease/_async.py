@@ -15,24 +15,14 @@ from redlease.protocol import Call, Flow, Replicate, Request, Wait
 T = TypeVar("T")
 
 
-class AsyncNode:
+class AsyncNode(_redis.NodeBase):
     """One asyncio Redis client (a single server or a whole cluster) as seen by one lock."""
-
-    def __init__(self, client: Any, lock: str) -> None:
-        self.client = client
-        self.lock = lock
-        self.name = _redis.describe(client)
-        self.socket_timeout = _redis.socket_timeout(client)
-        self._cluster = not hasattr(client, "connection_pool")
 
     async def execute(self, req: Request) -> Any:
         try:
             return await self._execute(req)
         except rex.RedisError as exc:
-            mapped = _redis.translate(exc, self.lock, self.name)
-            if mapped is None:
-                raise
-            raise mapped from exc
+            raise self.error(exc) from exc
 
     async def _execute(self, req: Request) -> Any:
         if isinstance(req, Call):
@@ -51,7 +41,7 @@ class AsyncNode:
                 return False
             return reply is not None
         if isinstance(req, Replicate):
-            if self._cluster:
+            if self.cluster:
                 node = self.client.get_node_from_key(req.key)
                 return await self.client.execute_command(
                     "WAIT", req.replicas, req.timeout_ms, target_nodes=node

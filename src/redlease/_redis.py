@@ -12,6 +12,22 @@ import redis.exceptions as rex
 from redlease.errors import LockError, LockUnavailable, ProtocolError
 
 
+class NodeBase:
+    """What the sync and asyncio node drivers share: the client, its name, error mapping."""
+
+    def __init__(self, client: Any, lock: str) -> None:
+        self.client = client
+        self.lock = lock
+        self.name = describe(client)
+        self.socket_timeout = socket_timeout(client)
+        self.cluster = not hasattr(client, "connection_pool")
+
+    def error(self, exc: rex.RedisError) -> BaseException:
+        """The redlease exception to raise for a redis-py error on this node."""
+        mapped = translate(exc, self.lock, self.name)
+        return exc if mapped is None else mapped
+
+
 def describe(client: Any) -> str:
     """A short, secret-free name for the node(s) behind ``client`` (``host:port`` or a path)."""
     nodes = getattr(client, "get_nodes", None)

@@ -12,24 +12,14 @@ from redlease import _redis
 from redlease.protocol import Call, Flow, Replicate, Request, Wait
 
 
-class SyncNode:
+class SyncNode(_redis.NodeBase):
     """One blocking Redis client (a single server or a whole cluster) as seen by one lock."""
-
-    def __init__(self, client: Any, lock: str) -> None:
-        self.client = client
-        self.lock = lock
-        self.name = _redis.describe(client)
-        self.socket_timeout = _redis.socket_timeout(client)
-        self._cluster = not hasattr(client, "connection_pool")
 
     def execute(self, req: Request) -> Any:
         try:
             return self._execute(req)
         except rex.RedisError as exc:
-            mapped = _redis.translate(exc, self.lock, self.name)
-            if mapped is None:
-                raise
-            raise mapped from exc
+            raise self.error(exc) from exc
 
     def _execute(self, req: Request) -> Any:
         if isinstance(req, Call):
@@ -41,7 +31,7 @@ class SyncNode:
         if isinstance(req, Wait):
             return self._blpop(req.key, req.timeout)
         if isinstance(req, Replicate):
-            if self._cluster:
+            if self.cluster:
                 node = self.client.get_node_from_key(req.key)
                 return self.client.execute_command(
                     "WAIT", req.replicas, req.timeout_ms, target_nodes=node
@@ -56,7 +46,7 @@ class SyncNode:
         timeout is a safety net and the precise deadline is kept here: if nothing arrived in
         time the connection is dropped, which unblocks the server side too.
         """
-        if self._cluster:
+        if self.cluster:
             node = self.client.get_node_from_key(key)
             pool = self.client.get_redis_connection(node).connection_pool
         else:

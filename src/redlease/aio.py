@@ -19,8 +19,8 @@ from typing import Any
 from redlease import _async
 from redlease import _log as log
 from redlease._handles import HandleCore
-from redlease.errors import LeaseLost, LockError, LockUnavailable, NotOwned
-from redlease.lease import Lease, RenewSchedule
+from redlease.errors import LeaseLost, LockError, NotOwned
+from redlease.lease import Lease, RenewLoop
 from redlease.status import LockState, read_state_flow
 
 LostCallback = Callable[[LeaseLost], None]
@@ -185,7 +185,7 @@ class AsyncRenewer:
         self.owner = owner
         self.on_lost = on_lost
         self.guard = guard
-        self.schedule = RenewSchedule(lease.ttl, fraction)
+        self.loop = RenewLoop(handle.name, lease, fraction)
         self.lost = asyncio.Event()
         self.cancelled_guard = False
         self._task: asyncio.Task[None] | None = None
@@ -207,44 +207,24 @@ class AsyncRenewer:
         await self.stop()
 
     async def _run(self) -> None:
-        last_sent = time.monotonic()
-        failed = False
+        loop = self.loop
         while True:
-            now = time.monotonic()
-            at = self.schedule.next_attempt(last_sent, now, self.lease.deadline, failed)
-            await asyncio.sleep(max(0.0, at - now))
-            if time.monotonic() >= self.lease.deadline:
-                self._signal("local deadline passed before a renewal succeeded")
+            await asyncio.sleep(loop.next_wait())
+            why = loop.expired()
+            if why is None:
+                sent = time.monotonic()
+                try:
+                    # never let one renewal outlive the deadline
+                    async with asyncio.timeout(loop.budget()):
+                        await self.handle.extend(owner=self.owner)
+                except (LockError, TimeoutError) as exc:
+                    why = loop.failed(exc)
+                else:
+                    loop.succeeded(sent)
+            if why is not None:
+                loop.lose(why, self.on_lost)
+                self.lost.set()
+                if self.guard is not None and not self.guard.done():
+                    self.cancelled_guard = True
+                    self.guard.cancel(f"redlease: lease on {self.handle.name!r} lost")
                 return
-            sent = time.monotonic()
-            try:
-                # never let one renewal outlive the deadline
-                budget = max(0.001, self.lease.deadline - time.monotonic())
-                await asyncio.wait_for(self.handle.extend(owner=self.owner), budget)
-            except NotOwned:
-                self._signal("renewal refused: lease expired or taken over")
-                return
-            except (LockUnavailable, TimeoutError) as exc:
-                log.warning("renewal failed, retrying", lock=self.handle.name, error=str(exc))
-                failed = True
-                continue
-            except LockError as exc:
-                self._signal(f"renewal failed: {exc.message}")
-                return
-            last_sent, failed = sent, False
-
-    def _signal(self, why: str) -> None:
-        self.lease.lost = True
-        self.lost.set()
-        err = LeaseLost(self.handle.name, why)
-        log.warning(
-            "lease lost", lock=self.handle.name, fencing_token=self.lease.fencing_token, reason=why
-        )
-        if self.on_lost is not None:
-            try:
-                self.on_lost(err)
-            except Exception:  # noqa: BLE001 - a user callback must not kill the renewer
-                log.exception("on_lost callback failed", lock=self.handle.name)
-        if self.guard is not None and not self.guard.done():
-            self.cancelled_guard = True
-            self.guard.cancel(f"redlease: lease on {self.handle.name!r} lost")

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from redlease import _log as log
+from redlease.errors import LeaseLost, LockError, LockUnavailable, NotOwned
 from redlease.protocol import Grant
 
 
@@ -70,3 +73,65 @@ class RenewSchedule:
         """Monotonic time of the next extend attempt (never after ``deadline``)."""
         due = now + self.retry if failed else last_sent + self.interval
         return min(due, deadline)
+
+
+class RenewLoop:
+    """The renewal state machine, shared by the thread and the asyncio renewers.
+
+    The driver sleeps :meth:`next_wait` seconds, asks :meth:`expired`, sends an extend, and
+    reports :meth:`succeeded` or :meth:`failed`. Any non-``None`` reason means the lease is
+    lost: the driver calls :meth:`lose` once and stops.
+    """
+
+    def __init__(
+        self, lock: str, lease: Lease, fraction: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.lock = lock
+        self.lease = lease
+        self.schedule = RenewSchedule(lease.ttl, fraction)
+        self.clock = clock
+        self.last_sent = clock()
+        self.retrying = False
+
+    def next_wait(self) -> float:
+        now = self.clock()
+        at = self.schedule.next_attempt(self.last_sent, now, self.lease.deadline, self.retrying)
+        return max(0.0, at - now)
+
+    def budget(self) -> float:
+        """How long one extend may take before the deadline makes it pointless."""
+        return max(0.001, self.lease.deadline - self.clock())
+
+    def expired(self) -> str | None:
+        if self.clock() >= self.lease.deadline:
+            return "local deadline passed before a renewal succeeded"
+        return None
+
+    def succeeded(self, sent: float) -> None:
+        self.last_sent, self.retrying = sent, False
+
+    def failed(self, exc: BaseException) -> str | None:
+        """Classify an extend error: ``None`` to retry (outage), else the loss reason."""
+        if isinstance(exc, NotOwned):
+            return "renewal refused: lease expired or taken over"
+        if isinstance(exc, LockUnavailable | TimeoutError):
+            log.warning("renewal failed, retrying", lock=self.lock, error=str(exc))
+            self.retrying = True
+            return None
+        if isinstance(exc, LockError):
+            return f"renewal failed: {exc.message}"
+        return f"renewal failed: {exc!r}"
+
+    def lose(self, why: str, on_lost: Callable[[LeaseLost], None] | None) -> LeaseLost:
+        """Mark the lease lost, write the log line and call ``on_lost`` (errors are logged)."""
+        self.lease.lost = True
+        err = LeaseLost(self.lock, why)
+        log.warning(
+            "lease lost", lock=self.lock, fencing_token=self.lease.fencing_token, reason=why
+        )
+        if on_lost is not None:
+            try:
+                on_lost(err)
+            except Exception:  # noqa: BLE001 - a user callback must not kill the renewer
+                log.exception("on_lost callback failed", lock=self.lock)
+        return err

@@ -16,8 +16,8 @@ from typing import Any
 from redlease import _log as log
 from redlease import _sync
 from redlease._handles import HandleCore
-from redlease.errors import LeaseLost, LockError, LockUnavailable, NotOwned
-from redlease.lease import Lease, RenewSchedule
+from redlease.errors import LeaseLost, LockError, NotOwned
+from redlease.lease import Lease, RenewLoop
 from redlease.status import LockState, read_state_flow
 
 LostCallback = Callable[[LeaseLost], None]
@@ -167,7 +167,7 @@ class Renewer:
 
     Keeps the lease's local deadline current; when an extend is refused, or the deadline passes
     without a successful extend (Redis unreachable, process paused), the lease is marked lost,
-    a log line is written and ``on_lost`` is called once.
+    a log line is written, ``lost`` is set and ``on_lost`` is called once.
     """
 
     def __init__(
@@ -185,7 +185,7 @@ class Renewer:
         self.lease = lease
         self.owner = owner
         self.on_lost = on_lost
-        self.schedule = RenewSchedule(lease.ttl, fraction)
+        self.loop = RenewLoop(handle.name, lease, fraction)
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -208,40 +208,18 @@ class Renewer:
         self.stop()
 
     def _run(self) -> None:
-        last_sent = time.monotonic()
-        failed = False
-        while not self._stop.is_set():
-            now = time.monotonic()
-            at = self.schedule.next_attempt(last_sent, now, self.lease.deadline, failed)
-            if self._stop.wait(max(0.0, at - now)):
+        loop = self.loop
+        while not self._stop.wait(loop.next_wait()):
+            why = loop.expired()
+            if why is None:
+                sent = time.monotonic()
+                try:
+                    self.handle.extend(owner=self.owner)
+                except LockError as exc:
+                    why = loop.failed(exc)
+                else:
+                    loop.succeeded(sent)
+            if why is not None:
+                loop.lose(why, self.on_lost)
+                self.lost.set()
                 return
-            if time.monotonic() >= self.lease.deadline:
-                self._signal("local deadline passed before a renewal succeeded")
-                return
-            sent = time.monotonic()
-            try:
-                self.handle.extend(owner=self.owner)
-            except NotOwned:
-                self._signal("renewal refused: lease expired or taken over")
-                return
-            except LockUnavailable as exc:
-                log.warning("renewal failed, retrying", lock=self.handle.name, error=str(exc))
-                failed = True
-                continue
-            except LockError as exc:
-                self._signal(f"renewal failed: {exc.message}")
-                return
-            last_sent, failed = sent, False
-
-    def _signal(self, why: str) -> None:
-        self.lease.lost = True
-        self.lost.set()
-        err = LeaseLost(self.handle.name, why)
-        log.warning(
-            "lease lost", lock=self.handle.name, fencing_token=self.lease.fencing_token, reason=why
-        )
-        if self.on_lost is not None:
-            try:
-                self.on_lost(err)
-            except Exception:  # noqa: BLE001 - a user callback must not kill the renewer
-                log.exception("on_lost callback failed", lock=self.handle.name)
