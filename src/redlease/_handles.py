@@ -133,6 +133,11 @@ class HandleCore:
     def _owner_key(self, owner: Any) -> Any:
         return None
 
+    def resolve_owner(self, owner: Any) -> Any:
+        """The concrete owner for ``owner`` in the calling thread/task (for background renewers,
+        which run elsewhere but must act for the caller)."""
+        return self._owner_key(owner)
+
     def begin_acquire(
         self, owner: Any, blocking: bool, timeout: float | None, socket_timeout: float | None
     ) -> tuple[Flow, Callable[[], Flow], str]:

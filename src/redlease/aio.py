@@ -182,7 +182,7 @@ class AsyncRenewer:
             raise NotOwned(handle.name, "cannot renew a lock this owner does not hold")
         self.handle = handle
         self.lease = lease
-        self.owner = owner
+        self.owner = handle.resolve_owner(owner)
         self.on_lost = on_lost
         self.guard = guard
         self.loop = RenewLoop(handle.name, lease, fraction)

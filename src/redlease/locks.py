@@ -183,7 +183,7 @@ class Renewer:
             raise NotOwned(handle.name, "cannot renew a lock this owner does not hold")
         self.handle = handle
         self.lease = lease
-        self.owner = owner
+        self.owner = handle.resolve_owner(owner)
         self.on_lost = on_lost
         self.loop = RenewLoop(handle.name, lease, fraction)
         self.lost = threading.Event()

@@ -138,3 +138,12 @@ async def test_hold_renews_and_loss_cancels_the_guarded_block(
             await any_aclient.delete(lock.keys.lease)  # force-released behind our back
             await asyncio.sleep(10)  # cancelled by the renewer long before this ends
     assert lost and not lease.valid
+
+
+async def test_reentrant_hold_renews_for_the_calling_task(any_aclient: Any, lock_name: str) -> None:
+    lock = aio.ReentrantLock(any_aclient, lock_name, ttl=0.3)
+    async with lock.hold() as lease:
+        await asyncio.sleep(0.9)  # three TTLs: only renewal (for this task) keeps it
+        assert lease.valid
+        assert (await lock.state()).holder is not None
+    assert (await lock.state()).holder is None

@@ -289,3 +289,14 @@ def test_mutual_exclusion_between_threads(any_client: Any, lock_name: str) -> No
     for t in threads:
         t.join()
     assert max_inside[0] == 1
+
+
+def test_reentrant_hold_renews_for_the_calling_thread(any_client: Any, lock_name: str) -> None:
+    lock = redlease.ReentrantLock(any_client, lock_name, ttl=0.3)
+    with lock.hold() as lease:
+        end = time.monotonic() + 0.9  # three TTLs: only renewal (for this thread) keeps it
+        while time.monotonic() < end:
+            assert lease.valid
+            time.sleep(0.05)
+        assert lock.state().holder is not None
+    assert lock.state().holder is None
