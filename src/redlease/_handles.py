@@ -161,12 +161,16 @@ class HandleCore:
     def finish_acquire(self, owner: Any, token: str, grant: Grant) -> Lease:
         key = self._owner_key(owner)
         held = self._holds.get(key)
-        if held is not None and held.token == token:
+        if held is not None and held.token == token and grant.reentered:
             held.count += 1
             held.lease.deadline = grant.deadline
             held.lease.count = grant.count
             held.lease.lost = False
             return held.lease
+        # a new lease: also after an old hold of this owner expired on the server (its token is
+        # reused so that a lease that is still there is reported as AlreadyHeld, not doubled)
+        if held is not None:
+            held.lease.lost = True
         lease = Lease.from_grant(self.name, grant, self.ttl)
         self._holds[key] = Held(token, lease)
         return lease

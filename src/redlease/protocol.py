@@ -252,6 +252,7 @@ class Grant:
     transitions: int
     sent_at: float
     deadline: float
+    reentered: bool = False  # a re-entry of a reentrant hold, not a new lease
 
 
 @dataclass(slots=True)
@@ -317,6 +318,7 @@ def acquire(
                 transitions=outcome.transitions,
                 sent_at=sent_at,
                 deadline=local_deadline(sent_at, opts.ttl),
+                reentered=outcome.transitions == -1,
             )
         if outcome.status == scripts.ALREADY:
             raise AlreadyHeld(prim.name, "already held by this owner (not a reentrant lock)")

@@ -300,3 +300,18 @@ def test_reentrant_hold_renews_for_the_calling_thread(any_client: Any, lock_name
             time.sleep(0.05)
         assert lock.state().holder is not None
     assert lock.state().holder is None
+
+
+def test_reacquire_after_unreleased_expiry_gets_a_new_token(any_client: Any, lock_name: str) -> None:
+    """Found by the chaos run: a hold whose release failed (outage) and then expired must not
+    hand back its old lease object (and old fencing token) on the next acquisition."""
+    lock = redlease.Lock(any_client, lock_name, ttl=0.2)
+    first = lock.acquire()
+    other = redlease.Lock(any_client, lock_name, ttl=0.2)
+    second = other.acquire(timeout=5)  # first expired without a release
+    other.release()
+    third = lock.acquire(timeout=5)
+    assert third.fencing_token > second.fencing_token > first.fencing_token
+    assert third is not first
+    assert not first.valid
+    lock.release()
