@@ -1,0 +1,61 @@
+"""`python -m chaos [--quick] [--report PATH]`: run the scenarios, print a summary, write JSON.
+
+Exit status 1 if a scenario that must be safe accepted a stale write or saw a token regression.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from chaos.runner import SCENARIOS, run_scenario
+
+COLUMNS = (
+    ("clients", "clients"),
+    ("critical_sections", "CS"),
+    ("writes", "writes"),
+    ("sections_overlapped", "CS overlapped"),
+    ("overlapping_pairs", "overlap pairs"),
+    ("stale_writes_refused", "stale refused"),
+    ("stale_writes_accepted", "stale ACCEPTED"),
+    ("token_regressions", "token regress."),
+    ("dual_leader_samples", "2 leaders"),
+)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="chaos")
+    ap.add_argument("--quick", action="store_true", help="the < 60 s subset run by make test")
+    ap.add_argument("--report", default="chaos-report.json")
+    ap.add_argument("--only", action="append", help="run only these scenarios")
+    args = ap.parse_args()
+    chosen = [
+        s
+        for s in SCENARIOS
+        if (not args.quick or s.quick) and (not args.only or s.name in args.only)
+    ]
+    seconds = 5.0 if args.quick else 20.0
+    results = []
+    for sc in chosen:
+        print(f"== {sc.name}: {sc.description}", flush=True)
+        res = run_scenario(sc, args.quick, seconds)
+        results.append(res)
+        if "skipped" in res:
+            print(f"   skipped: {res['skipped']}")
+            continue
+        faults = ", ".join(f"{k} {v}" for k, v in res["faults"].items()) or "none"
+        print(f"   faults: {faults}")
+        print("   " + "  ".join(f"{label} {res[key]}" for key, label in COLUMNS))
+    Path(args.report).write_text(json.dumps({"quick": args.quick, "scenarios": results}, indent=2))
+    bad = [r["name"] for r in results if r.get("expected_safe") and not r.get("safe", True)]
+    if bad:
+        print(f"UNSAFE: {', '.join(bad)}")
+        return 1
+    print(f"all {len(results)} scenarios as expected; report in {args.report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""One chaos client process: acquire, "work", write with the fencing token, release; repeat.
+
+Usage: python -m chaos.client CONFIG_JSON. Appends one JSON line per event to its history file.
+Checks ``lease.valid`` before each write, like a careful application; a pause between the check
+and the write is exactly what fencing exists for.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+import redis
+
+import redlease
+from chaos.resource import Resource
+from redlease.connect import connect
+
+
+def main(cfg: dict[str, Any]) -> None:
+    logging.basicConfig(level=logging.ERROR)  # outages are expected here; the history has them
+    who = cfg["id"]
+    lock_client = connect(cfg["urls"], socket_timeout=cfg.get("socket_timeout", 0.5))
+    lock = redlease.Lock(lock_client, cfg["lock"], ttl=cfg["ttl"], identity=who)
+    resource = Resource(redis.Redis(port=cfg["resource_port"]), fenced=cfg["fenced"])
+    end = time.monotonic() + cfg["duration"]
+    with open(cfg["history"], "a", buffering=1) as out:
+
+        def record(event: str, **fields: Any) -> None:
+            out.write(json.dumps({"client": who, "event": event, "mono": time.monotonic(),
+                                  "wall": time.time(), **fields}) + "\n")  # fmt: skip
+
+        while time.monotonic() < end:
+            try:
+                lease = lock.acquire(timeout=1.0)
+            except redlease.LockError as exc:
+                record("acquire_failed", error=type(exc).__name__)
+                time.sleep(0.05)
+                continue
+            token = lease.fencing_token
+            record("acquired", token=token, deadline_in=lease.remaining())
+            for _ in range(cfg["writes"]):
+                if not lease.valid:
+                    record("lost", token=token)
+                    break
+                busy = time.monotonic() + cfg["work"]  # the "work" between check and write
+                while time.monotonic() < busy:
+                    pass
+                sent = time.monotonic()
+                try:
+                    ok = resource.write(token, who, sent)
+                except redis.RedisError as exc:
+                    record("write_error", token=token, error=str(exc))
+                    continue
+                record("write", token=token, accepted=ok, sent=sent)
+            try:
+                lock.release()
+                record("released", token=token)
+            except redlease.NotOwned:
+                record("release_refused", token=token)
+            except redlease.LockError as exc:
+                record("release_failed", token=token, error=type(exc).__name__)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

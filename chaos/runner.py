@@ -1,0 +1,287 @@
+"""Runs chaos scenarios: starts Redis nodes, the resource and the clients, injects faults,
+collects the histories and checks them."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from chaos.checker import Verdict, check
+from chaos.proxy import DelayProxy
+from chaos.resource import Resource
+from redlease.localredis import RedisServer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Run:
+    """One scenario in progress: its processes, servers and fault counters."""
+
+    name: str
+    nodes: list[RedisServer]
+    resource: RedisServer
+    workdir: Path
+    ttl: float
+    duration: float
+    fenced: bool = True
+    urls: list[str] = field(default_factory=list)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)
+    proxies: list[DelayProxy] = field(default_factory=list)
+    leader_rounds: list[list[bool]] = field(default_factory=list)
+    next_id: int = 0
+
+    def spawn_client(self, **overrides: Any) -> str:
+        who = f"c{self.next_id}"
+        self.next_id += 1
+        cfg = {
+            "id": who,
+            "urls": self.urls,
+            "lock": "chaos",
+            "ttl": self.ttl,
+            "resource_port": self.resource.port,
+            "fenced": self.fenced,
+            "duration": self.duration,
+            "writes": 3,
+            "work": 0.01,
+            "history": str(self.workdir / f"{who}.jsonl"),
+            **overrides,
+        }
+        env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'src'}")
+        self.procs[who] = subprocess.Popen(
+            [sys.executable, "-m", "chaos.client", json.dumps(cfg)], env=env, cwd=ROOT
+        )
+        return who
+
+    def holder(self) -> str | None:
+        for node in self.nodes:
+            try:
+                c = node.client(socket_timeout=0.5)
+                value = c.hget("redlease:{chaos}", "holder")
+                c.close()
+            except redis.RedisError:
+                continue
+            if value:
+                return value.decode()
+        return None
+
+    def wait_for_holder(self, timeout: float = 5.0) -> str | None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            who = self.holder()
+            if who and who in self.procs and self.procs[who].poll() is None:
+                return who
+            time.sleep(0.01)
+        return None
+
+    def count(self, kind: str) -> None:
+        self.faults[kind] = self.faults.get(kind, 0) + 1
+
+
+# --- faults ----------------------------------------------------------------------------------
+
+
+def pause_holder(run: Run, pause: float) -> None:
+    who = run.wait_for_holder()
+    if who is None:
+        return
+    pid = run.procs[who].pid
+    os.kill(pid, signal.SIGSTOP)
+    run.count("holder_paused")
+    time.sleep(pause)  # the fault itself: a pause of this length
+    os.kill(pid, signal.SIGCONT)
+
+
+def kill_holder(run: Run) -> None:
+    who = run.wait_for_holder()
+    if who is None:
+        return
+    run.procs[who].kill()
+    run.count("holder_killed")
+    run.spawn_client()
+
+
+def restart_node(run: Run, index: int, down: float) -> None:
+    run.nodes[index].kill()
+    run.count("node_killed")
+    time.sleep(down)
+    run.nodes[index].start()
+    run.count("node_restarted")
+
+
+# --- scenarios -------------------------------------------------------------------------------
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    inject: Callable[[Run, bool], None]
+    nodes: int = 1
+    clients: int = 4
+    ttl: float = 0.5
+    fenced: bool = True
+    persistent: bool = True
+    quick: bool = True
+    expect_safe: bool = True  # zero stale writes accepted and zero token regressions
+
+
+def _pauses(run: Run, quick: bool) -> None:
+    for _ in range(3 if quick else 10):
+        time.sleep(random.uniform(0.2, 0.5))
+        pause_holder(run, run.ttl * 2.5)
+
+
+def _kills(run: Run, quick: bool) -> None:
+    for _ in range(3 if quick else 10):
+        time.sleep(random.uniform(0.2, 0.5))
+        kill_holder(run)
+
+
+def _node_restarts(run: Run, quick: bool) -> None:
+    for _ in range(1 if quick else 3):
+        time.sleep(random.uniform(0.5, 1.0))
+        restart_node(run, 0, 0.3)
+
+
+def _slow_node(run: Run, quick: bool) -> None:
+    proxy = run.proxies[0]
+    for _ in range(2 if quick else 6):
+        time.sleep(0.5)
+        proxy.delay = run.ttl / 3
+        run.count("node_slowed")
+        time.sleep(1.0)
+        proxy.delay = 0.0
+        proxy.cut()
+        run.count("node_cut_off")
+        time.sleep(0.5)
+        proxy.heal()
+    pause_holder(run, run.ttl * 2.5)
+
+
+def _quorum_losses(run: Run, quick: bool) -> None:
+    time.sleep(0.5)
+    for i in (0, 1):  # 2 of 5 down: still a quorum
+        run.nodes[i].kill()
+        run.count("node_killed")
+    time.sleep(1.0)
+    pause_holder(run, run.ttl * 2.5)
+    run.nodes[2].kill()  # 3 of 5 down: no quorum, nobody may hold
+    run.count("node_killed")
+    time.sleep(1.0)
+    # the documented restart rule: an empty node rejoins only after the longest TTL has passed
+    time.sleep(run.ttl * 1.2)
+    for i in (0, 1, 2):
+        run.nodes[i].start()
+        run.count("node_restarted")
+    time.sleep(0.5)
+    pause_holder(run, run.ttl * 2.5)
+
+
+SCENARIOS = [
+    Scenario("holder-pauses", "holders SIGSTOPped for 2.5 TTL, then resumed", _pauses),
+    Scenario(
+        "holder-pauses-unfenced",
+        "the same pauses against a resource that does not check tokens (why fencing matters)",
+        _pauses,
+        fenced=False,
+        expect_safe=False,
+    ),
+    Scenario("holder-kills", "holders SIGKILLed and replaced", _kills),
+    Scenario(
+        "node-restarts",
+        "the single Redis node killed and restarted (AOF, fsync always)",
+        _node_restarts,
+    ),
+    Scenario(
+        "slow-node",
+        "3-node quorum, one node behind a proxy that delays by TTL/3, then cuts it off",
+        _slow_node,
+        nodes=3,
+        quick=False,
+    ),
+    Scenario(
+        "quorum-5",
+        "5-node quorum: 2 nodes down (quorum holds), then 3 down, then restarted",
+        _quorum_losses,
+        nodes=5,
+        persistent=False,
+        quick=False,
+    ),
+]
+
+
+def quorum_available() -> bool:
+    try:
+        import redlease.quorum  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_scenario(sc: Scenario, quick: bool, seconds: float) -> dict[str, Any]:
+    if sc.nodes > 1 and not quorum_available():
+        return {"name": sc.name, "skipped": "redlease.quorum is not available"}
+    workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{sc.name}-"))
+    nodes = [RedisServer(persistent=sc.persistent).start() for _ in range(sc.nodes)]
+    resource = RedisServer().start()
+    run = Run(sc.name, nodes, resource, workdir, sc.ttl, seconds, fenced=sc.fenced)
+    if sc.name == "slow-node":
+        run.proxies.append(DelayProxy(nodes[0].port))
+        run.urls = [f"redis://127.0.0.1:{run.proxies[0].port}"] + [
+            f"redis://127.0.0.1:{n.port}" for n in nodes[1:]
+        ]
+    else:
+        run.urls = [f"redis://127.0.0.1:{n.port}" for n in nodes]
+    started = time.monotonic()
+    try:
+        for _ in range(sc.clients):
+            run.spawn_client()
+        sc.inject(run, quick)
+        for p in run.procs.values():
+            try:
+                p.wait(timeout=max(1.0, seconds - (time.monotonic() - started)) + 10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        events = []
+        for f in sorted(workdir.glob("*.jsonl")):
+            events += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        attempts = Resource(redis.Redis(port=resource.port)).attempts()
+        verdict: Verdict = check(events, attempts, run.leader_rounds)
+    finally:
+        for p in run.procs.values():
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)
+                p.kill()
+                p.wait()
+        for proxy in run.proxies:
+            proxy.close()
+        for n in nodes:
+            n.stop()
+        resource.stop()
+    result = {
+        "name": sc.name,
+        "description": sc.description,
+        "fenced": sc.fenced,
+        "nodes": sc.nodes,
+        "seconds": round(time.monotonic() - started, 1),
+        "faults": run.faults,
+        **verdict.as_dict(),
+    }
+    result["safe"] = result["stale_writes_accepted"] == 0 and result["token_regressions"] == 0
+    result["expected_safe"] = sc.expect_safe
+    return result
