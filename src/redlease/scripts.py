@@ -71,8 +71,10 @@ end
 local function admitted(waiters, handoff, token)
   if redis.call('EXISTS', handoff) == 0 then return true end
   local s = redis.call('ZSCORE', waiters, token)
-  if s and tonumber(s) >= now then return true end
-  if live(waiters) == 0 then redis.call('DEL', handoff) return true end
+  if (s and tonumber(s) >= now) or live(waiters) == 0 then
+    redis.call('DEL', handoff)
+    return true
+  end
   return false
 end
 local function grant(lease, fence_key, history, token, identity, ttl, min_fence, mode)
@@ -81,8 +83,9 @@ local function grant(lease, fence_key, history, token, identity, ttl, min_fence,
     redis.call('SET', fence_key, min_fence)
     fence = min_fence
   end
-  local transitions = tonumber(redis.call('HGET', history, 'transitions') or '0')
-  if redis.call('HGET', history, 'holder') ~= identity then
+  local h = redis.call('HMGET', history, 'transitions', 'holder')
+  local transitions = tonumber(h[1] or '0')
+  if h[2] ~= identity then
     transitions = redis.call('HINCRBY', history, 'transitions', 1)
     redis.call('HSET', history, 'holder', identity, 'changed_ms', now)
   end
@@ -129,7 +132,6 @@ if not admitted(KEYS[4], KEYS[5], token) then
   enqueue(KEYS[4], token, wait)
   return {3, redis.call('PTTL', KEYS[5]), ''}
 end
-redis.call('DEL', KEYS[5])
 redis.call('ZREM', KEYS[4], token)
 return grant(KEYS[1], KEYS[2], KEYS[3], token, ARGV[3], ttl, tonumber(ARGV[6]), 'x')
 """,
@@ -281,7 +283,6 @@ if not admitted(KEYS[4], KEYS[5], token) then
   enqueue(KEYS[3], token, wait)
   return {3, redis.call('PTTL', KEYS[5]), ''}
 end
-redis.call('DEL', KEYS[5])
 redis.call('ZREM', KEYS[4], token)
 redis.call('ZREM', KEYS[3], token)
 return grant(KEYS[1], KEYS[6], KEYS[7], token, ARGV[3], ttl, 0, 'w')
@@ -387,6 +388,29 @@ return {had, readers}
 """,
 )
 
+RAISE_FENCE = Script(
+    "raise_fence",
+    """
+-- Raise a lock's fence counter to at least a minimum (RedLock: a quorum holder's token must be
+-- on a quorum of counters before it is granted; also used to re-seed a node restarted empty).
+-- KEYS[1] fence counter  KEYS[2] lease hash
+-- ARGV[1] minimum fence  ARGV[2] owner token ('' : counter only)
+-- Returns {counter after, 1 if the owner's lease record now carries the fence else 0}
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local min = tonumber(ARGV[1])
+if cur < min then
+  redis.call('SET', KEYS[1], min)
+  cur = min
+end
+local updated = 0
+if ARGV[2] ~= '' and redis.call('HGET', KEYS[2], 'owner') == ARGV[2] then
+  redis.call('HSET', KEYS[2], 'fence', min)
+  updated = 1
+end
+return {cur, updated}
+""",
+)
+
 ALL_SCRIPTS = (
     ACQUIRE,
     RELEASE,
@@ -399,4 +423,5 @@ ALL_SCRIPTS = (
     HEARTBEAT,
     STATUS,
     FORCE_RELEASE,
+    RAISE_FENCE,
 )
