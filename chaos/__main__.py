@@ -25,11 +25,28 @@ COLUMNS = (
 )
 
 
+def markdown(results: list[dict[str, object]]) -> str:
+    """The results as a Markdown table (for docs/safety.md)."""
+    head = ["scenario", "faults", *(label for _key, label in COLUMNS)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        if "skipped" in r:
+            lines.append(f"| {r['name']} | skipped: {r['skipped']} |" + " |" * len(COLUMNS))
+            continue
+        faults = r["faults"]
+        assert isinstance(faults, dict)
+        text = ", ".join(f"{k} {v}" for k, v in faults.items()) or "none"
+        cells = [str(r["name"]), text, *(str(r[key]) for key, _label in COLUMNS)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(prog="chaos")
     ap.add_argument("--quick", action="store_true", help="the < 60 s subset run by make test")
     ap.add_argument("--report", default="chaos-report.json")
     ap.add_argument("--only", action="append", help="run only these scenarios")
+    ap.add_argument("--markdown", help="also write the results as a Markdown table here")
     args = ap.parse_args()
     chosen = [
         s
@@ -49,6 +66,8 @@ def main() -> int:
         print(f"   faults: {faults}")
         print("   " + "  ".join(f"{label} {res[key]}" for key, label in COLUMNS))
     Path(args.report).write_text(json.dumps({"quick": args.quick, "scenarios": results}, indent=2))
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(results))
     bad = [r["name"] for r in results if r.get("expected_safe") and not r.get("safe", True)]
     if bad:
         print(f"UNSAFE: {', '.join(bad)}")
