@@ -31,7 +31,11 @@ class _AsyncHandle(HandleCore):
 
     def __init__(self, client: Any, name: str, **options: Any) -> None:
         super().__init__(name, **options)
-        self._node = _async.AsyncNode(client, name)
+        self._node: _async.AsyncNode
+        if getattr(client, "is_redlease_nodeset", False):  # RedLock: redlease.quorum.NodeSet
+            self._node = client.node_for(self)
+        else:
+            self._node = _async.AsyncNode(client, name)
 
     @property
     def node(self) -> str:

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from redlease.errors import ConfigError
 
-SCHEMES = ("redis", "rediss", "unix")
+SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 
 
 def validate_url(url: str, field: str = "redis") -> str:
@@ -26,6 +26,10 @@ def validate_url(url: str, field: str = "redis") -> str:
         raise ConfigError(
             field, f"unsupported scheme in {redact(url)}: use redis://, rediss:// or unix://"
         )
+    if parts.scheme.endswith("+sentinel"):  # h1:p1,h2:p2/service: checked by redlease.quorum
+        if not parts.netloc or not parts.path.strip("/"):
+            raise ConfigError(field, f"sentinel URL needs hosts and a service: {redact(url)}")
+        return url
     if parts.scheme == "unix":
         if not parts.path:
             raise ConfigError(field, f"unix URL needs a socket path: {redact(url)}")
@@ -48,8 +52,7 @@ def redact(url: str) -> str:
     if parts.password is None:
         return url
     user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    netloc = f"{user}:***@" + parts.netloc.rsplit("@", 1)[-1]
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 

@@ -28,7 +28,11 @@ class _SyncHandle(HandleCore):
 
     def __init__(self, client: Any, name: str, **options: Any) -> None:
         super().__init__(name, **options)
-        self._node = _sync.SyncNode(client, name)
+        self._node: _sync.SyncNode
+        if getattr(client, "is_redlease_nodeset", False):  # RedLock: redlease.quorum.NodeSet
+            self._node = client.node_for(self)
+        else:
+            self._node = _sync.SyncNode(client, name)
 
     @property
     def node(self) -> str:

@@ -1,0 +1,411 @@
+"""Sans-I/O quorum flows: one single-node request of :mod:`redlease.protocol` becomes a fan-out.
+
+The lock handles run the same :mod:`redlease.protocol` flows on a node set as on one client.
+Each request they yield (acquire, extend, release, ...) is handed to :func:`run`, a generator
+that yields :class:`Ready` (connect and probe every node) and :class:`FanOut` (send requests to
+several nodes in parallel, collect what answered within the per-node timeout) and finally
+returns a reply shaped like one node's, so :mod:`redlease.protocol` decodes it unchanged.
+Decisions come from the pure functions in :mod:`redlease.validity`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redlease import scripts, status
+from redlease.errors import LockError, ProtocolError, QuorumUnavailable
+from redlease.protocol import Call, Outcome, Primitive, Replicate, Request, decode_acquire
+from redlease.validity import (
+    LATE,
+    Down,
+    Late,
+    Probe,
+    Reply,
+    Result,
+    decide_acquire,
+    extend_verdict,
+    jitter,
+    kth_largest,
+    may_rejoin,
+    membership,
+    raise_confirmed,
+    release_verdict,
+    reseed_sources,
+    tally,
+    validity,
+)
+
+MARKER_KEY = "redlease:node"  # hash on every node: run_id of the server whose data is intact
+FENCE_PATTERN = "redlease:{*}:fence"
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A plain Redis command (probes, re-seeding, ``WAIT``)."""
+
+    args: tuple[str | int, ...]
+
+
+Single = Call | Command
+Batch = tuple[Single, ...]  # pipelined on one node; the reply is the list of replies
+
+
+@dataclass(frozen=True, slots=True)
+class FanOut:
+    """Send ``calls[i]`` to node ``i`` in parallel; wait up to ``timeout`` for the replies.
+
+    The reply is ``{i: Result}``; ``timeout=0`` only sends (ordered behind earlier requests to
+    the same node, which is what makes an undo safe while an acquire is still in flight).
+    """
+
+    calls: Mapping[int, Single | Batch]
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """Connect every node (if needed) and wait up to ``timeout`` for its probe.
+
+    The reply lists a :class:`~redlease.validity.Probe` per node, or :class:`Down` (why it
+    cannot be reached), or ``None`` (still connecting).
+    """
+
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Marked:
+    """Tell the executor that node ``index`` now carries a marker for ``run_id``."""
+
+    index: int
+    run_id: str
+
+
+QRequest = FanOut | Ready | Marked
+QFlow = Generator[QRequest, Any, Any]
+
+
+@dataclass
+class Settings:
+    """What the flows need to know about a node set and one lock on it."""
+
+    names: Sequence[str]
+    quorum: int
+    node_timeout: float
+    restart_delay: float
+    prim: Primitive
+    fresh: Callable[[str], bool] = lambda token: True  # token holds nothing yet
+    clock: Callable[[], float] = time.monotonic
+    rng: random.Random = field(default_factory=random.Random)
+    reseed_state: dict[str, float] = field(default_factory=dict)
+    outside: dict[int, str] = field(default_factory=dict)  # non-members and why
+
+    @property
+    def n(self) -> int:
+        return len(self.names)
+
+
+# --- entry point -------------------------------------------------------------------------------
+
+
+def run(cfg: Settings, req: Request) -> QFlow:
+    """Execute one :mod:`redlease.protocol` request over the node set; return its reply."""
+    ready = yield Ready(cfg.node_timeout)
+    members = yield from ensure_members(cfg, ready)
+    if isinstance(req, Replicate):
+        return (yield from _replicate(cfg, members, req))
+    if not isinstance(req, Call):
+        raise TypeError(f"not a quorum request: {req!r}")
+    script = req.script
+    if script in (scripts.ACQUIRE, scripts.ACQUIRE_READ, scripts.ACQUIRE_WRITE):
+        return (yield from acquire(cfg, members, req))
+    if script in (scripts.EXTEND, scripts.EXTEND_READ):
+        return (yield from extend(cfg, members, req))
+    if script in (scripts.RELEASE, scripts.RELEASE_READ):
+        return (yield from release(cfg, req))
+    if script is scripts.LEAVE:
+        yield FanOut(dict.fromkeys(range(cfg.n), req), 0.0)
+        return [0]
+    if script is scripts.STATUS:
+        return (yield from read_status(cfg, members, req))
+    return (yield from _any(cfg, members, req))
+
+
+def unavailable(
+    cfg: Settings, what: str, bad: Sequence[int], results: Mapping[int, Result] | None = None
+) -> QuorumUnavailable:
+    """A :class:`QuorumUnavailable` naming each node that did not count, and why."""
+    results = results or {}
+    parts = []
+    for i in sorted(set(bad)):
+        r = results.get(i)
+        if isinstance(r, Down):
+            why = r.error.message
+        elif isinstance(r, Late):
+            why = f"no reply within {cfg.node_timeout:g}s"
+        elif i in cfg.outside:
+            why = cfg.outside[i]
+        else:
+            why = "failed"
+        parts.append(f"{cfg.names[i]}: {why}")
+    return QuorumUnavailable(
+        cfg.prim.name,
+        f"{what}: quorum of {cfg.quorum}/{cfg.n} nodes not reached ({'; '.join(parts)})",
+        nodes=[cfg.names[i] for i in sorted(set(bad))],
+    )
+
+
+# --- membership (restart rule) -----------------------------------------------------------------
+
+
+def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFlow:
+    """The nodes that count toward quorums now; bootstrap or re-seed fresh nodes first.
+
+    A node without a valid marker lost its data (or is new). It counts again only after it has
+    been up for ``restart_delay`` and its fence counters were raised to the maximum found on
+    :func:`~redlease.validity.reseed_sources` intact nodes. If no node has a marker and every
+    node answered, the set is brand new (or lost everything): all are marked at once.
+    """
+    reasons = [p.error.message if isinstance(p, Down) else "not reachable" for p in replies]
+    probes = [p if isinstance(p, Probe) else None for p in replies]
+    states = [membership(p) for p in probes]
+    members = tuple(i for i, s in enumerate(states) if s == "member")
+    fresh = [i for i, s in enumerate(states) if s == "fresh"]
+    cfg.outside = {
+        i: reasons[i] if s == "unknown" else "restarted without its data; rejoining"
+        for i, s in enumerate(states)
+        if s != "member"
+    }
+    if not fresh:
+        return members
+    if not members and all(s == "fresh" for s in states):
+        for i in fresh:
+            probe = probes[i]
+            assert probe is not None
+            yield FanOut({i: Command(("HSET", MARKER_KEY, "run_id", probe.run_id))}, 1.0)
+            yield Marked(i, probe.run_id)
+        cfg.outside = {}
+        return tuple(range(cfg.n))
+    now = cfg.clock()
+    due = [
+        i
+        for i in fresh
+        if may_rejoin(probes[i], now, cfg.restart_delay)  # type: ignore[arg-type]
+        and cfg.reseed_state.get(cfg.names[i], 0.0) <= now
+    ]
+    if not due or len(members) < reseed_sources(cfg.n, cfg.quorum):
+        return members
+    for i in due:
+        cfg.reseed_state[cfg.names[i]] = now + 0.5  # at most twice a second per node
+    maxima = yield from _collect_fences(cfg, members)
+    if maxima is None:
+        return members
+    added = []
+    for i in due:
+        probe = probes[i]
+        assert probe is not None
+        raises: Batch = tuple(
+            Call(scripts.RAISE_FENCE, (key, key[: -len(":fence")]), (value, ""))
+            for key, value in sorted(maxima.items())
+        )
+        batch = (*raises, Command(("HSET", MARKER_KEY, "run_id", probe.run_id)))
+        done = yield FanOut({i: batch}, max(1.0, cfg.node_timeout))
+        result = done.get(i)
+        if isinstance(result, Reply):
+            yield Marked(i, probe.run_id)
+            added.append(i)
+            cfg.outside.pop(i, None)
+    return tuple(sorted((*members, *added)))
+
+
+def _collect_fences(cfg: Settings, members: Sequence[int]) -> QFlow:
+    """Max fence counter per lock over enough intact nodes (None if too few answered)."""
+    cursors: dict[int, str] = dict.fromkeys(members, "0")
+    keys: dict[int, set[str]] = {i: set() for i in members}
+    started = False
+    while cursors and (not started or any(c != "0" for c in cursors.values())):
+        started = True
+        calls = {
+            i: Command(("SCAN", c, "MATCH", FENCE_PATTERN, "COUNT", 1000))
+            for i, c in cursors.items()
+        }
+        replies = yield FanOut(calls, max(1.0, cfg.node_timeout))
+        nxt: dict[int, str] = {}
+        for i in cursors:
+            r = replies.get(i)
+            if not isinstance(r, Reply) or not isinstance(r.value, list | tuple):
+                keys.pop(i, None)
+                continue
+            cursor, found = r.value[0], r.value[1]
+            keys[i].update(_text(k) for k in found)
+            if _text(cursor) != "0":
+                nxt[i] = _text(cursor)
+        cursors = nxt
+    if len(keys) < reseed_sources(cfg.n, cfg.quorum):
+        return None
+    maxima: dict[str, int] = {}
+    calls2 = {i: Command(("MGET", *sorted(ks))) for i, ks in keys.items() if ks}
+    if calls2:
+        replies = yield FanOut(calls2, max(1.0, cfg.node_timeout))
+        for i, ks in keys.items():
+            if not ks:
+                continue
+            r = replies.get(i)
+            if not isinstance(r, Reply) or not isinstance(r.value, list):
+                return None
+            for key, value in zip(sorted(ks), r.value, strict=False):
+                if value is not None:
+                    maxima[key] = max(maxima.get(key, 0), int(_text(value)))
+    return maxima
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# --- operations ----------------------------------------------------------------------------------
+
+
+def _decode(cfg: Settings, result: Result) -> Outcome | Down | Late:
+    if isinstance(result, Reply):
+        try:
+            return decode_acquire(result.value, cfg.prim.name)
+        except ProtocolError as exc:
+            return Down(exc)
+    return result
+
+
+def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
+    """RedLock acquire: fan out, decide, raise the fence on a quorum, check validity, or undo."""
+    token = str(call.args[0])
+    ttl = int(call.args[1]) / 1000
+    fresh = cfg.fresh(token)
+    outside = [i for i in range(cfg.n) if i not in members]
+    if len(members) < cfg.quorum:
+        raise unavailable(cfg, "cannot acquire", outside)
+    raised: Mapping[int, Result] = {}
+    start = cfg.clock()
+    results = yield FanOut(dict.fromkeys(members, call), cfg.node_timeout)
+    outcomes = {i: _decode(cfg, r) for i, r in results.items()}
+    d = decide_acquire(outcomes, cfg.quorum, members)
+    if d.already:
+        return [scripts.ALREADY, d.fence, 1]
+    retry_ms = round(jitter(cfg.rng) * 1000)
+    if d.granted:
+        confirmed = True
+        if d.raise_on:
+            raise_calls = {
+                i: Call(scripts.RAISE_FENCE, (cfg.prim.keys.fence, cfg.prim.keys.lease),
+                        (d.fence, token))
+                for i in d.raise_on
+            }  # fmt: skip
+            raised = yield FanOut(raise_calls, cfg.node_timeout)
+            confirmed = raise_confirmed(d, raised, d.fence, cfg.quorum)
+        if confirmed and validity(ttl, cfg.clock() - start) > 0:
+            return [scripts.GRANTED, d.fence, d.count, d.server_ms, d.transitions]
+        if fresh:
+            yield from _undo(cfg, token, d.undo)
+        if not confirmed:
+            bad = [i for i in d.raise_on if not isinstance(raised.get(i), Reply)]
+            raise unavailable(cfg, "fencing token not raised on a quorum", [*bad, *outside], raised)
+        return [scripts.HELD, retry_ms, ""]  # too slow to be worth anything: retry
+    if fresh and d.undo:
+        yield from _undo(cfg, token, d.undo)
+    if d.unavailable:
+        raise unavailable(cfg, "cannot acquire", [*d.failed_nodes, *outside], results)
+    hint = d.wait_hint_ms if d.wait_hint_ms >= 0 else retry_ms
+    return [scripts.HELD, hint, d.holder or ""]
+
+
+def _undo(cfg: Settings, token: str, nodes: Sequence[int]) -> QFlow:
+    """Release ``token`` on ``nodes``; queued behind any in-flight acquire on the same node."""
+    if nodes:
+        yield FanOut(dict.fromkeys(nodes, cfg.prim.release(token)), 0.0)
+
+
+def extend(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
+    """Extend on a quorum within the validity; ``{0, ...}`` (NotOwned) when that is impossible."""
+    ttl = int(call.args[1]) / 1000
+    outside = [i for i in range(cfg.n) if i not in members]
+    start = cfg.clock()
+    results = yield FanOut(dict.fromkeys(members, call), cfg.node_timeout)
+    t = tally(results, members)
+    verdict = extend_verdict(t, cfg.quorum, cfg.clock() - start, ttl)
+    if verdict == "ok":
+        return t.values[t.ok[0]]
+    if verdict == "lost":
+        return [0, 0, 0]
+    raise unavailable(cfg, "cannot extend", [*t.failed, *outside], results)
+
+
+def release(cfg: Settings, call: Call) -> QFlow:
+    """Release on every node (fresh ones too: they may carry a late write)."""
+    everyone = range(cfg.n)
+    results = yield FanOut(dict.fromkeys(everyone, call), cfg.node_timeout)
+    t = tally(results, everyone)
+    verdict = release_verdict(t, cfg.quorum)
+    if verdict == "ok":
+        return [1, max(_count(t.values[i]) for i in t.ok)]
+    if verdict == "not_owned":
+        return [0, 0]
+    raise unavailable(cfg, "cannot release", t.failed, results)
+
+
+def _count(value: list[object]) -> int:
+    try:
+        return int(value[1])  # type: ignore[call-overload,no-any-return]
+    except (IndexError, TypeError, ValueError):
+        return 0
+
+
+def read_status(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
+    """The state a quorum agrees on: the holder seen on a quorum of nodes, else free."""
+    results = yield FanOut(dict.fromkeys(members, call), cfg.node_timeout)
+    good = {i: r.value for i, r in results.items() if isinstance(r, Reply)}
+    if len(good) < cfg.quorum:
+        failed = [i for i in range(cfg.n) if i not in good]
+        raise unavailable(cfg, "cannot read state", failed, results)
+    keys = cfg.prim.keys
+    states = {i: status.decode_state(keys, v) for i, v in good.items()}
+    top_fence = max(s.last_fence for s in states.values())
+    groups: dict[tuple[str | None, int | None], list[int]] = {}
+    for i, s in states.items():
+        if s.holder is not None:
+            groups.setdefault((s.holder, s.fencing_token), []).append(i)
+    best = max(groups.values(), key=len, default=[])
+    if len(best) >= cfg.quorum:
+        reply = list(good[best[0]])  # type: ignore[call-overload]
+    else:
+        reply = list(good[next(iter(good))])  # type: ignore[call-overload]
+        reply[1], reply[2] = -2, []
+    reply[3] = top_fence
+    return reply
+
+
+def _replicate(cfg: Settings, members: Sequence[int], req: Replicate) -> QFlow:
+    cmd = Command(("WAIT", req.replicas, req.timeout_ms))
+    results = yield FanOut(dict.fromkeys(members, cmd), cfg.node_timeout + req.timeout_ms / 1000)
+    acks = [int(r.value) for r in results.values() if isinstance(r, Reply)]  # type: ignore[call-overload]
+    return kth_largest(acks, cfg.quorum)
+
+
+def _any(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
+    """Other scripts (heartbeat, force release): run on every member, need a quorum of replies."""
+    results = yield FanOut(dict.fromkeys(members, call), cfg.node_timeout)
+    good = [r.value for r in results.values() if isinstance(r, Reply)]
+    if len(good) < cfg.quorum:
+        failed = [i for i in range(cfg.n) if not isinstance(results.get(i, LATE), Reply)]
+        raise unavailable(cfg, f"{call.script.name} failed", failed, results)
+    return good[0]
+
+
+def first_error(results: Mapping[int, Result]) -> LockError | None:
+    """The first node error in ``results`` (for messages that need the cause)."""
+    for r in results.values():
+        if isinstance(r, Down):
+            return r.error
+    return None

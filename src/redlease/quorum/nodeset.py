@@ -1,0 +1,237 @@
+"""A RedLock node set: N independent Redis masters used in place of one client.
+
+``redlease.Lock(NodeSet([r1, r2, r3]), "name")`` (blocking clients) and
+``redlease.aio.Lock(NodeSet([a1, a2, a3]), "name")`` (asyncio clients) run every primitive over
+the set: an operation succeeds when a quorum (default: majority) of nodes confirms it within
+the lease validity. See docs/quorum.md for the algorithm, fencing and the restart rule.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from redlease import _redis
+from redlease.errors import ConfigError
+from redlease.quorum import _aio, _blocking
+from redlease.quorum.flows import Settings
+from redlease.validity import check_quorum, membership
+
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+NODESET_OPTIONS = ("quorum", "node_timeout", "restart_delay", "dead_after")
+
+
+class NodeSet:
+    """N independent Redis masters (``redis.Redis`` or ``redis.asyncio.Redis`` clients, or
+    Sentinel-managed master clients) that locks use as one, RedLock style.
+
+    ``quorum``: nodes that must confirm (default majority; never less). ``node_timeout``:
+    how long a fan-out waits for each node. ``restart_delay``: how long a node that lost its
+    data stays out of quorums (set it to at least your longest TTL; see docs/quorum.md).
+    ``dead_after``: a connection with a request unanswered this long is dropped.
+    """
+
+    is_redlease_nodeset = True
+
+    def __init__(
+        self,
+        clients: Sequence[Any],
+        *,
+        quorum: int | None = None,
+        node_timeout: float = 0.25,
+        restart_delay: float = 60.0,
+        dead_after: float = 10.0,
+    ) -> None:
+        clients = list(clients)
+        self.quorum = check_quorum(len(clients), quorum)
+        for field, value in (
+            ("node_timeout", node_timeout),
+            ("restart_delay", restart_delay),
+            ("dead_after", dead_after),
+        ):
+            if (
+                not isinstance(value, int | float)
+                or value < 0
+                or (field != "restart_delay" and value == 0)
+            ):
+                raise ConfigError(field, f"must be a positive number of seconds, got {value!r}")
+        flavours = {_is_async(c) for c in clients}
+        if len(flavours) > 1:
+            raise ConfigError("nodes", "mix of blocking and asyncio clients in one node set")
+        self.clients = clients
+        self.asyncio = flavours.pop()
+        self.node_timeout = float(node_timeout)
+        self.restart_delay = float(restart_delay)
+        self.dead_after = float(dead_after)
+        self.names = [node_name(c) for c in clients]
+        if len(set(self.names)) != len(self.names):
+            raise ConfigError("nodes", f"the same node is listed twice: {', '.join(self.names)}")
+        timeouts = [t for t in (_redis.socket_timeout(c) for c in clients) if t]
+        self.socket_timeout = min(timeouts) if timeouts else None
+        self.reseed_state: dict[str, float] = {}
+        self._channels: list[_blocking.Channel] | None = None
+        self._achannels: list[_aio.Channel] | None = None
+        self._loop: Any = None
+
+    @classmethod
+    def from_urls(cls, urls: Sequence[str], *, asyncio: bool = False, **kwargs: Any) -> NodeSet:
+        """A node set from ``redis://``, ``rediss://``, ``unix://`` and ``redis+sentinel://``
+        URLs; ``kwargs`` go to every client (``username``, ``password``, ``ssl_ca_certs``...),
+        except the :class:`NodeSet` options (``quorum``, ``node_timeout``, ...)."""
+        options = {k: kwargs.pop(k) for k in NODESET_OPTIONS if k in kwargs}
+        return cls([client_from_url(u, asyncio=asyncio, **kwargs) for u in urls], **options)
+
+    # -- used by the lock handles -------------------------------------------------------------
+
+    @property
+    def description(self) -> str:
+        return f"quorum {self.quorum}/{len(self.names)} of " + ",".join(self.names)
+
+    def settings(self, prim: Any, fresh: Any) -> Settings:
+        return Settings(
+            names=self.names,
+            quorum=self.quorum,
+            node_timeout=self.node_timeout,
+            restart_delay=self.restart_delay,
+            prim=prim,
+            fresh=fresh,
+            rng=random.Random(),
+            reseed_state=self.reseed_state,
+        )
+
+    def node_for(self, handle: Any) -> Any:
+        """The executor a lock handle uses instead of a single-node driver."""
+        if handle.ttl > self.restart_delay:
+            raise ConfigError(
+                "ttl", f"{handle.ttl:g}s exceeds the node set's restart_delay "
+                f"({self.restart_delay:g}s); raise restart_delay to at least the longest TTL"
+            )  # fmt: skip
+
+        def fresh(token: str) -> bool:
+            return all(h.token != token for h in handle._holds.values())
+
+        settings = self.settings(handle.prim, fresh)
+        if self.asyncio:
+            return _aio.QuorumNode(self, settings)
+        return _blocking.QuorumNode(self, settings)
+
+    def channels(self) -> list[_blocking.Channel]:
+        if self._channels is None:
+            self._channels = [
+                _blocking.Channel(c, n, self.dead_after)
+                for c, n in zip(self.clients, self.names, strict=True)
+            ]
+        return self._channels
+
+    def achannels(self) -> list[_aio.Channel]:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        if self._achannels is None or self._loop is not loop:
+            self._loop = loop
+            self._achannels = [
+                _aio.Channel(c, n, self.dead_after)
+                for c, n in zip(self.clients, self.names, strict=True)
+            ]
+        return self._achannels
+
+    def marked(self, index: int, run_id: str) -> None:
+        """Node ``index`` was (re-)seeded: count it from now on."""
+        chans: Sequence[Any] = (self._achannels if self.asyncio else self._channels) or []
+        if index < len(chans) and chans[index].probe is not None:
+            chans[index].probe = replace(chans[index].probe, marker=run_id)
+
+    # -- health and life cycle ------------------------------------------------------------------
+
+    def health(self) -> dict[str, int]:
+        """``total``, ``healthy`` (connected members) and ``quorum``, as last seen."""
+        chans: Sequence[Any] = (self._achannels if self.asyncio else self._channels) or []
+        healthy = sum(1 for ch in chans if membership(ch.probe) == "member")
+        return {"total": len(self.names), "healthy": healthy, "quorum": self.quorum}
+
+    def close(self) -> None:
+        """Stop the per-node readers (blocking node sets); the clients stay open."""
+        for ch in self._channels or []:
+            ch.close()
+
+    async def aclose(self) -> None:
+        """Stop the per-node reader tasks (asyncio node sets); the clients stay open."""
+        for ch in self._achannels or []:
+            await ch.close()
+
+    def __repr__(self) -> str:
+        return f"NodeSet({self.description})"
+
+
+def _is_async(client: Any) -> bool:
+    return type(client).__module__.startswith("redis.asyncio")
+
+
+def node_name(client: Any) -> str:
+    """``host:port``, ``unix:/path`` or ``sentinel:<service>``: never a password."""
+    pool = getattr(client, "connection_pool", None)
+    service = getattr(pool, "service_name", None)
+    if service:
+        return f"sentinel:{service}"
+    return _redis.describe(client)
+
+
+def client_from_url(url: str, *, asyncio: bool = False, **kwargs: Any) -> Any:
+    """One client for one node URL; ``redis+sentinel://[user:pass@]h1:p1,h2:p2/service[/db]``
+    asks the Sentinels for the current master of ``service``."""
+    if url.split("://", 1)[0] in SENTINEL_SCHEMES:
+        return _sentinel_client(url, asyncio=asyncio, **kwargs)
+    if asyncio:
+        import redis.asyncio as aioredis
+
+        return aioredis.Redis.from_url(url, **kwargs)
+    import redis
+
+    return redis.Redis.from_url(url, **kwargs)
+
+
+def _sentinel_client(url: str, *, asyncio: bool, **kwargs: Any) -> Any:
+    parts = urlsplit(url)
+    hosts = []
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    for item in netloc.split(","):
+        host, _, port = item.rpartition(":")
+        if not host:
+            host, port = port, "26379"
+        try:
+            hosts.append((host.strip("[]"), int(port)))
+        except ValueError:
+            raise ConfigError("redis", f"bad Sentinel address {item!r}") from None
+    path = [p for p in parts.path.split("/") if p]
+    if not path:
+        raise ConfigError("redis", "a redis+sentinel:// URL needs the service name as its path")
+    service = unquote(path[0])
+    if len(path) > 1:
+        kwargs.setdefault("db", int(path[1]))
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rsplit("@", 1)[0]
+        user, _, password = userinfo.partition(":")
+        if user:
+            kwargs.setdefault("username", unquote(user))
+        if password:
+            kwargs.setdefault("password", unquote(password))
+    for key, value in parse_qsl(parts.query):
+        kwargs.setdefault(key, value)
+    if parts.scheme.startswith("rediss"):
+        kwargs.setdefault("ssl", True)
+    sentinel_kwargs = {
+        k: kwargs[k]
+        for k in ("socket_timeout", "socket_connect_timeout", "ssl", "ssl_ca_certs")
+        if k in kwargs
+    }
+    if asyncio:
+        from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+
+        return AsyncSentinel(hosts, sentinel_kwargs=sentinel_kwargs, **kwargs).master_for(service)  # type: ignore[no-untyped-call]
+    from redis.sentinel import Sentinel
+
+    sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, **kwargs)  # type: ignore[no-untyped-call]
+    return sentinel.master_for(service)  # type: ignore[no-untyped-call]

@@ -1,0 +1,154 @@
+"""Unit tests of the pure quorum math (no Redis)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from redlease import ConfigError, errors
+from redlease.protocol import Outcome, drift
+from redlease.validity import (
+    LATE,
+    Down,
+    Probe,
+    Reply,
+    check_quorum,
+    decide_acquire,
+    extend_verdict,
+    jitter,
+    kth_largest,
+    majority,
+    may_rejoin,
+    membership,
+    raise_confirmed,
+    release_verdict,
+    reseed_sources,
+    tally,
+    validity,
+)
+
+
+def granted(fence: int, count: int = 1, transitions: int = 1) -> Outcome:
+    return Outcome(1, fence=fence, count=count, server_ms=10, transitions=transitions)
+
+
+def held(holder: str = "h", ttl_ms: int = 500) -> Outcome:
+    return Outcome(0, wait_hint_ms=ttl_ms, holder=holder)
+
+
+def down() -> Down:
+    return Down(errors.LockUnavailable("l", "cannot reach Redis", nodes=["n"]))
+
+
+@pytest.mark.parametrize(("n", "q"), [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (7, 4)])
+def test_majority(n: int, q: int) -> None:
+    assert majority(n) == q
+    assert check_quorum(n, None) == q
+    assert 2 * q > n  # any two quorums share a node
+
+
+def test_quorum_below_majority_refused() -> None:
+    with pytest.raises(ConfigError, match="quorum"):
+        check_quorum(5, 2)
+    with pytest.raises(ConfigError, match="quorum"):
+        check_quorum(3, 4)
+    assert check_quorum(5, 5) == 5
+
+
+def test_validity_subtracts_elapsed_and_drift() -> None:
+    assert validity(10.0, 0.5) == pytest.approx(10.0 - 0.5 - drift(10.0))
+    assert drift(10.0) == pytest.approx(0.102)
+    assert validity(1.0, 0.99) < 0
+
+
+def test_reseed_sources_meet_every_quorum() -> None:
+    for n in range(1, 8):
+        q = majority(n)
+        k = reseed_sources(n, q)
+        # any k nodes and any q nodes share at least one node
+        assert k + q > n
+
+
+def test_grant_takes_max_fence_and_raises_the_others() -> None:
+    d = decide_acquire({0: granted(5), 1: granted(7), 2: held()}, 2, [0, 1, 2])
+    assert d.granted and d.fence == 7
+    assert d.raise_on == (0,)
+    assert d.granted_nodes == (0, 1)
+    assert raise_confirmed(d, {0: Reply([7, 1])}, 7, 2)
+    assert not raise_confirmed(d, {0: LATE}, 7, 2)
+    assert not raise_confirmed(d, {0: Reply([7, 0])}, 7, 2)  # no longer the owner there
+
+
+def test_split_is_contention_with_undo_and_jitter() -> None:
+    d = decide_acquire({0: granted(3), 1: held("x"), 2: held("y")}, 2, [0, 1, 2])
+    assert not d.granted and not d.unavailable
+    assert d.undo == (0,)
+    assert d.wait_hint_ms == -1  # nobody holds a quorum: retry after jitter
+
+
+def test_holder_on_a_quorum_gives_expiry_hint() -> None:
+    d = decide_acquire({0: held("x", 300), 1: held("x", 200), 2: down()}, 2, [0, 1, 2])
+    assert not d.granted and not d.unavailable
+    assert d.holder == "x" and d.wait_hint_ms == 200
+
+
+def test_too_few_answers_is_unavailable_and_late_nodes_are_undone() -> None:
+    d = decide_acquire({0: granted(1), 1: LATE, 2: down()}, 2, [0, 1, 2])
+    assert not d.granted and d.unavailable
+    assert d.undo == (0, 1)
+    assert d.failed_nodes == (1, 2)
+
+
+def test_non_members_do_not_count() -> None:
+    d = decide_acquire({0: granted(1), 1: granted(1)}, 2, [0])
+    assert not d.granted
+
+
+def test_reentry_never_raises() -> None:
+    d = decide_acquire({0: granted(4, 2, -1), 1: granted(4, 2, -1), 2: LATE}, 2, [0, 1, 2])
+    assert d.granted and d.reentry and d.transitions == -1 and d.count == 2
+    assert d.raise_on == ()
+
+
+def test_already_held() -> None:
+    d = decide_acquire({0: Outcome(2, fence=9), 1: held()}, 2, [0, 1])
+    assert d.already and d.fence == 9 and d.undo == ()
+
+
+def test_extend_and_release_verdicts() -> None:
+    t = tally({0: Reply([1, 5, 0]), 1: Reply([1, 5, 0]), 2: LATE}, range(3))
+    assert t.ok == (0, 1) and t.failed == (2,)
+    assert extend_verdict(t, 2, 0.01, 1.0) == "ok"
+    assert extend_verdict(t, 2, 1.0, 1.0) == "lost"  # no validity left
+    t = tally({0: Reply([1, 5, 0]), 1: Reply([0, 0, 0]), 2: LATE}, range(3))
+    assert extend_verdict(t, 2, 0.01, 1.0) == "unavailable"
+    t = tally({0: Reply([0, 0, 0]), 1: Reply([0, 0, 0]), 2: LATE}, range(3))
+    assert extend_verdict(t, 2, 0.01, 1.0) == "lost"
+    assert release_verdict(t, 2) == "not_owned"
+    t = tally({0: Reply([0, 0]), 1: LATE, 2: down()}, range(3))
+    assert release_verdict(t, 2) == "unavailable"
+    t = tally({0: Reply([1, 0]), 1: LATE, 2: LATE}, range(3))
+    assert release_verdict(t, 2) == "ok"
+
+
+def test_kth_largest_and_jitter() -> None:
+    assert kth_largest([0, 2, 1], 2) == 1
+    assert kth_largest([], 1) == 0
+    rng = random.Random(1)
+    values = {jitter(rng) for _ in range(20)}
+    assert len(values) == 20 and all(0.005 <= v <= 0.05 for v in values)
+
+
+def test_restart_rule_membership() -> None:
+    intact = Probe("r1", uptime=5, at=0, marker="r1", durable=False)
+    restarted = Probe("r2", uptime=0, at=0, marker=None, durable=False)
+    rdb_restore = Probe("r3", uptime=0, at=0, marker="r1", durable=False)
+    aof_always = Probe("r4", uptime=0, at=0, marker="r1", durable=True)
+    assert membership(intact) == "member"
+    assert membership(restarted) == "fresh"
+    assert membership(rdb_restore) == "fresh"  # a snapshot may miss recent fence increments
+    assert membership(aof_always) == "member"
+    assert membership(None) == "unknown"
+    assert not may_rejoin(restarted, now=0.5, restart_delay=1.0)
+    assert may_rejoin(restarted, now=1.0, restart_delay=1.0)
