@@ -47,7 +47,9 @@ def intervals(events: Iterable[dict[str, Any]]) -> list[tuple[float, float, int,
         key = (e["client"], e["token"])
         if e["event"] == "acquired":
             spans[key] = [e["mono"], e["mono"]]
-        elif key in spans:
+        elif key in spans and e["event"] in ("write", "releasing", "lost"):
+            # a section ends when its holder stops acting: its last write, or when it starts
+            # to release (a release returns later, after the lock is already free)
             spans[key][1] = max(spans[key][1], e.get("sent", e["mono"]))
     return sorted((s, t, tok, c) for (c, tok), (s, t) in spans.items())
 

@@ -56,6 +56,7 @@ def main(cfg: dict[str, Any]) -> None:
                     record("write_error", token=token, error=str(exc))
                     continue
                 record("write", token=token, accepted=ok, sent=sent)
+            record("releasing", token=token)  # the critical section ends here
             try:
                 lock.release()
                 record("released", token=token)

@@ -215,10 +215,9 @@ SCENARIOS = [
     ),
     Scenario(
         "quorum-5",
-        "5-node quorum: 2 nodes down (quorum holds), then 3 down, then restarted",
+        "5-node quorum (AOF): 2 nodes down (quorum holds), then 3 down, then restarted",
         _quorum_losses,
         nodes=5,
-        persistent=False,
         quick=False,
     ),
 ]

@@ -19,7 +19,8 @@ def test_overlap_and_regression_counting() -> None:
         ev("b", "acquired", 1.0, 2),  # a was paused: its lease expired, b took over
         ev("a", "write", 1.2, 1, sent=1.2),  # a resumes and writes late
         ev("b", "write", 1.3, 2, sent=1.3),
-        ev("b", "released", 1.4, 2),
+        ev("b", "releasing", 1.4, 2),
+        ev("b", "released", 9.0, 2),  # returns late: must not stretch the section
         ev("c", "acquired", 2.0, 2),  # a token that did not go up
     ]
     attempts = [
