@@ -86,6 +86,8 @@ def local_deadline(sent_at: float, ttl: float) -> float:
 
 def as_int(value: object, lock: str, what: str) -> int:
     """Decode an integer from a Redis reply (int, bytes or str)."""
+    if type(value) is int:  # the common case, kept cheap: this runs on every reply
+        return value
     try:
         if isinstance(value, bytes):
             return int(value.decode())
@@ -127,7 +129,8 @@ def decode_acquire(reply: object, lock: str) -> Outcome:
     items = as_list(reply, lock, 2)
     status = as_int(items[0], lock, "status")
     if status == scripts.GRANTED:
-        items = as_list(reply, lock, 4)
+        if len(items) < 4:
+            raise ProtocolError(lock, f"unexpected Redis reply: {reply!r}")
         transitions = as_int(items[4], lock, "transitions") if len(items) > 4 else 0
         return Outcome(
             status,

@@ -33,25 +33,33 @@ class Script:
         object.__setattr__(self, "sha", hashlib.sha1(self.lua.encode()).hexdigest())  # noqa: S324
 
 
-# Shared Lua prelude. ``now`` is server time in ms. ``enqueue`` registers a blocked acquirer as a
-# waiter (sorted set, score = when the registration lapses) so that a release hands the lock to
-# waiters first. ``notify`` runs after a release: if live waiters exist it reserves the free lock
-# for them for ``handoff_ms`` and pushes wake tokens that the waiters BLPOP.
+# Shared Lua prelude. ``clock()`` is server time in ms (TIME is read at most once, on demand).
+# ``enqueue`` registers a blocked acquirer as a waiter (sorted set, score = when the
+# registration lapses) so that a release hands the lock to waiters first. ``notify`` runs after
+# a release: if live waiters exist it reserves the free lock for them for ``handoff_ms`` and
+# pushes wake tokens that the waiters BLPOP.
 _PRELUDE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_cache = nil
+local function clock()  -- server time in ms, read once and only when needed
+  if not now_cache then
+    local t = redis.call('TIME')
+    now_cache = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now_cache
+end
 local function keep_alive(key, ms)
   local p = redis.call('PTTL', key)
   if p < ms then redis.call('PEXPIRE', key, ms) end
 end
 local function enqueue(zkey, token, wait)
   if wait > 0 then
-    redis.call('ZADD', zkey, now + wait, token)
+    redis.call('ZADD', zkey, clock() + wait, token)
     keep_alive(zkey, wait)
   end
 end
 local function live(zkey)
-  redis.call('ZREMRANGEBYSCORE', zkey, '-inf', now - 1)
+  if redis.call('EXISTS', zkey) == 0 then return 0 end
+  redis.call('ZREMRANGEBYSCORE', zkey, '-inf', clock() - 1)
   return redis.call('ZCARD', zkey)
 end
 local function notify(waiters, handoff, wake, handoff_ms, wake_all)
@@ -71,7 +79,7 @@ end
 local function admitted(waiters, handoff, token)
   if redis.call('EXISTS', handoff) == 0 then return true end
   local s = redis.call('ZSCORE', waiters, token)
-  if (s and tonumber(s) >= now) or live(waiters) == 0 then
+  if (s and tonumber(s) >= clock()) or live(waiters) == 0 then
     redis.call('DEL', handoff)
     return true
   end
@@ -87,13 +95,13 @@ local function grant(lease, fence_key, history, token, identity, ttl, min_fence,
   local transitions = tonumber(h[1] or '0')
   if h[2] ~= identity then
     transitions = redis.call('HINCRBY', history, 'transitions', 1)
-    redis.call('HSET', history, 'holder', identity, 'changed_ms', now)
+    redis.call('HSET', history, 'holder', identity, 'changed_ms', clock())
   end
   redis.call('HSET', lease, 'owner', token, 'holder', identity, 'fence', fence, 'count', 1,
-    'acquired_ms', now, 'renewed_ms', now, 'ttl_ms', ttl, 'transitions', transitions,
+    'acquired_ms', clock(), 'renewed_ms', clock(), 'ttl_ms', ttl, 'transitions', transitions,
     'mode', mode)
   redis.call('PEXPIRE', lease, ttl)
-  return {1, fence, 1, now, transitions}
+  return {1, fence, 1, clock(), transitions}
 end
 """
 
@@ -119,9 +127,9 @@ if cur[1] then
   if cur[1] == token then
     if ARGV[4] == '1' then
       local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
-      redis.call('HSET', KEYS[1], 'renewed_ms', now, 'ttl_ms', ttl)
+      redis.call('HSET', KEYS[1], 'renewed_ms', clock(), 'ttl_ms', ttl)
       redis.call('PEXPIRE', KEYS[1], ttl)
-      return {1, tonumber(cur[3]), count, now, -1}
+      return {1, tonumber(cur[3]), count, clock(), -1}
     end
     return {2, tonumber(cur[3]), tonumber(cur[4])}
   end
@@ -171,10 +179,10 @@ EXTEND = Script(
     + _PRELUDE
     + """
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'fence')
-if cur[1] ~= ARGV[1] then return {0, 0, now} end
-redis.call('HSET', KEYS[1], 'renewed_ms', now, 'ttl_ms', ARGV[2])
+if cur[1] ~= ARGV[1] then return {0, 0, clock()} end
+redis.call('HSET', KEYS[1], 'renewed_ms', clock(), 'ttl_ms', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, tonumber(cur[2]), now}
+return {1, tonumber(cur[2]), clock()}
 """,
 )
 
@@ -224,7 +232,7 @@ local ttl = tonumber(ARGV[2])
 local wait = tonumber(ARGV[3])
 local fence = tonumber(redis.call('GET', KEYS[6]) or '0')
 local mine = redis.call('ZSCORE', KEYS[2], token)
-if mine and tonumber(mine) >= now then
+if mine and tonumber(mine) >= clock() then
   return {2, fence, redis.call('ZCARD', KEYS[2])}
 end
 local holder = redis.call('HGET', KEYS[1], 'holder')
@@ -241,10 +249,10 @@ if not admitted(KEYS[4], KEYS[5], token) then
   return {3, redis.call('PTTL', KEYS[5]), ''}
 end
 redis.call('ZREM', KEYS[4], token)
-redis.call('ZADD', KEYS[2], now + ttl, token)
+redis.call('ZADD', KEYS[2], clock() + ttl, token)
 local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-keep_alive(KEYS[2], tonumber(last[2]) - now)
-return {1, fence, live(KEYS[2]), now}
+keep_alive(KEYS[2], tonumber(last[2]) - clock())
+return {1, fence, live(KEYS[2]), clock()}
 """,
 )
 
@@ -276,7 +284,7 @@ if live(KEYS[2]) > 0 then
   enqueue(KEYS[4], token, wait)
   enqueue(KEYS[3], token, wait)
   local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-  return {0, tonumber(last[2]) - now, ''}
+  return {0, tonumber(last[2]) - clock(), ''}
 end
 if not admitted(KEYS[4], KEYS[5], token) then
   enqueue(KEYS[4], token, wait)
@@ -301,7 +309,7 @@ RELEASE_READ = Script(
     + """
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
-if (not s) or tonumber(s) < now then return {0, 0} end
+if (not s) or tonumber(s) < clock() then return {0, 0} end
 local left = live(KEYS[1])
 if left == 0 then notify(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[2]), true) end
 return {1, left}
@@ -319,12 +327,12 @@ EXTEND_READ = Script(
     + _PRELUDE
     + """
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if (not s) or tonumber(s) < now then return {0, 0, now} end
+if (not s) or tonumber(s) < clock() then return {0, 0, clock()} end
 local ttl = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
+redis.call('ZADD', KEYS[1], 'XX', clock() + ttl, ARGV[1])
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-keep_alive(KEYS[1], tonumber(last[2]) - now)
-return {1, 0, now}
+keep_alive(KEYS[1], tonumber(last[2]) - clock())
+return {1, 0, clock()}
 """,
 )
 
@@ -340,12 +348,12 @@ HEARTBEAT = Script(
     + """
 local ttl = tonumber(ARGV[2])
 if ttl > 0 then
-  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  redis.call('ZADD', KEYS[1], clock() + ttl, ARGV[1])
   keep_alive(KEYS[1], ttl)
 else
   redis.call('ZREM', KEYS[1], ARGV[1])
 end
-return {live(KEYS[1]), now}
+return {live(KEYS[1]), clock()}
 """,
 )
 
