@@ -7,11 +7,18 @@ User mistakes end with one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import socket
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from redlease import __version__
 from redlease.errors import ConfigError, RedleaseError
+
+if TYPE_CHECKING:
+    from redlease.operator import OperatorConfig
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="contenders taking turns on a local redis-server")
     demo.add_argument("--contenders", type=int, default=3)
     demo.add_argument("--rounds", type=int, default=3)
+    _add_operator(sub)
+    _add_election_commands(sub)
     return parser
 
 
@@ -41,6 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from redlease.demo import run_demo
 
             return run_demo(contenders=args.contenders, rounds=args.rounds)
+        if args.command == "operator":
+            from redlease.operator.runner import run_operator
+
+            return run_operator(_operator_config(args))
+        if args.command in _ELECTION_COMMANDS:
+            return _run_election_command(parser, args)
         parser.error(f"unknown command {args.command!r}")
     except ConfigError as exc:
         sys.stderr.write(f"redlease: error: {exc}\n")
@@ -51,6 +66,330 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    """``REDLEASE_<NAME>`` from the environment (flags win over it)."""
+    return os.environ.get(f"REDLEASE_{name}", default)
+
+
+def _add_operator(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``redlease operator``: flags mapped onto kopf's run options (see docs/operator.md)."""
+    op = sub.add_parser("operator", help="run the DistributedLock operator (kopf)")
+    scope = op.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=None,
+        help="watch this namespace (repeatable; glob patterns allowed); env REDLEASE_NAMESPACE",
+    )
+    scope.add_argument("--all-namespaces", "-A", action="store_true", default=None)
+    op.add_argument(
+        "--liveness",
+        default=_env("LIVENESS"),
+        help="liveness endpoint URL, e.g. http://0.0.0.0:8080/healthz (default: none)",
+    )
+    op.add_argument("--refresh", default=_env("REFRESH", "5"), help="seconds between reads")
+    op.add_argument("--concurrency", default=_env("CONCURRENCY", "16"), help="nodes read at once")
+    op.add_argument("--node-timeout", default=_env("NODE_TIMEOUT", "3"), help="seconds per node")
+    op.add_argument(
+        "--metrics",
+        default=_env("METRICS"),
+        help="serve Prometheus /metrics on HOST:PORT, e.g. 127.0.0.1:9090 (default: off)",
+    )
+    op.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+
+
+def _number(value: str | None, flag: str, lo: float, hi: float) -> float:
+    try:
+        number = float(value or "")
+    except ValueError:
+        raise ConfigError(flag, f"not a number: {value!r}") from None
+    if not lo <= number <= hi:
+        raise ConfigError(flag, f"must be between {lo:g} and {hi:g}, got {number:g}")
+    return number
+
+
+def _operator_config(args: argparse.Namespace) -> OperatorConfig:
+    from urllib.parse import urlsplit
+
+    from redlease.operator import OperatorConfig
+
+    namespaces = tuple(args.namespace or [])
+    env_ns = _env("NAMESPACE")
+    if not namespaces and not args.all_namespaces and env_ns:
+        namespaces = tuple(n.strip() for n in env_ns.split(",") if n.strip())
+    clusterwide = bool(args.all_namespaces) or (
+        not namespaces and (_env("ALL_NAMESPACES", "") or "").lower() in ("1", "true", "yes")
+    )
+    if not namespaces and not clusterwide:
+        raise ConfigError("--namespace", "give --namespace NS (repeatable) or --all-namespaces")
+    if args.liveness:
+        parts = urlsplit(args.liveness)
+        if parts.scheme != "http" or not parts.hostname or not parts.port:
+            raise ConfigError("--liveness", f"use http://HOST:PORT/PATH, got {args.liveness!r}")
+    return OperatorConfig(
+        namespaces=namespaces,
+        clusterwide=clusterwide,
+        liveness=args.liveness or None,
+        refresh=_number(args.refresh, "--refresh", 0.05, 3600),
+        concurrency=int(_number(args.concurrency, "--concurrency", 1, 1024)),
+        node_timeout=_number(args.node_timeout, "--node-timeout", 0.05, 60),
+        verbose=bool(args.verbose),
+        metrics=_host_port(args.metrics, "--metrics") if args.metrics else None,
+    )
+
+
+def _host_port(value: str, flag: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(flag, f"use HOST:PORT, got {value!r}")
+    return host, int(port)
+
+
+# --- sidecar, run, status, wait (issue 4) --------------------------------------------------------
+# Every flag of these commands also reads REDLEASE_<FLAG> (``--renew-deadline`` ->
+# ``REDLEASE_RENEW_DEADLINE``); the command line wins over the environment.
+
+_ELECTION_COMMANDS = ("sidecar", "run", "status", "wait")
+_UNSET: Any = object()
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def _positive(value: str) -> float:
+    number = float(value)
+    if not number > 0 or number == float("inf"):
+        raise ValueError(value)
+    return number
+
+
+_positive.__name__ = "positive number"
+
+
+def _add_connection_flags(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    p.add_argument("--lock", help="lock name (Redis key {NAME})")
+    p.add_argument(
+        "--redis",
+        action="append",
+        metavar="URL",
+        help="redis://, rediss:// or unix:// URL; repeat for RedLock (env: comma-separated)",
+    )
+    p.add_argument("--cluster", action="store_true", help="the URL is a Redis Cluster seed")
+    p.add_argument("--quorum", type=int, help="nodes that must agree (default: majority)")
+    p.add_argument("--username", help="Redis ACL user")
+    p.add_argument("--password", help="Redis password (prefer REDLEASE_PASSWORD)")
+
+
+def _add_timing_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ttl", type=_positive, default=15.0, help="lease duration, s (15)")
+    p.add_argument("--renew-deadline", type=_positive, help="step down after, s (2/3 ttl)")
+    p.add_argument("--retry-period", type=_positive, help="retry/renew every, s (2/15 ttl)")
+    p.add_argument("--identity", help="candidate identity ($POD_NAME, then hostname)")
+    p.add_argument("--paused", action="store_true", help="make no new acquisitions")
+    p.add_argument("--preferred-holder", metavar="ID", help="planned hand-off to ID")
+
+
+def _add_log_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
+
+
+def _add_election_commands(sub: Any) -> None:
+    side = sub.add_parser("sidecar", help="hold a lease next to an application container")
+    _add_connection_flags(side)
+    _add_timing_flags(side)
+    side.add_argument("--http", default="127.0.0.1:4040", help="HOST:PORT, or 'off'")
+    side.add_argument("--state-dir", default="/var/run/redlease", help="'' for no state file")
+    side.add_argument("--ready", choices=("leader", "always"), default="leader")
+    side.add_argument("--lock-ref", metavar="[NS/]NAME", help="settings from a DistributedLock")
+    side.add_argument("--pod-label", action="store_true", help="label own pod redlease.dev/leader")
+    side.add_argument("--kube-api", metavar="URL", help="Kubernetes API (default: in-cluster)")
+    _add_log_flags(side)
+
+    run = sub.add_parser("run", help="run COMMAND only while holding the lease")
+    _add_connection_flags(run)
+    _add_timing_flags(run)
+    run.add_argument("--grace", type=_positive, help="SIGTERM to SIGKILL, s (safe default)")
+    _add_log_flags(run)
+    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS")
+
+    status = sub.add_parser("status", help="holder, fencing token, TTL left, nodes healthy")
+    _add_connection_flags(status)
+    status.add_argument("--json", action="store_true", help="print JSON")
+
+    wait = sub.add_parser("wait", help="block until this pod's sidecar leads")
+    wait.add_argument("--state-file", metavar="PATH", help="the sidecar's <lock>.json")
+    wait.add_argument("--state-dir", metavar="DIR", help="with --lock: DIR/<lock>.json")
+    wait.add_argument("--lock")
+    wait.add_argument("--http", metavar="URL", help="the sidecar's address, e.g. 127.0.0.1:4040")
+    wait.add_argument("--timeout", type=_positive, help="give up after, s (default: never)")
+    wait.add_argument("--interval", type=_positive, default=0.2, help="poll period, s")
+    for p in (side, run, status, wait):
+        _defer_defaults(p)
+
+
+def _defer_defaults(p: argparse.ArgumentParser) -> None:
+    """Mark every flag unset so that env vars can fill the ones the command line did not."""
+    for action in p._actions:
+        if action.option_strings and action.dest != "help":
+            action.real_default = action.default  # type: ignore[attr-defined]
+            # append actions need a list-or-None default; None means "not on the command line"
+            action.default = None if isinstance(action, argparse._AppendAction) else _UNSET
+
+
+def _env_name(action: argparse.Action) -> str:
+    flag = max(action.option_strings, key=len)
+    return "REDLEASE_" + flag.lstrip("-").upper().replace("-", "_")
+
+
+def _fill_from_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    subparsers: Any = parser._subparsers
+    sub = subparsers._group_actions[0].choices[args.command]
+    for action in sub._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        given = getattr(args, action.dest, None)
+        appended = isinstance(action, argparse._AppendAction)
+        if given is not _UNSET and not (given is None and appended):
+            continue
+        name = _env_name(action)
+        flag = max(action.option_strings, key=len)
+        raw = os.environ.get(name)
+        value = action.real_default
+        if raw is not None:
+            try:
+                value = _convert(action, raw)
+            except (TypeError, ValueError):
+                kind = getattr(action.type, "__name__", "value")
+                sub.error(f"{name} (for {flag}): invalid {kind}: {raw!r}")
+            if action.choices is not None and value not in action.choices:
+                options = ", ".join(map(str, action.choices))
+                sub.error(f"{name} (for {flag}): {raw!r} is not one of {options}")
+        setattr(args, action.dest, value)
+
+
+def _convert(action: argparse.Action, raw: str) -> Any:
+    if isinstance(action, argparse._StoreTrueAction):
+        if raw.strip().lower() in _TRUE:
+            return True
+        if raw.strip().lower() in _FALSE:
+            return False
+        raise ValueError(raw)
+    if isinstance(action, argparse._AppendAction):
+        return [part for part in re.split(r"[,\s]+", raw) if part]
+    return action.type(raw) if callable(action.type) else raw
+
+
+def _kube_settings(api: str | None) -> Any:
+    from pathlib import Path
+
+    from redlease.sidecar.config import KubeSettings
+
+    namespace = os.environ.get("POD_NAMESPACE")
+    ns_file = Path(SA_DIR, "namespace")
+    if not namespace and ns_file.exists():
+        namespace = ns_file.read_text().strip()
+    if not api:
+        host = os.environ.get("KUBERNETES_SERVICE_HOST")
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        if host:
+            api = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    return KubeSettings(
+        api=api or None,
+        token_file=Path(SA_DIR, "token"),
+        ca_file=Path(SA_DIR, "ca.crt"),
+        pod_name=os.environ.get("POD_NAME") or None,
+        namespace=namespace or None,
+    )
+
+
+def _election_config(args: argparse.Namespace, *, need_target: bool = True) -> Any:
+    from redlease.sidecar import config as sc
+
+    if args.lock is None and need_target:
+        raise ConfigError("--lock", "is required (or REDLEASE_LOCK)")
+    if not args.redis and need_target:
+        raise ConfigError("--redis", "at least one URL is required (or REDLEASE_REDIS)")
+    identity = args.identity or os.environ.get("POD_NAME") or socket.gethostname()
+    target = (
+        sc.validate_target(
+            args.redis,
+            cluster=args.cluster,
+            quorum=args.quorum,
+            username=args.username,
+            password=args.password,
+        )
+        if args.redis
+        else sc.RedisTarget((), args.cluster, args.quorum, args.username, args.password)
+    )
+    return sc.ElectionConfig(
+        lock=sc.validate_lock(args.lock) if args.lock else "pending",
+        identity=sc.validate_identity(identity),
+        target=target,
+        timing=sc.validate_timing(args.ttl, args.renew_deadline, args.retry_period),
+        paused=args.paused,
+        preferred_holder=(
+            sc.validate_identity(args.preferred_holder, "--preferred-holder")
+            if args.preferred_holder
+            else None
+        ),
+    )
+
+
+def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    _fill_from_env(parser, args)
+    if args.command == "status":
+        from redlease.sidecar.lockstatus import show_status
+
+        if args.lock is None:
+            raise ConfigError("--lock", "is required (or REDLEASE_LOCK)")
+        election = _election_config(
+            argparse.Namespace(**vars(args), ttl=15.0, renew_deadline=None, retry_period=None,
+                               identity="status", paused=False, preferred_holder=None)
+        )  # fmt: skip
+        return show_status(election.lock, election.target, as_json=args.json)
+    if args.command == "wait":
+        from redlease.waiter import resolve_source, wait_for_leader
+
+        source = resolve_source(args.state_file, args.state_dir, args.lock, args.http)
+        return wait_for_leader(source, timeout=args.timeout, interval=args.interval)
+
+    from redlease import logs
+
+    if args.command == "sidecar":
+        from redlease.sidecar import config as sc
+
+        kube = _kube_settings(args.kube_api)
+        lock_ref = sc.parse_lock_ref(args.lock_ref, kube.namespace) if args.lock_ref else None
+        config = sc.SidecarConfig(
+            election=_election_config(args, need_target=lock_ref is None),
+            http=sc.parse_http(args.http),
+            state_dir=Path(args.state_dir) if args.state_dir else None,
+            ready=args.ready,
+            pod_label=args.pod_label,
+            lock_ref=lock_ref,
+            kube=kube,
+        )
+        logs.configure(args.log_level, args.log_format)
+        from redlease.sidecar.daemon import run_sidecar
+
+        return run_sidecar(config)
+
+    from redlease.runner import RunConfig, run_command
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise ConfigError("COMMAND", "give the command to run after --")
+    election = _election_config(args)
+    logs.configure(args.log_level, args.log_format)
+    return run_command(RunConfig(election=election, command=tuple(cmd), grace=args.grace))
 
 
 if __name__ == "__main__":  # pragma: no cover

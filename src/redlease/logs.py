@@ -1,0 +1,69 @@
+"""structlog set-up for the `redlease` commands: JSON lines when stderr is not a TTY (containers,
+log shippers), readable console output on a TTY. The library's stdlib ``redlease`` logger is routed
+through the same renderer, so every line has one format.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+import structlog
+
+LEVELS = ("debug", "info", "warning", "error")
+FORMATS = ("auto", "json", "console")
+
+
+def configure(level: str = "info", fmt: str = "auto", stream: Any = None) -> None:
+    """Route structlog and stdlib logging to ``stream`` (stderr) in one format."""
+    stream = stream or sys.stderr
+    if fmt == "auto":
+        fmt = "console" if stream.isatty() else "json"
+    renderer: Any = (
+        structlog.dev.ConsoleRenderer(colors=stream.isatty())
+        if fmt == "console"
+        else structlog.processors.JSONRenderer()
+    )
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    structlog.configure(
+        processors=[
+            *shared,
+            structlog.processors.format_exc_info,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder(), _library_fields],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            renderer,
+        ],
+    )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper()))
+    for noisy in ("aiohttp.access", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _library_fields(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """Library records carry their fields in ``extra={"redlease": {...}}``: flatten them and keep
+    only the message (not the pre-rendered key=value text) as the event."""
+    fields = event.pop("redlease", None)
+    record = event.get("_record")
+    if isinstance(fields, dict) and record is not None and record.args:
+        event["event"] = str(record.args[0])
+        for key, value in fields.items():
+            event.setdefault(key, value)
+    return event

@@ -1,0 +1,144 @@
+"""`redlease run --lock NAME --redis URL -- COMMAND`: COMMAND runs only while this process leads.
+
+The election is the sidecar's (:class:`~redlease.sidecar.elector.Elector`). Once elected,
+COMMAND starts in its own process group with ``REDLEASE_FENCING_TOKEN`` set. When the lease is
+lost (at the local renew deadline) the group gets SIGTERM, then SIGKILL after ``grace`` seconds;
+the default grace ends half-way between the renew deadline and the TTL, so COMMAND is gone
+before the lease can be granted to anyone else. The exit status is COMMAND's (128 + N when a
+signal N ended it); SIGTERM/SIGINT to `redlease run` are passed on to COMMAND the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from redlease.errors import ConfigError
+from redlease.sidecar.config import ElectionConfig
+from redlease.sidecar.election import Transition
+from redlease.sidecar.elector import Elector, Hooks
+
+log = structlog.get_logger("redlease.run")
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    election: ElectionConfig
+    command: tuple[str, ...]
+    grace: float | None = None
+
+    @property
+    def safe_grace(self) -> float:
+        """Longest grace that still ends before the lease could be granted elsewhere."""
+        timing = self.election.timing
+        return max(0.01, (timing.ttl - timing.renew_deadline) / 2)
+
+
+class _Hooks(Hooks):
+    def __init__(self) -> None:
+        self.elected = asyncio.Event()
+        self.lost = asyncio.Event()
+        self.token: int | None = None
+
+    def transition(self, transition: Transition) -> None:
+        if transition.kind == "elected":
+            self.token = transition.fencing_token
+            self.elected.set()
+        elif transition.kind in ("lost", "stepped_down"):
+            self.lost.set()
+
+
+def exit_code(returncode: int) -> int:
+    """A process's exit status as a shell reports it (signal N -> 128 + N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+async def _first(*aws: asyncio.Future[Any]) -> None:
+    await asyncio.wait(aws, return_when=asyncio.FIRST_COMPLETED)
+
+
+async def stop_process(proc: asyncio.subprocess.Process, grace: float) -> int:
+    """SIGTERM the process group, SIGKILL it after ``grace`` seconds; returns the exit status."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        async with asyncio.timeout(grace):
+            await proc.wait()
+    except TimeoutError:
+        log.warning("command ignored SIGTERM, sending SIGKILL", pid=proc.pid, grace=grace)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # leftovers of the group
+    assert proc.returncode is not None
+    return exit_code(proc.returncode)
+
+
+async def run_async(config: RunConfig) -> int:
+    grace = config.safe_grace if config.grace is None else config.grace
+    if grace > config.safe_grace:
+        log.warning(
+            "grace period is longer than the safety margin: COMMAND may still run when "
+            "another holder starts",
+            grace=grace,
+            safe=config.safe_grace,
+        )
+    hooks = _Hooks()
+    elector = Elector(config.election, hooks)
+    terminate = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, terminate.set)
+    election = asyncio.create_task(elector.run())
+    term_wait = asyncio.ensure_future(terminate.wait())
+    try:
+        elected = asyncio.ensure_future(hooks.elected.wait())
+        await _first(elected, term_wait, election)
+        if not hooks.elected.is_set():
+            elected.cancel()
+            return 128 + signal.SIGTERM
+        env = dict(os.environ, REDLEASE_FENCING_TOKEN=str(hooks.token))
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *config.command, env=env, start_new_session=True
+            )
+        except OSError as exc:
+            raise ConfigError("COMMAND", f"cannot start {config.command[0]!r}: {exc}") from None
+        log.info(
+            "command started",
+            lock=config.election.lock,
+            fencing_token=hooks.token,
+            pid=proc.pid,
+        )
+        exited = asyncio.ensure_future(proc.wait())
+        lost = asyncio.ensure_future(hooks.lost.wait())
+        await _first(exited, lost, term_wait)
+        lost.cancel()
+        if exited.done():
+            code = exit_code(exited.result())
+            log.info("command exited", lock=config.election.lock, code=code)
+            return code
+        if hooks.lost.is_set():
+            # make no new attempt while the command winds down
+            elector.reconfigure(dataclasses.replace(config.election, paused=True))
+            log.warning("lease lost: stopping the command", lock=config.election.lock)
+        code = await stop_process(proc, grace)
+        log.info("command stopped", lock=config.election.lock, code=code)
+        return code
+    finally:
+        term_wait.cancel()
+        elector.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await election
+
+
+def run_command(config: RunConfig) -> int:
+    return asyncio.run(run_async(config))

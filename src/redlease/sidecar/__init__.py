@@ -1,0 +1,11 @@
+"""The leader-election sidecar: many replicas of a pod, exactly one of them active.
+
+:mod:`.config` (validated settings and the DistributedLock mapping), :mod:`.election` (the pure
+state machine), :mod:`.elector` (its asyncio driver), :mod:`.daemon` (HTTP, state file, pod
+label around it), :mod:`.kube` (the Kubernetes API calls).
+"""
+
+from redlease.sidecar.config import ElectionConfig, SidecarConfig, Timing
+from redlease.sidecar.election import Election, Transition
+
+__all__ = ["Election", "ElectionConfig", "SidecarConfig", "Timing", "Transition"]

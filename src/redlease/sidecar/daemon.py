@@ -1,0 +1,196 @@
+"""`redlease sidecar`: the election plus its three outputs (HTTP, state file, pod label).
+
+Start-up order: state directory, Kubernetes settings (``--lock-ref``), HTTP server, then the
+election. On SIGTERM/SIGINT the lease is released at once (a standby takes over within
+milliseconds), the pod label is set to ``false``, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from redlease.connect import redact
+from redlease.errors import ConfigError
+from redlease.sidecar.config import ElectionConfig, SidecarConfig
+from redlease.sidecar.election import Transition
+from redlease.sidecar.elector import Elector, Hooks
+from redlease.sidecar.kube import KubeClient, LockRefFollower, PodLabeller
+from redlease.sidecar.metrics import Metrics
+from redlease.sidecar.statefile import StateFile
+from redlease.sidecar.web import make_app
+
+log = structlog.get_logger("redlease.sidecar")
+
+
+class Sidecar(Hooks):
+    """One running sidecar; also the :class:`~redlease.sidecar.web.Source` of its endpoints."""
+
+    def __init__(self, config: SidecarConfig) -> None:
+        self.config = config
+        self.ready_always = config.ready == "always"
+        self.state_file: StateFile | None = None
+        self.metrics_ = Metrics(config.election.lock)
+        self.elector: Elector | None = None
+        self.labeller: PodLabeller | None = None
+        self._stopping = asyncio.Event()
+
+    # -- Source -------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        if self.elector is None:
+            return {"lock": self.config.election.lock, "leader": False, "holder": None}
+        self.elector.refresh()
+        return self._snapshot()
+
+    def healthy(self) -> bool:
+        return self.elector is not None and self.elector.healthy()
+
+    def metrics(self) -> bytes:
+        self.changed()
+        return self.metrics_.render()
+
+    # -- Hooks --------------------------------------------------------------------------------
+
+    def transition(self, transition: Transition) -> None:
+        self.metrics_.transition(transition)
+
+    def changed(self) -> None:
+        if self.elector is None:
+            return
+        doc = self._snapshot()
+        if self.state_file is not None:
+            try:
+                self.state_file.publish(doc)
+            except OSError as exc:
+                log.error("state file write failed", path=str(self.state_file.path), error=str(exc))
+                self.metrics_.error("StateFileError")
+        self.metrics_.update(doc)
+        if self.labeller is not None:
+            self.labeller.set(bool(doc["leader"]))
+
+    def renewed(self, latency: float) -> None:
+        self.metrics_.renewed(latency)
+
+    def error(self, kind: str) -> None:
+        self.metrics_.error(kind)
+
+    def _snapshot(self) -> dict[str, Any]:
+        assert self.elector is not None
+        return self.elector.election.snapshot(time.monotonic(), time.time())
+
+    # -- running ------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self.elector is not None:
+            self.elector.stop()
+
+    async def run(self) -> int:
+        cfg = self.config
+        if cfg.state_dir is not None:
+            # checked before anything else; the file name waits for the lock name
+            StateFile(cfg.state_dir, "probe").prepare()
+        kube: KubeClient | None = None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+        background: list[asyncio.Task[None]] = []
+        runner: web.AppRunner | None = None
+        try:
+            election_cfg = cfg.election
+            follower = None
+            if cfg.lock_ref is not None or cfg.pod_label:
+                kube = KubeClient(cfg.kube)
+            if cfg.pod_label:
+                if not cfg.kube.pod_name or not cfg.kube.namespace:
+                    raise ConfigError(
+                        "--pod-label", "needs the POD_NAME and POD_NAMESPACE env vars"
+                    )
+                self.labeller = PodLabeller(kube, cfg.kube.namespace, cfg.kube.pod_name)  # type: ignore[arg-type]
+            if cfg.lock_ref is not None:
+                assert kube is not None
+                follower = LockRefFollower(kube, cfg.lock_ref, election_cfg, self._reconfigure)
+                initial = asyncio.ensure_future(follower.initial())
+                stopper = asyncio.ensure_future(self._stopping.wait())
+                await asyncio.wait({initial, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                stopper.cancel()
+                if not initial.done():
+                    initial.cancel()
+                    return 0
+                election_cfg = initial.result()
+            if cfg.state_dir is not None:
+                self.state_file = StateFile(cfg.state_dir, election_cfg.lock)
+            self.metrics_ = Metrics(election_cfg.lock)
+            self.elector = Elector(election_cfg, hooks=self)
+            runner = await self._serve()
+            _log_start(election_cfg, cfg)
+            if self.labeller is not None:
+                background.append(asyncio.create_task(self.labeller.run()))
+            if follower is not None:
+                background.append(asyncio.create_task(follower.run()))
+            if self._stopping.is_set():
+                self.elector.stop()
+            await self.elector.run()
+            return 0
+        finally:
+            for task in background:
+                task.cancel()
+            for task in background:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if self.labeller is not None:
+                self.labeller.set(False)
+                await self.labeller.final()
+            if self.state_file is not None:
+                self.state_file.remove_marker()
+            if runner is not None:
+                await runner.cleanup()
+            if kube is not None:
+                await kube.close()
+            log.info("sidecar stopped", lock=self.config.election.lock)
+
+    def _reconfigure(self, config: ElectionConfig) -> None:
+        if self.elector is not None:
+            self.elector.reconfigure(config)
+
+    async def _serve(self) -> web.AppRunner | None:
+        address = self.config.http
+        if address is None:
+            return None
+        runner = web.AppRunner(make_app(self), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, address.host, address.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ConfigError("--http", f"cannot listen on {address}: {exc.strerror}") from None
+        return runner
+
+
+def _log_start(election: ElectionConfig, cfg: SidecarConfig) -> None:
+    log.info(
+        "sidecar started",
+        lock=election.lock,
+        identity=election.identity,
+        redis=[redact(u) for u in election.target.urls],
+        ttl=election.timing.ttl,
+        renew_deadline=election.timing.renew_deadline,
+        retry_period=election.timing.retry_period,
+        http=str(cfg.http) if cfg.http else None,
+        state_dir=str(cfg.state_dir) if cfg.state_dir else None,
+        lock_ref=str(cfg.lock_ref) if cfg.lock_ref else None,
+        pod_label=cfg.pod_label,
+    )
+
+
+def run_sidecar(config: SidecarConfig) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit code."""
+    return asyncio.run(Sidecar(config).run())

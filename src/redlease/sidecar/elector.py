@@ -1,0 +1,396 @@
+"""The asyncio driver of :class:`~redlease.sidecar.election.Election`: does its I/O.
+
+One :class:`Elector` runs the candidate loop (acquire / renew / step down) and, beside it, the
+observer loop (candidate heartbeat and a STATUS read every retry period). It owns the Redis
+client. What it learns goes to :class:`Hooks` (publish state, metrics, logs); the sidecar and
+`redlease run` are two different sets of hooks on the same elector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import structlog
+
+from redlease import _async, aio
+from redlease.connect import connect
+from redlease.errors import LockError, LockTimeout, RedleaseError
+from redlease.keys import LockKeys
+from redlease.protocol import drift
+from redlease.sidecar.config import ElectionConfig
+from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown, Term, Transition
+from redlease.status import LockState, heartbeat_flow, read_state_flow
+
+T = TypeVar("T")
+log = structlog.get_logger("redlease.sidecar")
+
+
+class Hooks:
+    """What an elector tells its owner; every method is optional (no-op here)."""
+
+    def transition(self, transition: Transition) -> None:
+        """Who leads changed (called before the lease is released, after it is acquired)."""
+
+    def changed(self) -> None:
+        """Something in the status document may have changed: publish it."""
+
+    def renewed(self, latency: float) -> None:
+        """A renewal succeeded after ``latency`` seconds."""
+
+    def error(self, kind: str) -> None:
+        """An operation failed; ``kind`` is the exception type name."""
+
+
+class _Stopped(Exception):
+    """The elector was asked to stop while waiting."""
+
+
+class Elector:
+    """Runs the election for one lock until :meth:`stop`; releases and withdraws on the way out."""
+
+    def __init__(self, config: ElectionConfig, hooks: Hooks | None = None) -> None:
+        self.election = Election(config)
+        self.hooks = hooks or Hooks()
+        self._client: Any = None
+        self._lock: aio.Lock | None = None
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._pending: ElectionConfig | None = None
+        self._tick_deadline = time.monotonic() + 30.0
+        self._task: asyncio.Task[None] | None = None
+        self._outage_logged = False
+
+    # -- public -------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> ElectionConfig:
+        return self.election.config
+
+    def leading(self) -> bool:
+        """Leader right now (checks the renew deadline first)."""
+        self.refresh()
+        return self.election.leading(time.monotonic())
+
+    def refresh(self) -> None:
+        """Apply the renew deadline now: anything reporting state calls this first."""
+        transition = self.election.check(time.monotonic())
+        if transition is not None:
+            self._emit(transition)
+
+    def healthy(self) -> bool:
+        """The loop runs and has not stalled past the time its current step may take."""
+        if self._task is None or self._task.done():
+            return False
+        return time.monotonic() <= self._tick_deadline
+
+    def reconfigure(self, config: ElectionConfig) -> None:
+        """Adopt new settings; a new lock name or node set makes the elector step down first."""
+        if config == self.config:
+            return
+        self._pending = config
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    async def run(self) -> None:
+        """The candidate loop; returns after :meth:`stop` (lease released, candidate withdrawn)."""
+        self._task = asyncio.current_task()
+        self._client = self._connect()
+        observer = asyncio.create_task(self._observe_loop(), name="redlease-observe")
+        try:
+            while not self._stop.is_set():
+                try:
+                    await self._step()
+                except _Stopped:
+                    break
+                except Exception as exc:  # noqa: BLE001 - the loop must survive surprises
+                    log.exception("election step failed", lock=self.config.lock, error=str(exc))
+                    self.hooks.error(type(exc).__name__)
+                    await self._sleep(self.election.failed_attempt(time.monotonic()))
+        finally:
+            observer.cancel()
+            await asyncio.wait({observer}, timeout=1.0)
+            await self._shutdown()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def _step(self) -> None:
+        if self._pending is not None:
+            await self._apply_pending()
+        self.refresh()
+        self.hooks.changed()
+        action = self.election.next_action(time.monotonic())
+        if isinstance(action, Acquire):
+            await self._acquire(action)
+        elif isinstance(action, Renew):
+            await self._renew(action)
+        elif isinstance(action, StepDown):
+            await self._step_down(action.reason)
+        elif isinstance(action, Idle):
+            await self._sleep(action.wait)
+
+    async def _acquire(self, action: Acquire) -> None:
+        cfg = self.config
+        lock = aio.Lock(self._client, cfg.lock, ttl=cfg.timing.ttl, identity=cfg.identity)
+        budget = action.timeout + self._socket_timeout() + 1.0
+        try:
+            lease = await self._bounded(lock.acquire(timeout=action.timeout), budget)
+        except LockTimeout:
+            return
+        except (LockError, TimeoutError) as exc:
+            self._outage(exc)
+            return
+        self._lock = lock
+        ttl = cfg.timing.ttl
+        self._recovered()
+        self._emit(
+            self.election.acquired(
+                fencing_token=lease.fencing_token,
+                server_ms=lease.acquired_at_ms,
+                transitions=lease.transitions,
+                sent_at=lease.deadline - ttl + drift(ttl),
+                lease_deadline=lease.deadline,
+            )
+        )
+
+    async def _renew(self, action: Renew) -> None:
+        if action.wait > 0:
+            await self._sleep(action.wait)
+            return
+        term = self.election.term
+        lock = self._lock
+        if term is None or lock is None:
+            return
+        now = time.monotonic()
+        self.election.renew_started(term, now)
+        try:
+            lease = await self._bounded(lock.extend(), max(0.001, term.renew_by - now))
+        except (LockError, TimeoutError) as exc:
+            self.hooks.error(type(exc).__name__)
+            transition = self.election.renew_failed(term, exc)
+            if transition is not None:
+                self._emit(transition)
+                await self._drop_lease(term)
+            else:
+                self._outage(exc, count=False)
+            return
+        self.hooks.renewed(time.monotonic() - now)
+        self._recovered()
+        self.election.renewed(
+            term,
+            sent_at=now,
+            server_ms=int(time.time() * 1000),
+            lease_deadline=lease.deadline,
+        )
+
+    async def _step_down(self, reason: str) -> None:
+        term = self.election.term
+        transition = self.election.stepped_down(reason)
+        if transition is not None:
+            self._emit(transition)
+        if term is not None:
+            await self._drop_lease(term)
+
+    async def _drop_lease(self, term: Term | None = None) -> None:
+        """Release the lease if Redis still has it (speeds up the take-over); best effort."""
+        lock, self._lock = self._lock, None
+        if lock is None or lock.lease() is None:
+            return
+        try:
+            async with asyncio.timeout(max(0.2, min(2.0, self.config.timing.retry_period))):
+                await lock.release()
+        except (LockError, TimeoutError) as exc:
+            log.debug("release after step-down failed", lock=self.config.lock, error=str(exc))
+
+    async def _apply_pending(self) -> None:
+        new, self._pending = self._pending, None
+        if new is None:
+            return
+        old = self.config
+        if (new.lock, new.target) != (old.lock, old.target):
+            await self._step_down("configuration changed: lock or nodes")
+            await self._withdraw()
+            await self._close_client()
+            self.election = Election(new)
+            self._client = self._connect()
+        else:
+            self.election.update(new)
+        log.info(
+            "configuration applied",
+            lock=new.lock,
+            identity=new.identity,
+            ttl=new.timing.ttl,
+            paused=new.paused,
+            preferred_holder=new.preferred_holder,
+        )
+
+    # -- observer loop ------------------------------------------------------------------------
+
+    def _nodes(self) -> list[_async.AsyncNode]:
+        """One driver per Redis node (a RedLock node set has several clients)."""
+        clients = getattr(self._client, "clients", None) or [self._client]
+        return [_async.AsyncNode(c, self.config.lock) for c in clients]
+
+    async def _observe_one(self, node: _async.AsyncNode, cfg: ElectionConfig) -> LockState | None:
+        keys = LockKeys.for_name(cfg.lock)
+        hb_ms = int(max(cfg.timing.ttl, 3 * cfg.timing.retry_period) * 1000)
+        try:
+            async with asyncio.timeout(max(1.0, cfg.timing.retry_period)):
+                await _async.drive(node, heartbeat_flow(keys, cfg.identity, hb_ms))
+                state: LockState = await _async.drive(node, read_state_flow(keys))
+                return state
+        except (LockError, TimeoutError) as exc:
+            log.debug("status read failed", lock=cfg.lock, node=node.name, error=str(exc))
+            return None
+
+    async def _observe_loop(self) -> None:
+        while True:
+            cfg = self.config
+            states = await asyncio.gather(*(self._observe_one(n, cfg) for n in self._nodes()))
+            answered = [s for s in states if s is not None]
+            if len(answered) < cfg.target.needed:
+                self.election.outage()
+            elif self.config is cfg:
+                # the holder most nodes agree on (RedLock); a single node is its own majority
+                best = max(answered, key=lambda s: sum(o.holder == s.holder for o in answered))
+                transition = self.election.observe(best, time.monotonic())
+                self.election.healthy = len(answered)
+                if transition is not None:
+                    self._emit(transition)
+            self.refresh()
+            self.hooks.changed()
+            await asyncio.sleep(cfg.timing.retry_period)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _emit(self, transition: Transition) -> None:
+        fields: dict[str, Any] = {
+            "lock": transition.lock,
+            "identity": transition.identity,
+            "fencing_token": transition.fencing_token,
+            "reason": transition.reason,
+        }
+        if transition.kind == "elected":
+            log.info("became leader", **fields)
+        elif transition.kind == "observed":
+            log.info("leader changed", holder=transition.holder, **fields)
+        else:
+            log.warning(
+                "stopped leading" if transition.kind == "lost" else "stepped down", **fields
+            )
+        self.hooks.transition(transition)
+        self.hooks.changed()
+
+    def _outage(self, exc: BaseException, *, count: bool = True) -> None:
+        self.hooks.error(type(exc).__name__)
+        delay = self.election.failed_attempt(time.monotonic()) if count else 0.0
+        if not self._outage_logged:
+            self._outage_logged = True
+            log.warning(
+                "redis unavailable, retrying with back-off",
+                lock=self.config.lock,
+                error=str(exc),
+                retry_in=round(delay, 3),
+            )
+        else:
+            log.debug("redis still unavailable", lock=self.config.lock, retry_in=round(delay, 3))
+
+    def _recovered(self) -> None:
+        if self._outage_logged:
+            self._outage_logged = False
+            log.info("redis reachable again", lock=self.config.lock)
+
+    def _expect(self, seconds: float) -> None:
+        slack = max(2.0, 2 * self.config.timing.retry_period)
+        self._tick_deadline = time.monotonic() + seconds + slack
+
+    async def _sleep(self, seconds: float) -> None:
+        self._expect(seconds)
+        if seconds <= 0:
+            return
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
+        if self._stop.is_set():
+            raise _Stopped
+
+    async def _bounded(self, coro: Awaitable[T], budget: float) -> T:
+        """Await ``coro`` for at most ``budget`` seconds; give up at once when stopping."""
+        self._expect(budget)
+        task = asyncio.ensure_future(coro)
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {task, stopper}, timeout=budget, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            stopper.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        # never wait long for the cancelled operation: a cancelled redis-py command can take
+        # its time to tear its connection down, and stopping must stay prompt
+        await asyncio.wait({task}, timeout=1.0)
+        if task.done() and not task.cancelled():
+            with contextlib.suppress(RedleaseError, TimeoutError):
+                task.result()
+        if self._stop.is_set():
+            raise _Stopped
+        raise TimeoutError(f"no answer within {budget:.3f}s")
+
+    def _socket_timeout(self) -> float:
+        return max(0.5, min(5.0, self.config.timing.ttl / 3))
+
+    def _connect(self) -> Any:
+        target = self.config.target
+        extra: dict[str, Any] = {}
+        if target.quorum is not None and len(target.urls) > 1:
+            extra["quorum"] = target.quorum
+        if target.tls_insecure and any(u.startswith("rediss://") for u in target.urls):
+            extra["ssl_cert_reqs"] = "none"
+        return connect(
+            target.urls,
+            asyncio=True,
+            cluster=target.cluster,
+            username=target.username,
+            password=target.password,
+            socket_timeout=self._socket_timeout(),
+            **extra,
+        )
+
+    async def _withdraw(self) -> None:
+        cfg = self.config
+        keys = LockKeys.for_name(cfg.lock)
+        for node in self._nodes():
+            try:
+                async with asyncio.timeout(0.5):
+                    await _async.drive(node, heartbeat_flow(keys, cfg.identity, 0))
+            except (LockError, TimeoutError) as exc:
+                log.debug("candidate withdrawal failed", lock=cfg.lock, error=str(exc))
+
+    async def _close_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(2.0):
+                    await client.aclose()
+
+    async def _shutdown(self) -> None:
+        """Stop leading, release at once (standbys take over), withdraw, close."""
+        await self._step_down("shutting down")
+        await self._withdraw()
+        await self._close_client()
+        self.hooks.changed()
+
+
+def jitter(seconds: float) -> float:
+    """``seconds`` ± 10 %, so that candidates do not retry in lock-step."""
+    return seconds * random.uniform(0.9, 1.1)

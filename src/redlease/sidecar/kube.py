@@ -1,0 +1,279 @@
+"""A small Kubernetes API client on aiohttp: the pod label and the DistributedLock reference.
+
+Only three calls are needed (patch own pod, read/watch one DistributedLock, read one Secret), so
+this talks to the API directly instead of pulling in a full client. In a pod it uses the
+service-account token and CA (in-cluster config); ``--kube-api`` points it elsewhere (tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import ssl
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import structlog
+
+from redlease.errors import ConfigError, RedleaseError
+from redlease.sidecar.config import (
+    LEADER_LABEL,
+    ElectionConfig,
+    KubeSettings,
+    LockRef,
+    apply_spec,
+    secret_ref,
+    secret_value,
+)
+
+GROUP, VERSION, PLURAL = "redlease.dev", "v1alpha1", "distributedlocks"
+log = structlog.get_logger("redlease.sidecar")
+
+
+class KubeError(RedleaseError):
+    """The Kubernetes API refused or could not be reached; names the object."""
+
+
+class KubeClient:
+    """Authenticated JSON requests to the API server."""
+
+    def __init__(self, settings: KubeSettings) -> None:
+        if not settings.api:
+            raise ConfigError(
+                "--kube-api",
+                "no Kubernetes API: not in a cluster (KUBERNETES_SERVICE_HOST unset)",
+            )
+        self.settings = settings
+        self.base = settings.api.rstrip("/")
+        self._session: aiohttp.ClientSession | None = None
+
+    def _ssl(self) -> ssl.SSLContext | bool:
+        if not self.base.startswith("https://"):
+            return False
+        ca = self.settings.ca_file
+        if ca is not None and ca.exists():
+            return ssl.create_default_context(cafile=str(ca))
+        return ssl.create_default_context()
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        token_file = self.settings.token_file
+        if token_file is not None and token_file.exists():
+            # bound service-account tokens rotate: read the file on every request
+            headers["Authorization"] = "Bearer " + token_file.read_text().strip()
+        return headers
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=self._ssl())
+            self._session = aiohttp.ClientSession(connector=connector)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float = 10.0,
+    ) -> Any:
+        headers = self._headers()
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = json.dumps(body)
+        try:
+            async with self.session().request(
+                method,
+                self.base + path,
+                data=data,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
+                text = await resp.text()
+                if resp.status >= 400:
+                    raise KubeError(f"{method} {path}: HTTP {resp.status}: {_reason(text)}")
+                return json.loads(text) if text else None
+        except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
+            raise KubeError(f"{method} {path}: {type(exc).__name__}: {exc}") from None
+
+    async def stream(self, path: str, timeout: float) -> AsyncIterator[dict[str, Any]]:
+        """Watch events of ``path`` (``?watch=true`` already in it) for at most ``timeout``."""
+        try:
+            async with self.session().get(
+                self.base + path,
+                headers=self._headers(),
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout),
+            ) as resp:
+                if resp.status >= 400:
+                    raise KubeError(
+                        f"watch {path}: HTTP {resp.status}: {_reason(await resp.text())}"
+                    )
+                async with asyncio.timeout(timeout):
+                    async for line in resp.content:
+                        if line.strip():
+                            yield json.loads(line)
+        except (aiohttp.ClientError, json.JSONDecodeError) as exc:
+            raise KubeError(f"watch {path}: {type(exc).__name__}: {exc}") from None
+
+
+def _reason(text: str) -> str:
+    try:
+        return str(json.loads(text).get("message", ""))[:200]
+    except (ValueError, AttributeError):
+        return text[:200]
+
+
+def pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
+
+
+def lock_path(ref: LockRef, watch: bool = False) -> str:
+    base = f"/apis/{GROUP}/{VERSION}/namespaces/{quote(ref.namespace)}/{PLURAL}"
+    if watch:
+        return f"{base}?watch=true&fieldSelector=metadata.name%3D{quote(ref.name)}"
+    return f"{base}/{quote(ref.name)}"
+
+
+class PodLabeller:
+    """Keeps ``redlease.dev/leader=true|false`` on the sidecar's own pod, retrying on errors."""
+
+    def __init__(self, client: KubeClient, namespace: str, pod: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.pod = pod
+        self.desired: bool | None = None
+        self.applied: bool | None = None
+        self._wake = asyncio.Event()
+
+    def set(self, leader: bool) -> None:
+        if leader != self.desired:
+            self.desired = leader
+            self._wake.set()
+
+    async def _patch(self, leader: bool) -> None:
+        body = {"metadata": {"labels": {LEADER_LABEL: "true" if leader else "false"}}}
+        await self.client.request(
+            "PATCH",
+            pod_path(self.namespace, self.pod),
+            body=body,
+            content_type="application/merge-patch+json",
+            timeout=5.0,
+        )
+
+    async def run(self) -> None:
+        delay = 0.5
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            desired = self.desired
+            if desired is None or desired == self.applied:
+                continue
+            try:
+                await self._patch(desired)
+            except KubeError as exc:
+                log.warning("pod label update failed", pod=self.pod, error=str(exc), retry_in=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                self._wake.set()
+                continue
+            delay = 0.5
+            self.applied = desired
+            log.info("pod label set", pod=self.pod, label=LEADER_LABEL, value=desired)
+
+    async def final(self, timeout: float = 2.0) -> None:
+        """On shutdown: label the pod ``false`` (best effort, bounded)."""
+        if self.applied is False:
+            return
+        with contextlib.suppress(KubeError, TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._patch(False)
+                self.applied = False
+
+
+class LockRefFollower:
+    """Reads a DistributedLock (and its Secret) into election settings and follows changes."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        ref: LockRef,
+        base: ElectionConfig,
+        on_config: Callable[[ElectionConfig], None],
+        resync: float = 30.0,
+    ) -> None:
+        self.client = client
+        self.ref = ref
+        self.base = base
+        self.on_config = on_config
+        self.resync = resync
+        self.generation: Any = None
+
+    async def read(self, obj: dict[str, Any] | None = None) -> ElectionConfig:
+        """The settings the object's spec asks for (reads the object unless given)."""
+        if obj is None:
+            obj = await self.client.request("GET", lock_path(self.ref))
+        assert obj is not None
+        spec = obj.get("spec") or {}
+        username = password = None
+        ref = secret_ref(spec)
+        if ref is not None:
+            path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(ref.name)}"
+            secret = await self.client.request("GET", path)
+            password = secret_value(secret, ref.password_key, ref.name)
+            present = {**(secret.get("stringData") or {}), **(secret.get("data") or {})}
+            if ref.username_key in present:
+                username = secret_value(secret, ref.username_key, ref.name)
+        return apply_spec(self.base, spec, password=password, username=username)
+
+    async def initial(self) -> ElectionConfig:
+        """Read the object, retrying with back-off until it exists and its spec is valid."""
+        delay = 0.5
+        while True:
+            try:
+                return await self.read()
+            except (KubeError, ConfigError) as exc:
+                log.warning(
+                    "cannot use DistributedLock yet, retrying",
+                    lock_ref=str(self.ref),
+                    error=str(exc),
+                    retry_in=delay,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+    async def run(self) -> None:
+        """Watch the object; re-read it (and its Secret) on every change and every ``resync``."""
+        delay = 0.5
+        while True:
+            try:
+                await self._apply(None)
+                async for event in self.client.stream(lock_path(self.ref, watch=True), self.resync):
+                    obj = event.get("object") or {}
+                    if (obj.get("metadata") or {}).get("name") != self.ref.name:
+                        continue
+                    if event.get("type") in ("ADDED", "MODIFIED"):
+                        await self._apply(obj)
+                delay = 0.5
+            except TimeoutError:
+                delay = 0.5
+            except (KubeError, ConfigError) as exc:
+                log.warning("DistributedLock not followed", lock_ref=str(self.ref), error=str(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    async def _apply(self, obj: dict[str, Any] | None) -> None:
+        try:
+            config = await self.read(obj)
+        except ConfigError as exc:
+            log.error("DistributedLock spec invalid, keeping the current settings", error=str(exc))
+            return
+        self.on_config(config)

@@ -1,0 +1,89 @@
+"""The state file ``<state-dir>/<lock>.json`` and the ``<state-dir>/leader`` marker.
+
+Both are replaced atomically (write a temporary file in the same directory, fsync, rename), so a
+reader sees either the old or the new complete document, never a torn one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from redlease.errors import ConfigError
+
+MARKER = "leader"
+
+
+def file_name(lock: str) -> str:
+    """The state file name of ``lock`` (``/`` is not allowed in a file name: it becomes ``_``)."""
+    return lock.replace("/", "_") + ".json"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+class StateFile:
+    """Writes the status document on change and keeps the leader marker in step with it."""
+
+    def __init__(self, state_dir: Path, lock: str) -> None:
+        self.dir = state_dir
+        self.path = state_dir / file_name(lock)
+        self.marker = state_dir / MARKER
+        self._last: dict[str, Any] | None = None
+        self.writes = 0
+
+    def prepare(self) -> None:
+        """Create the directory and check it is writable (a clear error naming the flag)."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            probe = self.dir / f".probe.{secrets.token_hex(4)}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(
+                "--state-dir", f"cannot write to {self.dir}: {exc.strerror}"
+            ) from None
+
+    def publish(self, doc: dict[str, Any]) -> bool:
+        """Write ``doc`` if it changed (ignoring the ever-changing ``expires_in_ms``)."""
+        key = {k: v for k, v in doc.items() if k != "expires_in_ms"}
+        if key == self._last:
+            return False
+        leader = bool(doc.get("leader"))
+        if not leader:
+            # stop claiming leadership first: the marker goes before the document says false
+            with contextlib.suppress(FileNotFoundError):
+                self.marker.unlink()
+        atomic_write(self.path, (json.dumps(doc, sort_keys=True) + "\n").encode())
+        if leader and not self.marker.exists():
+            atomic_write(self.marker, f"{doc.get('identity', '')}\n".encode())
+        self._last = key
+        self.writes += 1
+        return True
+
+    def remove_marker(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.marker.unlink()

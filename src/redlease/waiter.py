@@ -1,0 +1,91 @@
+"""`redlease wait`: block an application's entrypoint until its pod's sidecar leads.
+
+Reads the sidecar's state file (leader only while ``leader`` is true *and* ``leader_until`` is
+still ahead, so a file left by a frozen sidecar does not count) or its ``/status`` endpoint.
+Exit 0 once leader; 1 on timeout.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from redlease.errors import ConfigError
+from redlease.sidecar.statefile import file_name
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where to read the status document: a file path or an HTTP URL."""
+
+    path: Path | None = None
+    url: str | None = None
+
+    def __str__(self) -> str:
+        return str(self.path) if self.path else str(self.url)
+
+
+def resolve_source(
+    state_file: str | None, state_dir: str | None, lock: str | None, http: str | None
+) -> Source:
+    if sum(x is not None for x in (state_file, state_dir, http)) != 1:
+        raise ConfigError("--state-file", "give exactly one of --state-file, --state-dir, --http")
+    if state_file:
+        return Source(path=Path(state_file))
+    if state_dir is not None:
+        if not lock:
+            raise ConfigError("--lock", "is required with --state-dir")
+        return Source(path=Path(state_dir) / file_name(lock))
+    assert http is not None
+    url = http if "://" in http else f"http://{http}"
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError("--http", f"not an http URL: {http!r}")
+    return Source(url=url.rstrip("/") + "/status")
+
+
+def is_leader(doc: Any, now: float | None = None) -> bool:
+    """True if the status document claims leadership that has not run out (pure)."""
+    if not isinstance(doc, dict) or doc.get("leader") is not True:
+        return False
+    until = doc.get("leader_until")
+    if until is None:
+        return True
+    try:
+        end = _dt.datetime.fromisoformat(str(until).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return False
+    return (time.time() if now is None else now) < end
+
+
+def read(source: Source) -> Any:
+    try:
+        if source.path is not None:
+            return json.loads(source.path.read_text())
+        assert source.url is not None
+        with urllib.request.urlopen(source.url, timeout=2.0) as resp:  # noqa: S310 - http(s) only
+            return json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+
+
+def wait_for_leader(source: Source, *, timeout: float | None, interval: float) -> int:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        doc = read(source)
+        if is_leader(doc):
+            print(
+                f"leader: {doc.get('identity')} holds {doc.get('lock')!r} "
+                f"with fencing token {doc.get('fencing_token')}",
+                flush=True,
+            )
+            return 0
+        if deadline is not None and time.monotonic() >= deadline:
+            sys.stderr.write(f"redlease: not leader within {timeout:g}s ({source})\n")
+            return 1
+        time.sleep(interval if deadline is None else min(interval, deadline - time.monotonic()))

@@ -1,0 +1,221 @@
+"""Real `redlease sidecar` / `redlease run` processes for the tests, and an /status observer."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from redlease.localredis import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def env(**extra: str) -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if not k.startswith(("REDLEASE_", "POD_"))}
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), out.get("PYTHONPATH")) if p)
+    out.update(extra)
+    return out
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, step: float = 0.01) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(step)
+
+
+class Sidecar:
+    """One `python -m redlease sidecar` process with its own HTTP port and state directory."""
+
+    def __init__(
+        self,
+        identity: str,
+        lock: str,
+        urls: Sequence[str],
+        *,
+        ttl: float = 1.5,
+        renew_deadline: float = 1.0,
+        retry_period: float = 0.1,
+        extra: Sequence[str] = (),
+        environ: dict[str, str] | None = None,
+    ) -> None:
+        self.identity = identity
+        self.lock = lock
+        self.port = free_port()
+        self.state_dir = Path(tempfile.mkdtemp(prefix=f"redlease-sc-{identity}-"))
+        self.log_path = self.state_dir.parent / f"{self.state_dir.name}.log"
+        self.args = [sys.executable, "-m", "redlease", "sidecar", "--identity", identity]
+        if lock:
+            self.args += ["--lock", lock]
+        for url in urls:
+            self.args += ["--redis", url]
+        self.args += [
+            "--ttl", str(ttl), "--renew-deadline", str(renew_deadline),
+            "--retry-period", str(retry_period), "--http", f"127.0.0.1:{self.port}",
+            "--state-dir", str(self.state_dir), "--log-level", "debug", *extra,
+        ]  # fmt: skip
+        self.environ = environ or env()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._conn: http.client.HTTPConnection | None = None
+
+    def start(self) -> Sidecar:
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            self.args, stdout=self._log, stderr=self._log, env=self.environ, cwd=ROOT
+        )
+        return self
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / f"{self.lock}.json"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def get(self, path: str = "/status", timeout: float = 2.0) -> tuple[int, Any]:
+        """GET ``path`` over a keep-alive connection; (0, None) if the sidecar does not answer."""
+        for _ in range(2):
+            if self._conn is None:
+                self._conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+            try:
+                self._conn.request("GET", path)
+                resp = self._conn.getresponse()
+                body = resp.read()
+                if path == "/metrics":
+                    return resp.status, body.decode()
+                return resp.status, json.loads(body)
+            except (OSError, http.client.HTTPException, ValueError):
+                self._conn.close()
+                self._conn = None
+        return 0, None
+
+    def status(self) -> dict[str, Any] | None:
+        code, doc = self.get("/status")
+        return doc if code == 200 else None
+
+    def is_leader(self) -> bool:
+        doc = self.status()
+        return bool(doc and doc["leader"])
+
+    def wait_up(self, timeout: float = 15.0) -> Sidecar:
+        wait_until(lambda: self.get("/healthz")[0] == 200, timeout)
+        return self
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, sig)
+
+    def wait(self, timeout: float = 10.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def stop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self.proc is not None and self.proc.poll() is None:
+            self.signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(10)
+        if hasattr(self, "_log"):
+            self._log.close()
+
+
+@dataclass
+class Sample:
+    identity: str
+    sent: float
+    received: float
+    leader: bool
+    token: int | None
+
+
+@dataclass
+class Observer:
+    """Samples every sidecar's /status in a loop, in a thread; checks there are never two leaders.
+
+    Two leaders are *proven* when a sidecar claims an older term (lower fencing token) in an
+    answer requested after another sidecar's claim of a newer term had already arrived.
+    """
+
+    sidecars: list[Sidecar]
+    samples: list[Sample] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> Observer:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        conns: dict[int, http.client.HTTPConnection] = {}
+        while not self._stop.is_set():
+            for sc in list(self.sidecars):
+                sent = time.monotonic()
+                try:
+                    conn = conns.get(sc.port) or http.client.HTTPConnection(
+                        "127.0.0.1", sc.port, timeout=1.0
+                    )
+                    conns[sc.port] = conn
+                    conn.request("GET", "/status")
+                    doc = json.loads(conn.getresponse().read())
+                except (OSError, http.client.HTTPException, ValueError):
+                    conns.pop(sc.port, None)
+                    continue
+                self.samples.append(
+                    Sample(
+                        doc["identity"], sent, time.monotonic(), doc["leader"], doc["fencing_token"]
+                    )
+                )
+            time.sleep(0.002)
+
+    def leader_seen_after(self, t: float) -> Sample | None:
+        for s in list(self.samples):
+            if s.leader and s.sent >= t:
+                return s
+        return None
+
+    def violations(self) -> list[str]:
+        first_recv: dict[int, float] = {}
+        last_sent: dict[int, float] = {}
+        owner: dict[int, str] = {}
+        for s in self.samples:
+            if not s.leader or s.token is None:
+                continue
+            first_recv[s.token] = min(first_recv.get(s.token, s.received), s.received)
+            last_sent[s.token] = max(last_sent.get(s.token, s.sent), s.sent)
+            if owner.setdefault(s.token, s.identity) != s.identity:
+                return [f"token {s.token} claimed by {owner[s.token]} and {s.identity}"]
+        bad = []
+        tokens = sorted(first_recv)
+        for i, old in enumerate(tokens):
+            for new in tokens[i + 1 :]:
+                if last_sent[old] > first_recv[new]:
+                    bad.append(
+                        f"{owner[old]} still claimed token {old} after {owner[new]} claimed {new}"
+                    )
+        return bad

@@ -1,0 +1,88 @@
+"""Bad flags and env vars: one line naming the flag, exit status 2, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from redlease.cli import main
+from tests.sidecar.procs import ROOT, env
+
+BASE = ["sidecar", "--lock", "x", "--redis", "redis://127.0.0.1:1/0", "--http", "off"]
+
+
+def run_cli(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "named"),
+    [
+        ([*BASE, "--ttl", "abc"], {}, "--ttl"),
+        ([*BASE, "--ttl", "-1"], {}, "--ttl"),
+        ([*BASE, "--renew-deadline", "20"], {}, "--renew-deadline"),
+        ([*BASE, "--retry-period", "12"], {}, "--retry-period"),
+        (BASE, {"REDLEASE_TTL": "abc"}, "REDLEASE_TTL (for --ttl)"),
+        (BASE, {"REDLEASE_PAUSED": "maybe"}, "--paused"),
+        (BASE, {"REDLEASE_READY": "sometimes"}, "--ready"),
+        (["sidecar", "--redis", "redis://h"], {}, "--lock"),
+        (["sidecar", "--lock", "a{b}", "--redis", "redis://h"], {}, "--lock"),
+        (["sidecar", "--lock", "x", "--redis", "http://h"], {}, "--redis"),
+        (["sidecar", "--lock", "x"], {}, "--redis"),
+        ([*BASE, "--http", "127.0.0.1:99999"], {}, "--http"),
+        ([*BASE, "--quorum", "2"], {}, "--quorum"),
+        ([*BASE, "--bogus"], {}, "--bogus"),
+        (["run", "--lock", "x", "--redis", "redis://h"], {}, "COMMAND"),
+        (["wait"], {}, "--state-file"),
+        (["wait", "--state-dir", "/tmp"], {}, "--lock"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_flag(
+    argv: list[str],
+    environ: dict[str, str],
+    named: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    assert run_cli(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert named in err and "Traceback" not in err
+
+
+def test_env_vars_fill_flags_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    from redlease import cli
+
+    monkeypatch.setenv("REDLEASE_TTL", "30")
+    monkeypatch.setenv("REDLEASE_REDIS", "redis://a:1/0, redis://b:2/0,redis://c:3/0")
+    monkeypatch.setenv("REDLEASE_PAUSED", "true")
+    parser = cli.build_parser()
+    args = parser.parse_args(["sidecar", "--lock", "x", "--ttl", "9"])
+    cli._fill_from_env(parser, args)
+    assert args.ttl == 9.0 and args.paused is True
+    assert args.redis == ["redis://a:1/0", "redis://b:2/0", "redis://c:3/0"]
+    assert args.http == "127.0.0.1:4040" and args.state_dir == "/var/run/redlease"
+
+
+def test_real_process_bad_state_dir_and_env() -> None:
+    cmd = [sys.executable, "-m", "redlease", *BASE, "--state-dir", "/proc/redlease-no"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=30)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "--state-dir" in out.stderr
+    out = subprocess.run(
+        [sys.executable, "-m", "redlease", "sidecar"],
+        capture_output=True,
+        text=True,
+        env=env(REDLEASE_LOCK="x", REDLEASE_REDIS="redis://h", REDLEASE_RETRY_PERIOD="0"),
+        cwd=ROOT,
+        timeout=30,
+    )
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "--retry-period" in out.stderr

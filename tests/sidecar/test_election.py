@@ -1,0 +1,187 @@
+"""The pure election state machine, the spec mapping and the waiter's check (no I/O)."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+
+import pytest
+
+from redlease.errors import ConfigError, LockUnavailable, NotOwned
+from redlease.sidecar.config import (
+    ElectionConfig,
+    apply_spec,
+    secret_ref,
+    secret_value,
+    validate_target,
+    validate_timing,
+)
+from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown
+from redlease.status import LockState
+from redlease.waiter import is_leader
+
+CFG = ElectionConfig(
+    lock="L",
+    identity="me",
+    target=validate_target(["redis://127.0.0.1:7000/0"]),
+    timing=validate_timing(15, 10, 2),
+)
+
+
+def elected(e: Election, at: float = 100.0, token: int = 5) -> None:
+    t = e.acquired(fencing_token=token, server_ms=1, transitions=3, sent_at=at,
+                   lease_deadline=at + 15 - 0.152)  # fmt: skip
+    assert t.kind == "elected" and t.fencing_token == token
+
+
+def state(holder: str | None, candidates: tuple[str, ...] = ()) -> LockState:
+    return LockState(name="L", now_ms=0, holder=holder, fencing_token=7 if holder else None,
+                     expires_in_ms=9000 if holder else None, candidates=candidates)  # fmt: skip
+
+
+def test_candidate_acquires_then_renews_every_retry_period() -> None:
+    e = Election(CFG)
+    assert e.next_action(0.0) == Acquire(2.0)
+    elected(e)
+    assert e.leading(100.0) and e.next_action(101.0) == Renew(1.0, 8.0)
+    assert isinstance(e.next_action(102.0), Renew) and e.next_action(102.0).wait == 0.0
+
+
+def test_leader_steps_down_at_renew_deadline_not_at_ttl() -> None:
+    e = Election(CFG)
+    elected(e)
+    term = e.term
+    assert term is not None
+    e.renew_started(term, 102.0)
+    assert e.renew_failed(term, LockUnavailable("L", "down")) is None  # outage: keep trying
+    assert e.leading(109.999) and e.check(109.999) is None
+    assert not e.leading(110.0)  # renew deadline: 10 s after the last successful send
+    t = e.check(110.0)
+    assert t is not None and t.kind == "lost" and t.fencing_token == 5
+    assert e.snapshot(110.0, 0.0)["leader"] is False
+
+
+def test_late_renewal_never_revives_an_ended_term() -> None:
+    e = Election(CFG)
+    elected(e)
+    term = e.term
+    assert term is not None and e.check(111.0) is not None
+    e.renewed(term, sent_at=109.0, server_ms=2, lease_deadline=124.0)
+    assert not e.leading(111.0)
+
+
+def test_refused_renewal_is_lost_at_once() -> None:
+    e = Election(CFG)
+    elected(e)
+    assert e.term is not None
+    t = e.renew_failed(e.term, NotOwned("L", "gone"))
+    assert t is not None and t.kind == "lost" and not e.leading(101.0)
+
+
+def test_paused_and_preferred_holder() -> None:
+    e = Election(dataclasses.replace(CFG, paused=True))
+    assert e.next_action(0.0) == Idle(2.0, "paused")
+    e.update(dataclasses.replace(CFG, preferred_holder="other"))
+    e.observe(state(None, ("me", "other")), 0.0)
+    assert isinstance(e.next_action(0.0), Idle)  # defer while the preferred one is alive
+    assert e.next_action(16.0) == Acquire(2.0)  # ...as last seen (a stale read does not count)
+    elected(e, at=20.0)
+    e.observe(state("me", ("me", "other")), 21.0)
+    assert isinstance(e.next_action(21.0), Renew)  # hand-off happens at the next renewal
+    assert isinstance(e.next_action(22.0), StepDown)
+    t = e.stepped_down("hand-off")
+    assert t is not None and t.kind == "stepped_down"
+
+
+def test_outage_backoff_grows_and_is_capped() -> None:
+    e = Election(CFG)
+    delays = [e.failed_attempt(0.0) for _ in range(8)]
+    assert delays[0] == 2.0 and delays == sorted(delays) and max(delays) == 10.0
+    assert isinstance(e.next_action(1.0), Idle)
+    e.reachable()
+    assert e.next_action(1.0) == Acquire(2.0)
+
+
+def test_snapshot_of_a_follower_shows_the_holder() -> None:
+    e = Election(CFG)
+    t = e.observe(state("boss", ("me", "boss")), 50.0)
+    assert t is not None and t.kind == "observed" and t.holder == "boss"
+    assert e.observe(state("boss", ("me", "boss")), 51.0) is None  # logged once
+    doc = e.snapshot(52.0, 1_000.0)
+    assert doc["leader"] is False and doc["holder"] == "boss" and doc["fencing_token"] == 7
+    assert doc["expires_in_ms"] == 8000 and doc["candidates"] == 2
+    assert doc["nodes"] == {"total": 1, "healthy": 1, "quorum": 1}
+    assert e.snapshot(60.0, 1_000.0)["holder"] is None  # its lease has run out since the read
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [((0.01,), "--ttl"), ((15, 15), "--renew-deadline"), ((15, 10, 10), "--retry-period")],
+)
+def test_timing_validation_names_the_flag(args: tuple[float, ...], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate_timing(*args)
+    assert err.value.field == field
+
+
+SPEC = {
+    "keys": ["orders"],
+    "ttlSeconds": 9,
+    "renewDeadlineSeconds": 6,
+    "retryPeriodSeconds": 1,
+    "nodes": [{"url": "redis://redis-0:6379/0"}],
+    "auth": {"secretRef": {"name": "redis-auth"}},
+    "paused": True,
+    "preferredHolder": "pod-b",
+}
+
+
+def test_spec_maps_to_election_settings() -> None:
+    cfg = apply_spec(CFG, SPEC, password="pw")
+    assert cfg.lock == "orders" and cfg.identity == "me"
+    assert (cfg.timing.ttl, cfg.timing.renew_deadline, cfg.timing.retry_period) == (9, 6, 1)
+    assert cfg.target.urls == ("redis://redis-0:6379/0",) and cfg.target.password == "pw"
+    assert cfg.paused and cfg.preferred_holder == "pod-b"
+    assert "pw" not in repr(cfg)
+    only_ttl = apply_spec(CFG, {"keys": ["k"], "ttlSeconds": 30})
+    assert only_ttl.timing.renew_deadline == 20 and only_ttl.target == CFG.target
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"keys": []}, "spec.keys"),
+        ({"keys": ["a{b"]}, "spec.keys[0]"),
+        ({"renewDeadlineSeconds": 20}, "spec.renewDeadlineSeconds"),
+        ({"ttlSeconds": "9"}, "spec.ttlSeconds"),
+        ({"nodes": [{"url": "http://x"}]}, "spec.nodes"),
+        ({"nodes": [{}]}, "spec.nodes[0].url"),
+        ({"paused": "yes"}, "spec.paused"),
+        ({"tls": {"insecureSkipVerify": 1}}, "spec.tls.insecureSkipVerify"),
+    ],
+)
+def test_bad_spec_names_the_field(patch: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        apply_spec(CFG, {**SPEC, **patch})
+    assert err.value.field == field
+
+
+def test_secret_reference_and_value() -> None:
+    ref = secret_ref({"auth": {"secretRef": {"name": "s", "passwordKey": "pw"}}})
+    assert ref is not None and (ref.name, ref.password_key, ref.username_key) == (
+        "s",
+        "pw",
+        "username",
+    )
+    secret = {"data": {"pw": base64.b64encode(b"hunter2").decode()}}
+    assert secret_value(secret, "pw", "s") == "hunter2"
+    with pytest.raises(ConfigError) as err:
+        secret_value(secret, "nope", "s")
+    assert "nope" in str(err.value)
+
+
+def test_waiter_trusts_leadership_only_until_leader_until() -> None:
+    doc = {"leader": True, "leader_until": "2030-01-01T00:00:00.000Z"}
+    assert is_leader(doc, now=1_800_000_000.0)
+    assert not is_leader(doc, now=1_900_000_000.0)
+    assert not is_leader({"leader": False}) and not is_leader(None)

@@ -1,0 +1,127 @@
+"""Pod label and --lock-ref against KMock (a Kubernetes API emulator over real HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import kmock
+import pytest
+
+from redlease.localredis import RedisServer
+from tests.sidecar.procs import Sidecar, env
+
+NS = "shop"
+DLOCKS = "redlease.dev/v1alpha1/distributedlocks"
+LABEL = "redlease.dev/leader"
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
+    """Poll without blocking the loop that serves KMock."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await asyncio.to_thread(predicate)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(0.02)
+
+
+def label(api: kmock.KubernetesEmulator, pod: str) -> str | None:
+    labels = api.objects["v1/pods", NS, pod].raw.get("metadata", {}).get("labels") or {}
+    value: str | None = labels.get(LABEL)
+    return value
+
+
+@pytest.mark.slow
+async def test_lock_ref_follows_spec_and_pod_label_tracks_leadership() -> None:
+    secured = RedisServer(password="pw-from-secret").start()
+    try:
+        await scenario(secured)
+    finally:
+        secured.stop()
+
+
+async def scenario(server: RedisServer) -> None:
+    async with kmock.KubernetesEmulator() as api, kmock.Server(api) as srv:
+        api.resources["v1/pods"] = kmock.ResourceInfo(kind="Pod", namespaced=True)
+        api.resources["v1/secrets"] = kmock.ResourceInfo(kind="Secret", namespaced=True)
+        api.resources[DLOCKS] = kmock.ResourceInfo(kind="DistributedLock", namespaced=True)
+        for pod in ("pod-a", "pod-b"):
+            api.objects["v1/pods", NS, pod] = {"metadata": {"name": pod, "namespace": NS}}
+        api.objects["v1/secrets", NS, "redis-auth"] = {
+            "metadata": {"name": "redis-auth", "namespace": NS},
+            "data": {"password": base64.b64encode(b"pw-from-secret").decode()},
+        }
+        api.objects[DLOCKS, NS, "orders"] = {
+            "metadata": {"name": "orders", "namespace": NS, "generation": 1},
+            "spec": {
+                "keys": ["orders-lock"],
+                "ttlSeconds": 1.5,
+                "renewDeadlineSeconds": 1.0,
+                "retryPeriodSeconds": 0.1,
+                "nodes": [{"url": f"redis://127.0.0.1:{server.port}/0"}],
+                "auth": {"secretRef": {"name": "redis-auth"}},
+            },
+        }
+        base = f"http://127.0.0.1:{srv.port}"
+        scs = {
+            pod: Sidecar(pod, "", [], extra=["--lock-ref", "orders", "--pod-label",
+                                            "--kube-api", base],
+                         environ=env(POD_NAME=pod, POD_NAMESPACE=NS)).start()
+            for pod in ("pod-a", "pod-b")
+        }  # fmt: skip
+        try:
+            await run_steps(api, base, scs, until)
+        finally:
+            for sc in scs.values():
+                sc.stop()
+
+
+async def run_steps(
+    api: kmock.KubernetesEmulator,
+    base: str,
+    scs: dict[str, Sidecar],
+    until: Callable[..., Awaitable[Any]],
+) -> None:
+    def leaders() -> list[str]:
+        return [pod for pod, sc in scs.items() if sc.is_leader()]
+
+    first = (await until(lambda: leaders() if len(leaders()) == 1 else None))[0]
+    other = next(p for p in scs if p != first)
+    doc = scs[first].status()
+    assert doc is not None and doc["lock"] == "orders-lock"  # name and password from the API
+    await until(lambda: label(api, first) == "true" and label(api, other) == "false")
+
+    async with aiohttp.ClientSession(base) as http:
+
+        async def patch_spec(spec: dict[str, Any]) -> None:
+            path = f"/apis/{DLOCKS.rsplit('/', 1)[0]}/namespaces/{NS}/distributedlocks/orders"
+            headers = {"Content-Type": "application/merge-patch+json"}
+            async with http.patch(path, json={"spec": spec}, headers=headers) as resp:
+                assert resp.status == 200, await resp.text()
+
+        # planned hand-off: the spec names the standby as preferred holder
+        await patch_spec({"preferredHolder": other})
+        await until(lambda: leaders() == [other])
+        await until(lambda: label(api, other) == "true" and label(api, first) == "false")
+
+        # paused: the holder keeps its lease, but nobody takes a free lock
+        await patch_spec({"paused": True, "preferredHolder": None})
+        await until(lambda: scs[first].status()["paused"] is True)  # type: ignore[index]
+        scs[other].signal(signal.SIGTERM)
+        assert await asyncio.to_thread(scs[other].wait) == 0
+        await asyncio.sleep(1.0)
+        assert leaders() == []
+        assert label(api, other) == "false"  # set on the way out
+        await patch_spec({"paused": False})
+        await until(lambda: leaders() == [first])
+        await until(lambda: label(api, first) == "true")
+    log = scs[first].log()
+    assert "pw-from-secret" not in log and '"configuration applied"' in log
