@@ -11,6 +11,7 @@ help:
 	@echo "make test        lint, type-check and run the whole test suite"
 	@echo "make test-quick  the same without tests marked slow"
 	@echo "make chaos       the safety check under faults (< 5 min); chaos-quick < 1 min"
+	@echo "make bench       redlease against its peers (< 10 min); bench-quick < 1 min"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +23,8 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests chaos
-	$(VENV)/bin/ruff format --check src tests chaos
+	$(VENV)/bin/ruff check src tests chaos bench
+	$(VENV)/bin/ruff format --check src tests chaos bench
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
@@ -45,3 +46,17 @@ demo: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# --- benchmarks (bench/, docs/benchmarks.md): redlease against its peers in one run -------------
+.PHONY: bench bench-quick
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e ".[test,bench]"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)  ## full benchmark, < 10 min: bench/results.json, docs/benchmarks.md
+	$(PY) -m bench
+
+bench-quick: $(BENCH_STAMP)  ## the same, shorter (< 1 min)
+	$(PY) -m bench --quick

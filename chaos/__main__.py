@@ -21,6 +21,7 @@ COLUMNS = (
     ("stale_writes_refused", "stale refused"),
     ("stale_writes_accepted", "stale ACCEPTED"),
     ("token_regressions", "token regress."),
+    ("leader_samples", "status samples"),
     ("dual_leader_samples", "2 leaders"),
 )
 

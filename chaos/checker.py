@@ -11,7 +11,9 @@ Counted per scenario:
   corrupted an unfenced resource).
 * ``token_regressions``: acquisitions whose token was not above every token acquired before
   (in monotonic time). Must be 0 under the documented assumptions.
-* ``dual_leader_samples``: observer rounds in which two sidecars both said ``leader: true``.
+* ``dual_leader_samples``: ``/status`` answers of ``leader: true`` with a fencing token lower than
+  that of a ``leader: true`` answer another sidecar had already given (received before this
+  request was sent): two leaders at once, proven by the order of the samples alone.
 """
 
 from __future__ import annotations
@@ -80,10 +82,29 @@ def count_regressions(events: Iterable[dict[str, Any]]) -> int:
     return regressions
 
 
+Sample = tuple[float, float, str, bool, int | None]  # (sent, received, who, leader, token)
+
+
+def count_dual_leaders(samples: Iterable[Sample]) -> int:
+    """Leader claims made after a higher-token leader had already claimed (see module doc)."""
+    claims = sorted((t1, token) for _t0, t1, _w, leader, token in samples if leader and token)
+    by_sent = sorted(s for s in samples if s[3] and s[4])
+    best = -1
+    i = 0
+    dual = 0
+    for t0, _t1, _who, _leader, token in by_sent:
+        while i < len(claims) and claims[i][0] < t0:
+            best = max(best, claims[i][1])
+            i += 1
+        if token is not None and token < best:
+            dual += 1
+    return dual
+
+
 def check(
     events: list[dict[str, Any]],
     attempts: list[dict[str, Any]],
-    leader_rounds: list[list[bool]] | None = None,
+    samples: list[Sample] | None = None,
 ) -> Verdict:
     v = Verdict()
     v.clients = len({e["client"] for e in events})
@@ -95,7 +116,6 @@ def check(
     )
     v.stale_writes_refused = sum(1 for a in attempts if not a["accepted"])
     v.token_regressions = count_regressions(events)
-    rounds = leader_rounds or []
-    v.leader_samples = len(rounds)
-    v.dual_leader_samples = sum(1 for r in rounds if sum(r) > 1)
+    v.leader_samples = len(samples or [])
+    v.dual_leader_samples = count_dual_leaders(samples or [])
     return v

@@ -3,6 +3,7 @@ collects the histories and checks them."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,10 +20,10 @@ from typing import Any
 
 import redis
 
-from chaos.checker import Verdict, check
+from chaos.checker import Sample, Verdict, check
 from chaos.proxy import DelayProxy
 from chaos.resource import Resource
-from redlease.localredis import RedisServer
+from redlease.localredis import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +43,8 @@ class Run:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
     proxies: list[DelayProxy] = field(default_factory=list)
-    leader_rounds: list[list[bool]] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    ports: dict[str, int] = field(default_factory=dict)
     next_id: int = 0
 
     def spawn_client(self, **overrides: Any) -> str:
@@ -65,6 +68,50 @@ class Run:
             [sys.executable, "-m", "chaos.client", json.dumps(cfg)], env=env, cwd=ROOT
         )
         return who
+
+    def spawn_sidecar(self) -> str:
+        who = f"s{self.next_id}"
+        self.next_id += 1
+        port = free_port()
+        self.ports[who] = port
+        args = [
+            sys.executable, "-m", "redlease", "sidecar",
+            "--lock", "chaos", "--ttl", str(self.ttl), "--identity", who,
+            "--http", f"127.0.0.1:{port}", "--state-dir", str(self.workdir / who),
+            "--log-level", "error",
+        ]  # fmt: skip
+        for url in self.urls:
+            args += ["--redis", url]
+        env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'src'}")
+        self.procs[who] = subprocess.Popen(
+            args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        return who
+
+    def observe(self, stop: threading.Event) -> None:
+        """Sample every sidecar's /status in turn until ``stop``; a paused one just times out."""
+        conns: dict[str, http.client.HTTPConnection] = {}
+        while not stop.is_set():
+            for who, port in list(self.ports.items()):
+                if self.procs[who].poll() is not None:
+                    continue
+                conn = conns.get(who) or http.client.HTTPConnection("127.0.0.1", port, timeout=0.2)
+                conns[who] = conn
+                t0 = time.monotonic()
+                try:
+                    conn.request("GET", "/status")
+                    body = json.loads(conn.getresponse().read())
+                except (OSError, ValueError, http.client.HTTPException):
+                    conn.close()
+                    conns.pop(who, None)
+                    continue
+                t1 = time.monotonic()
+                self.samples.append(
+                    (t0, t1, who, bool(body.get("leader")), body.get("fencing_token"))
+                )
+            time.sleep(0.002)
+        for conn in conns.values():
+            conn.close()
 
     def holder(self) -> str | None:
         for node in self.nodes:
@@ -105,13 +152,16 @@ def pause_holder(run: Run, pause: float) -> None:
     os.kill(pid, signal.SIGCONT)
 
 
-def kill_holder(run: Run) -> None:
+def kill_holder(run: Run, sig: int = signal.SIGKILL) -> None:
     who = run.wait_for_holder()
     if who is None:
         return
-    run.procs[who].kill()
-    run.count("holder_killed")
-    run.spawn_client()
+    run.procs[who].send_signal(sig)
+    run.count("holder_killed" if sig == signal.SIGKILL else "holder_terminated")
+    if who.startswith("s"):
+        run.spawn_sidecar()
+    else:
+        run.spawn_client()
 
 
 def restart_node(run: Run, index: int, down: float) -> None:
@@ -191,6 +241,19 @@ def _quorum_losses(run: Run, quick: bool) -> None:
     pause_holder(run, run.ttl * 2.5)
 
 
+def _sidecar_faults(run: Run, quick: bool) -> None:
+    for _ in range(1 if quick else 3):
+        time.sleep(random.uniform(0.5, 1.0))
+        pause_holder(run, run.ttl * 1.5)  # past the renew deadline and the TTL
+        time.sleep(random.uniform(0.5, 1.0))
+        kill_holder(run, signal.SIGTERM)
+        time.sleep(random.uniform(0.5, 1.0))
+        kill_holder(run, signal.SIGKILL)
+    if not quick:
+        time.sleep(0.5)
+        restart_node(run, 0, 0.5)
+
+
 SCENARIOS = [
     Scenario("holder-pauses", "holders SIGSTOPped for 2.5 TTL, then resumed", _pauses),
     Scenario(
@@ -205,6 +268,13 @@ SCENARIOS = [
         "node-restarts",
         "the single Redis node killed and restarted (AOF, fsync always)",
         _node_restarts,
+    ),
+    Scenario(
+        "sidecars",
+        "3 leader-election sidecars: leader SIGSTOPped past its deadline, SIGTERMed, SIGKILLed",
+        _sidecar_faults,
+        clients=3,
+        ttl=1.0,
     ),
     Scenario(
         "slow-node",
@@ -246,10 +316,24 @@ def run_scenario(sc: Scenario, quick: bool, seconds: float) -> dict[str, Any]:
     else:
         run.urls = [f"redis://127.0.0.1:{n.port}" for n in nodes]
     started = time.monotonic()
+    stop = threading.Event()
+    observer = threading.Thread(target=run.observe, args=(stop,), daemon=True)
     try:
+        sidecars = sc.name == "sidecars"
         for _ in range(sc.clients):
-            run.spawn_client()
+            if sidecars:
+                run.spawn_sidecar()
+            else:
+                run.spawn_client()
+        if sidecars:
+            observer.start()
         sc.inject(run, quick)
+        if sidecars:
+            time.sleep(1.0)
+            stop.set()
+            observer.join()
+            for p in run.procs.values():
+                p.send_signal(signal.SIGTERM)
         for p in run.procs.values():
             try:
                 p.wait(timeout=max(1.0, seconds - (time.monotonic() - started)) + 10)
@@ -260,8 +344,9 @@ def run_scenario(sc: Scenario, quick: bool, seconds: float) -> dict[str, Any]:
         for f in sorted(workdir.glob("*.jsonl")):
             events += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
         attempts = Resource(redis.Redis(port=resource.port)).attempts()
-        verdict: Verdict = check(events, attempts, run.leader_rounds)
+        verdict: Verdict = check(events, attempts, run.samples)
     finally:
+        stop.set()
         for p in run.procs.values():
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGCONT)
@@ -281,6 +366,9 @@ def run_scenario(sc: Scenario, quick: bool, seconds: float) -> dict[str, Any]:
         "faults": run.faults,
         **verdict.as_dict(),
     }
+    if sc.name == "sidecars":
+        result["clients"] = run.next_id
+        result["leaderships"] = len({s[4] for s in run.samples if s[3] and s[4]})
     result["safe"] = result["stale_writes_accepted"] == 0 and result["token_regressions"] == 0
     result["expected_safe"] = sc.expect_safe
     return result

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +81,28 @@ def free_port(*, with_bus: bool = False) -> int:
     raise ServerError("no free port found")
 
 
+def _die_with_parent() -> Callable[[], None] | None:
+    """A pre-exec hook so that a server dies with the process that started it, even when that
+    process is SIGKILLed or SIGTERMed and its atexit hook never runs (Linux only).
+
+    The kernel ties this to the starting *thread*, so it is only used from the main thread.
+    """
+    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return hook
+
+
 @dataclass
 class RedisServer:
     """One redis-server process on 127.0.0.1. Not persistent unless ``persistent=True``."""
@@ -133,7 +158,7 @@ class RedisServer:
             return self
         self.proc = subprocess.Popen(
             self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_die_with_parent(),
         )  # fmt: skip
         if self not in _STARTED:
             _STARTED.append(self)

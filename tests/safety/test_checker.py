@@ -28,7 +28,14 @@ def test_overlap_and_regression_counting() -> None:
         {"client": "b", "token": 2, "accepted": 1, "max_before": 1},
         {"client": "a", "token": 1, "accepted": 0, "max_before": 2},
     ]
-    v = check(events, attempts, [[True, False], [True, True]])
+    samples = [
+        (0.0, 0.1, "a", True, 1),
+        (0.2, 0.3, "b", True, 2),  # b leads with token 2, answer received at 0.3
+        (0.25, 0.35, "a", True, 1),  # sent before b's answer arrived: not proven
+        (0.4, 0.5, "a", True, 1),  # sent after: a still claims with the older token
+        (0.6, 0.7, "a", False, None),
+    ]
+    v = check(events, attempts, samples)
     assert v.critical_sections == 3
     assert v.overlapping_pairs == 1
     assert v.sections_overlapped == 2

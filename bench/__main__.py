@@ -1,0 +1,162 @@
+"""Run the benchmark: ``python -m bench [--quick] [--only uncontended,handoff,failover]``.
+
+Writes bench/results.json, docs/benchmarks.md and docs/handoff.png (paths configurable) and
+prints the targets table. Exit status 0 even when a target is missed: targets are reported,
+not asserted; a scenario that cannot run here (no sidecar yet, no quorum module, no
+redis-benchmark) is reported as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ("uncontended", "handoff", "failover")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long each scenario runs; ``full`` targets < 10 min, ``quick`` < 1 min on 2 cores."""
+
+    pair_seconds: float
+    pair_reps: int
+    pair_warmup: float
+    ref_requests: int
+    handoff_seconds: float
+    handoff_reps: int
+    failover_reps: int
+    failover_ttl: float
+    idle_seconds: float
+
+
+PLANS = {
+    "full": Plan(1.0, 5, 0.3, 40_000, 1.0, 4, 5, 2.0, 10.0),
+    "quick": Plan(0.25, 2, 0.1, 10_000, 0.5, 1, 2, 1.0, 2.0),
+}
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for dist in ("redlease", "redis", "hiredis", "python-redis-lock", "pottery", "aioredlock"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def _environment() -> dict[str, Any]:
+    from redlease.localredis import server_version
+
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "redis_server": ".".join(map(str, server_version())),
+        "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "versions": _versions(),
+    }
+
+
+def _clean(obj: Any) -> Any:
+    """NaN → None so results.json stays strict JSON."""
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _unclean(obj: Any) -> Any:
+    if obj is None:
+        return math.nan
+    if isinstance(obj, dict):
+        return {k: (v if k in ("skipped", "available") else _unclean(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_unclean(v) for v in obj]
+    return obj
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="short run (< 1 minute)")
+    ap.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated scenarios")
+    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results.json")
+    ap.add_argument("--markdown", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    ap.add_argument("--chart", type=Path, default=ROOT / "docs" / "handoff.png")
+    ap.add_argument(
+        "--render-only", action="store_true", help="re-render docs from the existing JSON"
+    )
+    args = ap.parse_args(argv)
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = only - set(SCENARIOS)
+    if unknown:
+        ap.error(f"--only: unknown scenario(s) {', '.join(sorted(unknown))}")
+
+    from bench import report
+    from bench.targets import evaluate
+
+    if args.render_only:
+        results = _unclean(json.loads(args.json.read_text()))
+    else:
+        from bench import failover, handoff, uncontended
+
+        mode = "quick" if args.quick else "full"
+        plan = PLANS[mode]
+        t0 = time.monotonic()
+        results = {
+            "mode": mode,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "plan": plan.__dict__,
+            "environment": _environment(),
+        }
+
+        def log(msg: str) -> None:
+            print(f"[{time.monotonic() - t0:6.1f}s] {msg}", flush=True)
+
+        if "uncontended" in only:
+            results["uncontended"] = uncontended.scenario(
+                seconds=plan.pair_seconds, reps=plan.pair_reps, warmup=plan.pair_warmup,
+                ref_requests=plan.ref_requests, log=log,
+            )  # fmt: skip
+        if "handoff" in only:
+            results["handoff"] = handoff.scenario(
+                seconds=plan.handoff_seconds, reps=plan.handoff_reps, log=log
+            )
+        if "failover" in only:
+            results["failover"] = failover.scenario(
+                reps=plan.failover_reps, ttl=plan.failover_ttl, idle_seconds=plan.idle_seconds,
+                log=log,
+            )  # fmt: skip
+        results["environment"]["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        results["duration_s"] = time.monotonic() - t0
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(_clean(results), indent=1) + "\n")
+    args.markdown.parent.mkdir(parents=True, exist_ok=True)
+    has_chart = report.chart(results, args.chart)
+    rel = os.path.relpath(args.chart, args.markdown.parent) if has_chart else None
+    args.markdown.write_text(report.markdown(results, rel))
+    print()
+    for c in evaluate(results):
+        met = "n/a" if c.met is None else ("met" if c.met else "MISSED")
+        print(f"  {met:<6} {c.target}: {c.measured}")
+    written = ([] if args.render_only else [args.json]) + [args.markdown]
+    written += [args.chart] if has_chart else []
+    print("\nwrote " + ", ".join(map(str, written)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "src"))
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""Where does an uncontended acquire+release pair spend its time? ``python -m bench.profile``.
+
+Splits one pair into the three parts that can differ between lock libraries and prints them
+for redlease and redis-py's Lock, sync and asyncio, on one local redis-server:
+
+* Redis execution time (``INFO commandstats``: usec spent inside EVALSHA/SET/...);
+* client CPU (``time.process_time``) per pair;
+* wall time per pair (what pairs/s measures);
+
+then a pyinstrument profile of redlease's sync loop (``--pyinstrument``), and with
+``--quorum`` the ceiling of a 3-node quorum: redlease's own scripts fanned out from one thread
+without worker threads (send to every node, then read every reply), against the library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+import redlease
+from redlease import aio
+from redlease.localredis import RedisServer
+
+
+def _exec_usec(client: redis.Redis) -> float:
+    return float(sum(v["usec"] for v in client.info("commandstats").values()))
+
+
+def _calls(client: redis.Redis) -> dict[str, int]:
+    return {k[8:]: v["calls"] for k, v in client.info("commandstats").items()}
+
+
+def measure_sync(client: redis.Redis, acquire: Callable[[], Any], release: Callable[[], Any],
+                 n: int) -> dict[str, float]:  # fmt: skip
+    for _ in range(200):
+        acquire()
+        release()
+    client.config_resetstat()
+    c0, t0 = time.process_time(), time.perf_counter()
+    for _ in range(n):
+        acquire()
+        release()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    ex = _exec_usec(client)
+    return {"wall_us": wall / n * 1e6, "client_cpu_us": cpu / n * 1e6, "redis_exec_us": ex / n}
+
+
+async def measure_async(port: int, make: Callable[[Any], Any], n: int) -> dict[str, float]:
+    client = aioredis.Redis(host="127.0.0.1", port=port)
+    lock = make(client)
+    for _ in range(200):
+        await lock.acquire()
+        await lock.release()
+    await client.config_resetstat()
+    c0, t0 = time.process_time(), time.perf_counter()
+    for _ in range(n):
+        await lock.acquire()
+        await lock.release()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    st = await client.info("commandstats")
+    await client.aclose()
+    ex = sum(v["usec"] for k, v in st.items() if not k.startswith("cmdstat_config"))
+    return {"wall_us": wall / n * 1e6, "client_cpu_us": cpu / n * 1e6, "redis_exec_us": ex / n}
+
+
+def quorum_ceiling(seconds: float = 1.0, reps: int = 5) -> tuple[float, float, float]:
+    """(raw single-thread fan-out, redlease NodeSet, aioredlock) pairs/s on 3 local nodes.
+
+    Interleaved repetitions, medians.
+    """
+    import secrets
+
+    from bench.uncontended import _aioredlock, _time_async
+    from redlease import scripts
+
+    servers = [RedisServer().start() for _ in range(3)]
+    try:
+        conns = []
+        for s in servers:
+            c = s.client()
+            c.script_load(scripts.ACQUIRE.lua)
+            c.script_load(scripts.RELEASE.lua)
+            conns.append(c.connection_pool.get_connection())
+        conns_any: list[Any] = conns  # redis-py's Connection methods are untyped
+        keys = [f"redlease:{{ceil}}{k}" for k in ("", ":fence", ":history", ":waiters")]
+        keys.append("redlease:{ceil}:handoff")
+        rkeys = (keys[0], keys[3], keys[4], "redlease:{ceil}:wake")
+
+        def fan(*args: Any) -> list[Any]:
+            packed = conns_any[0].pack_command(*args)
+            for conn in conns_any:
+                conn.send_packed_command(packed, check_health=False)
+            out = []
+            for conn in conns:
+                if not conn.can_read(timeout=0.25):
+                    raise TimeoutError("node did not answer")
+                out.append(conn.read_response())
+            return out
+
+        def raw_pair() -> None:
+            tok = secrets.token_hex(16)
+            fan("EVALSHA", scripts.ACQUIRE.sha, 5, *keys, tok, 10000, "id", "0", 0, 0)
+            fan("EVALSHA", scripts.RELEASE.sha, 4, *rkeys, tok, "1", 250, "0")
+
+        lib: redlease.Lock | None = None
+        try:
+            from redlease.quorum import NodeSet
+        except ImportError:
+            pass
+        else:
+            lib = redlease.Lock(NodeSet([s.client() for s in servers]), "ceil-lib", ttl=10)
+        raw, ours, peer = [], [], []
+        a_acq, a_rel, a_close = _aioredlock([s.port for s in servers], "ceil-arl")
+        loop = asyncio.new_event_loop()
+        for _ in range(reps):
+            n_a, took = loop.run_until_complete(_time_async(a_acq, a_rel, seconds))
+            peer.append(n_a / took)
+            n, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                raw_pair()
+                n += 1
+            raw.append(n / (time.perf_counter() - t0))
+            if lib is not None:
+                n, t0 = 0, time.perf_counter()
+                while time.perf_counter() - t0 < seconds:
+                    lib.acquire()
+                    lib.release()
+                    n += 1
+                ours.append(n / (time.perf_counter() - t0))
+        loop.run_until_complete(a_close())
+        loop.close()
+        nan = float("nan")
+        return (
+            statistics.median(raw),
+            statistics.median(ours) if ours else nan,
+            statistics.median(peer),
+        )
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.profile")
+    ap.add_argument("--pairs", type=int, default=3000)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--pyinstrument", action="store_true")
+    ap.add_argument("--quorum", action="store_true", help="also the 3-node fan-out ceiling")
+    args = ap.parse_args()
+    if args.quorum:
+        raw, ours, peer = quorum_ceiling()
+        print(
+            f"3 nodes: single-thread fan-out of redlease's scripts {raw:,.0f} pairs/s, "
+            f"redlease NodeSet (sync) {ours:,.0f} pairs/s, aioredlock {peer:,.0f} pairs/s"
+        )
+    with RedisServer() as server:
+        client = server.client()
+        rl = redlease.Lock(client, "prof-rl", ttl=10)
+        rp = client.lock("prof-rp", timeout=10)
+        rows: dict[str, list[dict[str, float]]] = {}
+        for _ in range(args.reps):  # interleaved
+            rows.setdefault("redlease Lock", []).append(
+                measure_sync(client, rl.acquire, rl.release, args.pairs)
+            )
+            rows.setdefault("redis-py Lock", []).append(
+                measure_sync(client, rp.acquire, rp.release, args.pairs)
+            )
+            rows.setdefault("redlease aio.Lock", []).append(
+                asyncio.run(
+                    measure_async(
+                        server.port, lambda c: aio.Lock(c, "prof-arl", ttl=10), args.pairs
+                    )
+                )
+            )
+            rows.setdefault("redis.asyncio Lock", []).append(
+                asyncio.run(
+                    measure_async(server.port, lambda c: c.lock("prof-arp", timeout=10), args.pairs)
+                )
+            )
+        client.config_resetstat()
+        rl.acquire()
+        rl.release()
+        print("Redis commands behind one redlease pair:", _calls(client))
+        print(f"\nper pair, median of {args.reps} interleaved runs of {args.pairs} pairs (us):")
+        print(f"  {'contender':<20} {'wall':>8} {'client CPU':>11} {'Redis exec':>11}")
+        for name, rs in rows.items():
+            med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+            print(
+                f"  {name:<20} {med['wall_us']:8.1f} {med['client_cpu_us']:11.1f} "
+                f"{med['redis_exec_us']:11.1f}"
+            )
+        if args.pyinstrument:
+            from pyinstrument import Profiler
+
+            prof = Profiler(interval=0.0002)
+            prof.start()
+            for _ in range(args.pairs):
+                rl.acquire()
+                rl.release()
+            prof.stop()
+            print(prof.output_text(color=False, unicode=False))
+
+
+if __name__ == "__main__":
+    main()

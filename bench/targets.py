@@ -1,0 +1,91 @@
+"""The issue's performance targets, checked against a results dict (reported, never asserted)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Check:
+    target: str
+    measured: str
+    met: bool | None  # None: not measured in this run (skipped)
+
+
+def _rate(results: dict[str, Any], name: str) -> float:
+    for row in results.get("uncontended", {}).get("contenders", []):
+        if row["name"] == name and not row.get("skipped"):
+            return float(row["pairs_per_s"])
+    return math.nan
+
+
+def _ratio_check(label: str, ours: float, theirs: float, need: float) -> Check:
+    if math.isnan(ours) or math.isnan(theirs) or not theirs:
+        return Check(label, "not measured", None)
+    r = ours / theirs
+    return Check(label, f"{r:.2f}x ({ours:,.0f} vs {theirs:,.0f} pairs/s)", r >= need)
+
+
+def evaluate(results: dict[str, Any]) -> list[Check]:
+    """Every target of issue 6, with the measured value and whether it was met."""
+    out = [
+        _ratio_check(
+            "sync pairs/s >= 1.0x redis-py Lock",
+            _rate(results, "redlease Lock"),
+            _rate(results, "redis-py Lock"),
+            1.0,
+        ),
+        _ratio_check(
+            "asyncio pairs/s >= 1.0x redis.asyncio Lock",
+            _rate(results, "redlease aio.Lock"),
+            _rate(results, "redis.asyncio Lock"),
+            1.0,
+        ),
+        _ratio_check(
+            "3-node quorum >= 2x aioredlock (asyncio vs asyncio)",
+            _rate(results, "redlease aio.Lock (3 nodes)"),
+            _rate(results, "aioredlock (3 nodes)"),
+            2.0,
+        ),
+    ]
+    rows = [r for r in results.get("handoff", {}).get("rows", []) if r["library"] == "redlease"]
+    if rows:
+        worst50 = max(rows, key=lambda r: r["p50_ms"])
+        worst99 = max(rows, key=lambda r: r["p99_ms"])
+        out.append(
+            Check(
+                "hand-off p50 <= 0.5 ms (every redlease run)",
+                f"worst {worst50['p50_ms']:.2f} ms ({worst50['processes']} procs, "
+                f"{worst50['mode']})",
+                worst50["p50_ms"] <= 0.5,
+            )
+        )
+        out.append(
+            Check(
+                "hand-off p99 <= 2 ms (every redlease run)",
+                f"worst {worst99['p99_ms']:.2f} ms ({worst99['processes']} procs, "
+                f"{worst99['mode']})",
+                worst99["p99_ms"] <= 2.0,
+            )
+        )
+        greedy8 = [r for r in rows if r["processes"] == 8 and r["mode"] == "greedy"]
+        if greedy8:
+            w = greedy8[0]["worst_wait_ms"]
+            out.append(Check("8 procs greedy: worst wait <= 50 ms", f"{w:.1f} ms", w <= 50))
+    else:
+        out.append(Check("hand-off p50/p99, worst wait", "not measured", None))
+    fo = results.get("failover", {})
+    if "sigterm" in fo:
+        p50 = fo["sigterm"]["p50_ms"]
+        out.append(Check("SIGTERM failover p50 <= 50 ms", f"{p50:.1f} ms", p50 <= 50))
+    else:
+        why = fo.get("sigterm_error") or fo.get("skipped", "not measured")
+        out.append(Check("SIGTERM failover p50 <= 50 ms", why, None))
+    if "idle" in fo:
+        rss = fo["idle"]["rss_mb"]
+        out.append(Check("idle sidecar RSS <= 50 MB", f"{rss:.1f} MB", rss <= 50))
+    else:
+        out.append(Check("idle sidecar RSS <= 50 MB", fo.get("skipped", "not measured"), None))
+    return out
