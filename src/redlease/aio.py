@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any
 
-from redlease import _async
+from redlease import _async, protocol
 from redlease import _log as log
 from redlease._handles import HandleCore
 from redlease.errors import LeaseLost, LockError, NotOwned
@@ -52,10 +52,21 @@ class _AsyncHandle(HandleCore):
         return self.finish_acquire(owner, token, grant)
 
     async def release(self, *, owner: Any = None) -> None:
-        """Release (one level of) the hold; completes even if the caller is cancelled."""
+        """Release (one level of) the hold; completes even if the caller is cancelled.
+
+        The release runs in the caller's task (no extra task on the fast path). If that task is
+        cancelled meanwhile, a full release by owner token (idempotent) is run to completion in
+        a shielded task before the cancellation propagates.
+        """
         flow, held = self.begin_release(owner)
         try:
-            await _async.run_to_completion(_async.drive(self._node, flow))
+            await _async.drive(self._node, flow)
+        except asyncio.CancelledError:
+            retry = protocol.release(self.prim, held.token, full=True)
+            with contextlib.suppress(NotOwned):  # the first attempt may have gone through
+                await _async.run_to_completion(_async.drive(self._node, retry), limit=10.0)
+            self.forget(owner, held)
+            raise
         except NotOwned:
             self.forget(owner, held)
             raise
