@@ -1,0 +1,269 @@
+"""The kopf side: thin handlers over :mod:`reconcile` and :mod:`reader`.
+
+One kopf timer per DistributedLock does everything (validation, force release, status, events),
+so the operator keeps no change-detection annotations on the objects. The timer parks in
+:class:`Refresher` until the next cycle; the cycle reads every lock at once.
+
+Finalizer policy: kopf puts its finalizer on each object only to stop that object's timer
+cleanly. A delete never touches Redis (the lease, its holder and the fence counter stay), and the
+finalizer is removed as soon as the timer has stopped. See docs/operator.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from redlease.errors import ConfigError
+from redlease.operator import metrics, reconcile
+from redlease.operator.reader import Credentials, NodeReader
+from redlease.operator.refresher import Refresher
+from redlease.operator.secrets import SecretSource
+from redlease.operator.spec import (
+    FORCE_RELEASE_ANNOTATION,
+    GROUP,
+    PLURAL,
+    VERSION,
+    LockSpec,
+    parse_spec,
+)
+
+log = logging.getLogger("redlease.operator")
+FINALIZER = "redlease.dev/operator"
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorConfig:
+    """Validated settings of ``redlease operator`` (the CLI builds it)."""
+
+    namespaces: tuple[str, ...] = ()
+    clusterwide: bool = False
+    liveness: str | None = None
+    refresh: float = 5.0
+    concurrency: int = 16
+    node_timeout: float = 3.0
+    verbose: bool = False
+    metrics: tuple[str, int] | None = None  # (host, port) of /metrics; None: not served
+
+
+class Runtime:
+    """What the handlers share: the node reader, the cycle batcher and the secret source."""
+
+    def __init__(self, config: OperatorConfig, secrets: SecretSource | None = None) -> None:
+        self.config = config
+        self.reader = NodeReader(concurrency=config.concurrency, timeout=config.node_timeout)
+        self.refresher = Refresher(self.reader.read, config.refresh)
+        self.secrets = secrets or SecretSource()
+        self.written: dict[str, dict[str, Any]] = {}  # uid -> the status we last wrote
+        self.names: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name)
+        self.seen: dict[str, float] = {}  # uid -> monotonic time of its last timer tick
+        self.released: dict[str, str] = {}  # uid -> force-release annotation already acted on
+        self._next_forget = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._metrics: Any = None
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self.refresher.run())
+        if self.config.metrics is not None and self._metrics is None:
+            host, port = self.config.metrics
+            self._metrics = await metrics.serve(host, port, self.metrics_text)
+
+    def metrics_text(self) -> str:
+        statuses = [(*self.names[uid], st) for uid, st in self.written.items() if uid in self.names]
+        return metrics.render(
+            cycles=self.refresher.cycles,
+            locks=self.refresher.last_cycle_size,
+            round_trips=self.reader.round_trips,
+            statuses=statuses,
+        )
+
+    async def stop(self) -> None:
+        if self._metrics is not None:
+            await self._metrics.cleanup()
+            self._metrics = None
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.reader.aclose()
+
+    def health(self) -> dict[str, Any]:
+        if self._task is None or self._task.done() or self.refresher.stale():
+            raise kopf.PermanentError("the refresh loop is not running")
+        return {"cycles": self.refresher.cycles, "locks": self.refresher.last_cycle_size}
+
+    async def credentials(self, spec: LockSpec, namespace: str) -> Credentials | None:
+        if spec.secret_ref is None:
+            return None
+        return await self.secrets.get(namespace, spec.secret_ref)
+
+    async def reconcile(
+        self,
+        body: kopf.Body,
+        patch: Any,
+    ) -> None:
+        """One timer tick for one object: validate, force-release if asked, observe, write."""
+        meta = body.get("metadata", {})
+        uid = str(meta.get("uid") or meta.get("name"))
+        namespace = str(meta.get("namespace") or "default")
+        generation = meta.get("generation")
+        previous = self.written.get(uid)
+        if previous is None:
+            previous = copy.deepcopy(dict(body.get("status") or {}))
+        invalid: ConfigError | None = None
+        try:
+            spec = parse_spec(body.get("spec"))
+            creds = await self.credentials(spec, namespace)
+        except ConfigError as exc:
+            invalid = exc
+            new = reconcile.invalid_status(
+                exc, generation=generation, previous=previous, now=time.time()
+            )
+        else:
+            request = (meta.get("annotations") or {}).get(FORCE_RELEASE_ANNOTATION)
+            if request is None:
+                self.released.pop(uid, None)
+            elif self.released.get(uid) != request and await self._force_release(
+                body, spec, creds, patch
+            ):
+                self.released[uid] = request  # done; skip it until its removal is seen
+            obs = await self.refresher.observe(spec, creds)
+            new = reconcile.compute_status(
+                spec, obs, generation=generation, previous=previous, now=time.time()
+            )
+        diff = reconcile.status_patch(previous, new, now=time.time(), refresh=self.config.refresh)
+        for event in reconcile.decide_events(previous, new, invalid):
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+            # Our own logger: kopf's per-object logger is quiet unless --verbose (see runner).
+            log.log(
+                logging.WARNING if event.type == reconcile.WARNING else logging.INFO,
+                "%s/%s %s: %s",
+                namespace,
+                meta.get("name"),
+                event.reason,
+                event.message,
+            )
+        if diff is not None:
+            for key, value in diff.items():
+                patch.status[key] = value
+            self.written[uid] = new
+        elif invalid is not None:
+            await asyncio.sleep(self.config.refresh)  # nothing to wait for: keep the cadence
+        self.names[uid] = (namespace, str(meta.get("name")))
+        self.seen[uid] = time.monotonic()
+        self._forget_deleted()
+
+    def _forget_deleted(self) -> None:
+        """Drop memory of objects whose timer stopped (deleted): no kopf delete handler is
+        needed for that, so kopf keeps no change-tracking annotations on the objects."""
+        now = time.monotonic()
+        if now < self._next_forget:
+            return
+        horizon = max(10 * self.config.refresh, 60.0)
+        self._next_forget = now + horizon
+        for uid in [u for u, t in self.seen.items() if now - t > horizon]:
+            self.seen.pop(uid, None)
+            self.written.pop(uid, None)
+            self.names.pop(uid, None)
+            self.released.pop(uid, None)
+
+    async def _force_release(
+        self,
+        body: kopf.Body,
+        spec: LockSpec,
+        creds: Credentials | None,
+        patch: Any,
+    ) -> bool:
+        """Force-release on every node; True (and the annotation cleared) once a quorum did."""
+        value = (body.get("metadata", {}).get("annotations") or {}).get(FORCE_RELEASE_ANNOTATION)
+        holder = (body.get("status") or {}).get("holder")
+        results = await self.reader.force_release(spec, creds)
+        failed = {n: r for n, r in results.items() if isinstance(r, BaseException)}
+        done = len(results) - len(failed)
+        removed = sum(r[0] for r in results.values() if not isinstance(r, BaseException))
+        message = (
+            f"force release ({value or 'no reason given'}): lease of "
+            f"{holder or 'no known holder'} removed on {done}/{len(results)} nodes "
+            f"({removed} lease records); fence counter kept"
+        )
+        if failed:
+            message += "; failed on " + ", ".join(f"{n}: {e}" for n, e in failed.items())
+        kopf.event(body, type=reconcile.WARNING, reason="ForceReleased", message=message)
+        meta = body.get("metadata", {})
+        log.warning("%s/%s ForceReleased: %s", meta.get("namespace"), meta.get("name"), message)
+        if done < spec.quorum:
+            return False  # keep the annotation: retried next cycle
+        patch.metadata.setdefault("annotations", {})[FORCE_RELEASE_ANNOTATION] = None
+        return True
+
+
+def operator_settings() -> kopf.OperatorSettings:
+    """kopf settings: no cluster-wide scanning (least privilege), our own finalizer name."""
+    settings = kopf.OperatorSettings()
+    # Serve exactly the namespaces given (no list/watch on namespaces or CRDs needed); the CRD
+    # must exist when the operator starts (the Helm chart installs it first).
+    settings.scanning.disabled = True
+    settings.persistence.finalizer = FINALIZER
+    settings.posting.level = logging.INFO
+    return settings
+
+
+def build_registry(
+    runtime: Runtime, registry: kopf.OperatorRegistry | None = None
+) -> kopf.OperatorRegistry:
+    """A registry with the operator's handlers (explicit ids; a fresh one per operator)."""
+    reg = registry if registry is not None else kopf.OperatorRegistry()
+    if registry is None:
+        # A plain registry has no login: use the kubernetes client's (in-cluster service account,
+        # then $KUBECONFIG), which also configures the client that reads Secrets.
+        @kopf.on.login(registry=reg, id="login")
+        def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+            info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
+            return info
+
+    config = runtime.config
+
+    @kopf.on.startup(registry=reg, id="redlease-startup")
+    async def startup(**_: Any) -> None:
+        await runtime.start()
+
+    @kopf.on.cleanup(registry=reg, id="redlease-cleanup")
+    async def cleanup(**_: Any) -> None:
+        await runtime.stop()
+
+    @kopf.on.probe(registry=reg, id="refresh")
+    def probe(**_: Any) -> dict[str, Any]:
+        return runtime.health()
+
+    @kopf.timer(
+        GROUP,
+        VERSION,
+        PLURAL,
+        registry=reg,
+        id="refresh",
+        interval=min(0.1, config.refresh / 10),
+        backoff=config.refresh,
+    )
+    async def refresh(body: Any, patch: Any, **kwargs: Any) -> None:
+        # Waiting for the next cycle must not delay shutdown or deletion: race it with `stopped`.
+        work = asyncio.ensure_future(runtime.reconcile(body, patch))
+        stop = asyncio.ensure_future(kwargs["stopped"].wait())
+        try:
+            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (work, stop):
+                if not task.done():
+                    task.cancel()
+        if work.done() and not work.cancelled():
+            work.result()  # re-raise a failure for kopf's retry/backoff
+
+    return reg

@@ -1,0 +1,83 @@
+"""Prometheus text exposition of the operator's own numbers and of every lock it refreshes.
+
+Served by aiohttp (already a kopf dependency) on ``--metrics HOST:PORT`` (off by default,
+127.0.0.1 unless told otherwise). Names are ``redlease_operator_*`` and ``redlease_lock_*``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+_PHASES = ("Free", "Held", "Degraded", "Unavailable", "Invalid")
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def render(
+    *,
+    cycles: int,
+    locks: int,
+    round_trips: int,
+    statuses: Iterable[tuple[str, str, Mapping[str, Any]]],
+) -> str:
+    """The exposition text. ``statuses`` yields (namespace, name, last written status)."""
+    lines = [
+        "# HELP redlease_operator_refresh_cycles_total Refresh cycles completed.",
+        "# TYPE redlease_operator_refresh_cycles_total counter",
+        f"redlease_operator_refresh_cycles_total {cycles}",
+        "# HELP redlease_operator_locks DistributedLocks read in the last cycle.",
+        "# TYPE redlease_operator_locks gauge",
+        f"redlease_operator_locks {locks}",
+        "# HELP redlease_operator_redis_round_trips_total Redis round trips for status reads.",
+        "# TYPE redlease_operator_redis_round_trips_total counter",
+        f"redlease_operator_redis_round_trips_total {round_trips}",
+    ]
+    phase_lines: list[str] = []
+    node_lines: list[str] = []
+    token_lines: list[str] = []
+    for ns, name, status in statuses:
+        base = f'namespace="{_label(ns)}",name="{_label(name)}"'
+        for phase in _PHASES:
+            value = 1 if status.get("phase") == phase else 0
+            phase_lines.append(f'redlease_lock_phase{{{base},phase="{phase}"}} {value}')
+        if "healthyNodes" in status:
+            node_lines.append(f"redlease_lock_healthy_nodes{{{base}}} {status['healthyNodes']}")
+        if isinstance(status.get("lastFencingToken"), int):
+            token_lines.append(
+                f"redlease_lock_fencing_token{{{base}}} {status['lastFencingToken']}"
+            )
+    lines += [
+        "# HELP redlease_lock_phase 1 for the lock's current phase.",
+        "# TYPE redlease_lock_phase gauge",
+    ]
+    lines += phase_lines
+    lines += [
+        "# HELP redlease_lock_healthy_nodes Redis nodes that answered.",
+        "# TYPE redlease_lock_healthy_nodes gauge",
+    ]
+    lines += node_lines
+    lines += [
+        "# HELP redlease_lock_fencing_token Highest fencing token issued.",
+        "# TYPE redlease_lock_fencing_token gauge",
+    ]
+    lines += token_lines
+    return "\n".join(lines) + "\n"
+
+
+async def serve(host: str, port: int, text: Any) -> web.AppRunner:
+    """Start serving ``GET /metrics`` (``text()`` builds the body); returns the runner."""
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=text(), content_type="text/plain", charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

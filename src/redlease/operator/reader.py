@@ -1,0 +1,249 @@
+"""Reading (and force-releasing) many locks on many Redis nodes at once, with asyncio.
+
+One refresh groups every lock key by node: each node gets ``ceil(keys / chunk)`` pipelined
+round trips of ``EVALSHA STATUS`` (``SCRIPT LOAD`` once per client, again only after
+``NOSCRIPT``, e.g. when a node restarted empty). Nodes are read concurrently, at most
+``concurrency`` at a time, each bounded by ``timeout`` seconds, on ``redis.asyncio`` clients,
+so kopf's event loop is never blocked. Redis Cluster refuses ``EVALSHA`` in pipelines, so a
+cluster gets concurrent single calls instead (still one round trip per key, bounded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.exceptions as rex
+
+from redlease import scripts
+from redlease.connect import connect
+from redlease.errors import LockError
+from redlease.keys import LockKeys
+from redlease.operator.observe import Observation, combine
+from redlease.operator.spec import LockSpec
+from redlease.status import LockState, decode_state, status_call
+
+# What a node read may fail with; anything else is a bug and propagates.
+NODE_ERRORS = (rex.RedisError, OSError, TimeoutError, LockError)
+FORCE_HANDOFF_MS = 250
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """Username/password for every node of one lock (from its Secret)."""
+
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One connection identity: a node URL (or a cluster's startup URLs) plus credentials."""
+
+    urls: tuple[str, ...]
+    cluster: bool = False
+    creds: Credentials = Credentials()
+    insecure: bool = False
+
+
+def targets_for(spec: LockSpec, creds: Credentials | None = None) -> list[Target]:
+    """The connection targets of a lock, in the order of ``spec.node_names``."""
+    c = creds or Credentials()
+    if spec.cluster:
+        return [Target(spec.nodes, True, c, spec.insecure_skip_verify)]
+    return [Target((u,), False, c, spec.insecure_skip_verify) for u in spec.nodes]
+
+
+def _chunks(items: Sequence[str], size: int) -> list[Sequence[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+class NodeReader:
+    """Bounded, pipelined, concurrent STATUS reads; keeps one client per target."""
+
+    def __init__(
+        self,
+        *,
+        concurrency: int = 16,
+        timeout: float = 5.0,
+        chunk: int = 500,
+        idle_reads: int = 20,
+    ) -> None:
+        self.concurrency = concurrency
+        self.timeout = timeout
+        self.chunk = chunk
+        self.idle_reads = idle_reads
+        self.round_trips = 0  # Redis round trips made so far (for metrics and benchmarks)
+        self._clients: dict[Target, Any] = {}
+        self._last_used: dict[Target, int] = {}
+        self._loaded: set[Target] = set()
+        self._reads = 0
+
+    def _client(self, target: Target) -> Any:
+        client = self._clients.get(target)
+        if client is None:
+            extra: dict[str, Any] = {}
+            if target.insecure and any(u.startswith("rediss://") for u in target.urls):
+                extra["ssl_cert_reqs"] = "none"
+            client = connect(
+                list(target.urls) if target.cluster else [target.urls[0]],
+                asyncio=True,
+                cluster=target.cluster,
+                username=target.creds.username,
+                password=target.creds.password,
+                socket_timeout=self.timeout,
+                **extra,
+            )
+            self._clients[target] = client
+        self._last_used[target] = self._reads
+        return client
+
+    async def _load(self, target: Target, client: Any) -> None:
+        await client.script_load(scripts.STATUS.lua)
+        self.round_trips += 1
+        self._loaded.add(target)
+
+    async def _pipeline(self, client: Any, names: Sequence[str]) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            call = status_call(LockKeys.for_name(name))
+            pipe.evalsha(scripts.STATUS.sha, len(call.keys), *call.keys)
+        self.round_trips += 1
+        return list(await pipe.execute(raise_on_error=False))
+
+    async def _cluster_calls(self, client: Any, names: Sequence[str]) -> list[Any]:
+        sem = asyncio.Semaphore(64)
+
+        async def one(name: str) -> Any:
+            call = status_call(LockKeys.for_name(name))
+            async with sem:
+                self.round_trips += 1
+                try:
+                    return await client.evalsha(scripts.STATUS.sha, len(call.keys), *call.keys)
+                except rex.NoScriptError as exc:
+                    return exc
+
+        return list(await asyncio.gather(*(one(n) for n in names)))
+
+    async def _read_target(self, target: Target, names: Sequence[str]) -> dict[str, LockState]:
+        client = self._client(target)
+        if target not in self._loaded:
+            await self._load(target, client)
+        batch = self._cluster_calls if target.cluster else self._pipeline
+        out: dict[str, LockState] = {}
+        for chunk in _chunks(names, self.chunk):
+            replies = await batch(client, chunk)
+            if any(isinstance(r, rex.NoScriptError) for r in replies):
+                await self._load(target, client)  # the node lost its script cache
+                replies = await batch(client, chunk)
+            for name, reply in zip(chunk, replies, strict=True):
+                if isinstance(reply, BaseException):
+                    raise reply
+                out[name] = decode_state(LockKeys.for_name(name), reply)
+        return out
+
+    async def read(
+        self, requests: Sequence[tuple[LockSpec, Credentials | None]]
+    ) -> list[Observation]:
+        """One observation per request, reading each node once for all requested keys."""
+        started = time.time()
+        self._reads += 1
+        wanted: dict[Target, set[str]] = defaultdict(set)
+        for spec, creds in requests:
+            for target in targets_for(spec, creds):
+                wanted[target].update(spec.keys)
+        results: dict[Target, dict[str, LockState] | BaseException] = {}
+        sem = asyncio.Semaphore(self.concurrency)
+
+        async def one(target: Target, names: list[str]) -> None:
+            async with sem:
+                try:
+                    results[target] = await asyncio.wait_for(
+                        self._read_target(target, names), self.timeout
+                    )
+                except TimeoutError:
+                    results[target] = TimeoutError(f"no answer within {self.timeout:g}s")
+                    await self._drop(target)
+                except NODE_ERRORS as exc:
+                    results[target] = exc
+                    await self._drop(target)
+
+        await asyncio.gather(*(one(t, sorted(n)) for t, n in wanted.items()))
+        await self._gc()
+        observations = []
+        for spec, creds in requests:
+            per_node = {
+                name: results[t]
+                for name, t in zip(spec.node_names, targets_for(spec, creds), strict=True)
+            }
+            observations.append(combine(spec.keys, per_node, spec.quorum, started))
+        return observations
+
+    async def force_release(
+        self, spec: LockSpec, creds: Credentials | None = None
+    ) -> dict[str, tuple[int, int] | BaseException]:
+        """FORCE_RELEASE every key on every node: ``{node: (leases removed, readers removed)}``.
+
+        The fence counter is kept, so tokens stay monotonic; waiters are woken.
+        """
+
+        async def one(target: Target) -> tuple[int, int] | BaseException:
+            client = self._client(target)
+            leases = readers = 0
+            try:
+                for name in spec.keys:
+                    k = LockKeys.for_name(name)
+                    reply = await asyncio.wait_for(
+                        client.eval(
+                            scripts.FORCE_RELEASE.lua,
+                            5,
+                            k.lease,
+                            k.readers,
+                            k.waiters,
+                            k.handoff,
+                            k.wake,
+                            FORCE_HANDOFF_MS,
+                        ),
+                        self.timeout,
+                    )
+                    self.round_trips += 1
+                    leases += int(reply[0])
+                    readers += int(reply[1])
+            except TimeoutError:
+                await self._drop(target)
+                return TimeoutError(f"no answer within {self.timeout:g}s")
+            except NODE_ERRORS as exc:
+                await self._drop(target)
+                return exc
+            return leases, readers
+
+        targets = targets_for(spec, creds)
+        replies = await asyncio.gather(*(one(t) for t in targets))
+        return dict(zip(spec.node_names, replies, strict=True))
+
+    async def _drop(self, target: Target) -> None:
+        """Forget a failed client (a fresh one reconnects cleanly next time)."""
+        client = self._clients.pop(target, None)
+        self._loaded.discard(target)
+        self._last_used.pop(target, None)
+        if client is not None:
+            await _close(client)
+
+    async def _gc(self) -> None:
+        stale = [t for t, n in self._last_used.items() if self._reads - n > self.idle_reads]
+        for target in stale:
+            await self._drop(target)
+
+    async def aclose(self) -> None:
+        for target in list(self._clients):
+            await self._drop(target)
+
+
+async def _close(client: Any) -> None:
+    with contextlib.suppress(*NODE_ERRORS):  # closing a broken connection may fail again
+        await client.aclose()

@@ -1,0 +1,289 @@
+"""From an observation to a status, a patch and events: the operator's decisions, all pure.
+
+* :func:`compute_status` turns a :class:`LockSpec` + :class:`Observation` into the ``status``
+  the CRD documents; :func:`invalid_status` does the same for a spec that failed validation.
+* :func:`status_patch` is the change detection: ``None`` when nothing worth writing changed.
+  ``expiresAt`` alone is rewritten only when the stored value would go stale before the next
+  refresh or the lease got shorter, so renewals do not cause a write per refresh.
+* :func:`decide_events` names the Kubernetes Events to post for a transition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from redlease.errors import ConfigError
+from redlease.operator.observe import Observation
+from redlease.operator.spec import LockSpec
+
+FREE, HELD, DEGRADED, UNAVAILABLE, INVALID = "Free", "Held", "Degraded", "Unavailable", "Invalid"
+NORMAL, WARNING = "Normal", "Warning"
+
+# Fields whose change always triggers a status write.
+_TRACKED = (
+    "phase",
+    "holder",
+    "fencingToken",
+    "lastFencingToken",
+    "nodes",
+    "healthyNodes",
+    "totalNodes",
+    "quorum",
+    "unhealthyNodes",
+    "candidates",
+    "readers",
+    "waiters",
+    "transitions",
+    "lastTransitionTime",
+    "observedGeneration",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A Kubernetes Event to post on the DistributedLock."""
+
+    type: str
+    reason: str
+    message: str
+
+
+def timestamp(seconds: float) -> str:
+    """RFC 3339 UTC with second precision, as Kubernetes writes times."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_timestamp(text: object) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def _condition(
+    type_: str, ok: bool, reason: str, message: str, generation: int | None
+) -> dict[str, Any]:
+    cond: dict[str, Any] = {
+        "type": type_,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+    }
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    return cond
+
+
+def _merge_conditions(
+    new: list[dict[str, Any]], previous: Mapping[str, Any], now: float
+) -> list[dict[str, Any]]:
+    """Keep a condition's ``lastTransitionTime`` unless its status flipped."""
+    old = {c.get("type"): c for c in previous.get("conditions") or [] if isinstance(c, Mapping)}
+    out = []
+    for cond in new:
+        prev = old.get(cond["type"])
+        since = prev.get("lastTransitionTime") if prev else None
+        if prev is None or prev.get("status") != cond["status"] or not since:
+            since = timestamp(now)
+        out.append({**cond, "lastTransitionTime": since})
+    return out
+
+
+def phase_of(spec: LockSpec, obs: Observation) -> str:
+    if not obs.reachable:
+        return UNAVAILABLE
+    if obs.unhealthy:
+        return DEGRADED
+    primary = obs.primary
+    return HELD if primary is not None and primary.held else FREE
+
+
+def compute_status(
+    spec: LockSpec,
+    obs: Observation,
+    *,
+    generation: int | None,
+    previous: Mapping[str, Any],
+    now: float,
+) -> dict[str, Any]:
+    """The full ``status`` for a valid spec (absent fields are simply not in the dict)."""
+    phase = phase_of(spec, obs)
+    total = len(spec.node_names)
+    status: dict[str, Any] = {
+        "phase": phase,
+        "nodes": f"{len(obs.healthy)}/{total}",
+        "healthyNodes": len(obs.healthy),
+        "totalNodes": total,
+        "quorum": spec.quorum,
+    }
+    if obs.unhealthy:
+        status["unhealthyNodes"] = list(obs.unhealthy)
+    primary = obs.primary
+    if primary is not None:
+        if primary.holder is not None:
+            status["holder"] = primary.holder
+            if primary.fencing_token is not None:
+                status["fencingToken"] = primary.fencing_token
+            if primary.expires_in_ms is not None:
+                status["expiresAt"] = timestamp(obs.read_at + primary.expires_in_ms / 1000)
+        status["lastFencingToken"] = primary.last_fence
+        status["transitions"] = primary.transitions
+        status["readers"] = primary.readers
+        status["waiters"] = primary.waiters
+        if primary.candidates:
+            status["candidates"] = list(primary.candidates)
+        if primary.last_transition_ms is not None:
+            status["lastTransitionTime"] = timestamp(primary.last_transition_ms / 1000)
+    elif previous.get("phase") in (HELD, FREE, DEGRADED, UNAVAILABLE):
+        # Quorum lost: keep the last known lock facts (marked by phase Unavailable).
+        for key in ("holder", "fencingToken", "lastFencingToken", "transitions", "candidates"):
+            if key in previous:
+                status[key] = previous[key]
+    if generation is not None:
+        status["observedGeneration"] = generation
+    split = [k.key for k in obs.keys[1:] if primary is not None and k.holder != primary.holder]
+    conditions = [
+        _condition("Valid", True, "SpecValid", "spec is valid", generation),
+        _condition(
+            "Available",
+            obs.reachable,
+            "QuorumReachable" if obs.reachable else "QuorumLost",
+            f"{len(obs.healthy)} of {total} nodes answered, quorum {spec.quorum}"
+            + _errors_text(obs),
+            generation,
+        ),
+        _condition(
+            "Held",
+            phase == HELD or (primary is not None and primary.held),
+            "Held" if primary is not None and primary.held else "NotHeld",
+            f"held by {primary.holder}" if primary and primary.holder else "no holder",
+            generation,
+        ),
+    ]
+    if len(spec.keys) > 1:
+        conditions.append(
+            _condition(
+                "KeysConsistent",
+                not split,
+                "SameHolder" if not split else "SplitHolders",
+                "every key has the primary key's holder"
+                if not split
+                else f"keys {', '.join(split)} have another holder than {spec.keys[0]}",
+                generation,
+            )
+        )
+    if spec.paused:
+        conditions.append(_condition("Paused", True, "Paused", "no new acquisitions", generation))
+    status["conditions"] = _merge_conditions(conditions, previous, now)
+    return status
+
+
+def _errors_text(obs: Observation) -> str:
+    if not obs.errors:
+        return ""
+    return "; unreachable: " + "; ".join(f"{n}: {why}" for n, why in obs.errors.items())
+
+
+def invalid_status(
+    error: ConfigError, *, generation: int | None, previous: Mapping[str, Any], now: float
+) -> dict[str, Any]:
+    """The status of an object whose spec failed validation: the condition names the field."""
+    status: dict[str, Any] = {"phase": INVALID}
+    if generation is not None:
+        status["observedGeneration"] = generation
+    status["conditions"] = _merge_conditions(
+        [_condition("Valid", False, "InvalidSpec", str(error), generation)], previous, now
+    )
+    return status
+
+
+def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: status.get(k) for k in _TRACKED}
+    out["conditions"] = [
+        {k: v for k, v in c.items() if k != "lastTransitionTime"}
+        for c in status.get("conditions") or []
+        if isinstance(c, Mapping)
+    ]
+    return out
+
+
+def status_patch(
+    previous: Mapping[str, Any], new: Mapping[str, Any], *, now: float, refresh: float
+) -> dict[str, Any] | None:
+    """A merge patch turning ``previous`` into ``new``, or ``None`` if no write is needed.
+
+    Keys present before but absent now are set to ``None`` (deleted by the merge patch).
+    """
+    changed = _comparable(previous) != _comparable(new)
+    if not changed:
+        old_exp = parse_timestamp(previous.get("expiresAt"))
+        new_exp = parse_timestamp(new.get("expiresAt"))
+        if (old_exp is None) != (new_exp is None):
+            changed = True
+        elif old_exp is not None and new_exp is not None:
+            stale_soon = old_exp < now + refresh  # would be in the past before the next look
+            shorter = new_exp < old_exp - 1.0  # the lease was re-granted with less time
+            changed = stale_soon or shorter
+    if not changed:
+        return None
+    patch: dict[str, Any] = {k: None for k in previous if k not in new}
+    patch.update(new)
+    return patch
+
+
+def decide_events(
+    previous: Mapping[str, Any], new: Mapping[str, Any], invalid: ConfigError | None = None
+) -> list[Event]:
+    """Events for the change from ``previous`` to ``new`` status (empty when nothing to say)."""
+    events: list[Event] = []
+    if new.get("phase") == INVALID:
+        if invalid is not None and (
+            previous.get("phase") != INVALID or _valid_message(previous) != str(invalid)
+        ):
+            events.append(Event(WARNING, "InvalidSpec", f"spec is invalid: {invalid}"))
+        return events
+    old_holder, new_holder = previous.get("holder"), new.get("holder")
+    if new.get("phase") != UNAVAILABLE and old_holder != new_holder:
+        if new_holder is not None:
+            was = f" (was {old_holder})" if old_holder else ""
+            events.append(
+                Event(
+                    NORMAL,
+                    "HolderChanged",
+                    f"{new_holder} holds the lock with fencing token "
+                    f"{new.get('fencingToken')}{was}",
+                )
+            )
+        else:
+            events.append(Event(NORMAL, "Released", f"{old_holder} no longer holds the lock"))
+    old_bad = set(previous.get("unhealthyNodes") or [])
+    new_bad = set(new.get("unhealthyNodes") or [])
+    lost = sorted(new_bad - old_bad)
+    back = sorted(old_bad - new_bad) if "healthyNodes" in previous else []
+    if lost:
+        events.append(Event(WARNING, "NodeLost", f"Redis node(s) not answering: {', '.join(lost)}"))
+    if back:
+        events.append(Event(NORMAL, "NodeRecovered", f"Redis node(s) back: {', '.join(back)}"))
+    if new.get("phase") == UNAVAILABLE and previous.get("phase") != UNAVAILABLE:
+        events.append(
+            Event(
+                WARNING,
+                "QuorumLost",
+                f"only {new.get('healthyNodes')} of {new.get('totalNodes')} nodes answered, "
+                f"quorum is {new.get('quorum')}",
+            )
+        )
+    return events
+
+
+def _valid_message(status: Mapping[str, Any]) -> str | None:
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == "Valid":
+            msg = cond.get("message")
+            return msg if isinstance(msg, str) else None
+    return None

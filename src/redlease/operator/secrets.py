@@ -1,0 +1,62 @@
+"""Redis credentials from the Secret named by ``spec.auth.secretRef``.
+
+Reads go through the ``kubernetes`` client in a worker thread (never on kopf's loop) and are
+cached for ``ttl`` seconds. In a pod, kopf's login has already loaded the in-cluster config
+into the client's default configuration, which this module reuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from typing import Any
+
+from redlease.errors import ConfigError
+from redlease.operator.reader import Credentials
+from redlease.operator.spec import SecretRef
+
+
+class SecretSource:
+    """Fetch and cache credentials; errors name ``spec.auth.secretRef``."""
+
+    def __init__(self, configuration: Any = None, ttl: float = 60.0) -> None:
+        self._configuration = configuration
+        self._ttl = ttl
+        self._cache: dict[tuple[str, SecretRef], tuple[float, Credentials]] = {}
+
+    def _fetch(self, namespace: str, ref: SecretRef) -> dict[str, str]:
+        import kubernetes.client
+        from kubernetes.client.exceptions import ApiException
+
+        with kubernetes.client.ApiClient(self._configuration) as api:
+            try:
+                secret = kubernetes.client.CoreV1Api(api).read_namespaced_secret(
+                    ref.name, namespace
+                )
+            except ApiException as exc:
+                raise ConfigError(
+                    "spec.auth.secretRef.name",
+                    f"cannot read Secret {namespace}/{ref.name}: HTTP {exc.status} {exc.reason}",
+                ) from None
+        data = {str(k): str(v) for k, v in (secret.data or {}).items()}
+        return data
+
+    async def get(self, namespace: str, ref: SecretRef) -> Credentials:
+        key = (namespace, ref)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
+        data = await asyncio.to_thread(self._fetch, namespace, ref)
+        if ref.password_key not in data:
+            raise ConfigError(
+                "spec.auth.secretRef.passwordKey",
+                f"Secret {namespace}/{ref.name} has no key {ref.password_key!r}",
+            )
+        user = data.get(ref.username_key)
+        creds = Credentials(
+            username=base64.b64decode(user).decode() if user else None,
+            password=base64.b64decode(data[ref.password_key]).decode(),
+        )
+        self._cache[key] = (time.monotonic() + self._ttl, creds)
+        return creds

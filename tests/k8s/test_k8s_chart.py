@@ -1,0 +1,172 @@
+"""The Helm chart: lint, render with default and non-default values, validate every manifest."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import helm_python as helm
+import pytest
+from k8s_helpers import CHART, CRD_FILE, load_all, validate_builtin
+
+OTHER = {
+    "replicaCount": 0,
+    "image": {"repository": "registry.example/redlease", "tag": "9.9.9", "pullPolicy": "Always"},
+    "imagePullSecrets": [{"name": "regcred"}],
+    "operator": {
+        "watchNamespaces": ["team-a", "team-b"],
+        "refreshSeconds": 2.5,
+        "concurrency": 4,
+        "nodeTimeoutSeconds": 1,
+        "readSecrets": False,
+        "verbose": True,
+        "healthPort": 8081,
+        "extraEnv": [{"name": "TZ", "value": "UTC"}],
+    },
+    "serviceAccount": {"create": True, "name": "lock-operator", "annotations": {"a": "b"}},
+    "sidecarRBAC": {"namespaces": ["team-a"], "secretNames": ["redis-auth"], "podLabel": False},
+    "podAnnotations": {"prometheus.io/scrape": "false"},
+    "podLabels": {"team": "platform"},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+    "priorityClassName": "system-cluster-critical",
+    "serviceMonitor": {"enabled": True, "port": 9095, "interval": "15s", "labels": {"r": "x"}},
+    "devRedis": {"enabled": True},
+}
+CLUSTERWIDE = {"operator": {"watchAllNamespaces": True}, "sidecarRBAC": {"namespaces": ["a"]}}
+VALUE_SETS = {"default": None, "other": OTHER, "clusterwide": CLUSTERWIDE}
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm.Chart]:
+    with helm.Chart.load(str(CHART)) as loaded:
+        yield loaded
+
+
+def render(chart: helm.Chart, values: dict[str, Any] | None) -> list[dict[str, Any]]:
+    out = chart.render(values, name="rl", namespace="ops", is_install=True)
+    return [d for name, text in out.items() if name.endswith(".yaml") for d in load_all(text)]
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_lint(values: dict[str, Any] | None) -> None:
+    report = helm.lint(str(CHART), values, strict=True, namespace="ops")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["errors"] == [] and problems == [], report
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_rendered_manifests_validate(chart: helm.Chart, values: dict[str, Any] | None) -> None:
+    docs = render(chart, values)
+    assert docs
+    for doc in docs:
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            spec = doc["spec"]  # no offline schema for the Prometheus Operator's CRD
+            assert spec["selector"]["matchLabels"] and spec["endpoints"][0]["port"] == "metrics"
+            continue
+        validate_builtin(doc)
+
+
+def pods(docs: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for doc in docs:
+        if doc["kind"] == "Deployment":
+            yield doc["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_restricted_pod_security(chart: helm.Chart, values: dict[str, Any] | None) -> None:
+    for pod in pods(render(chart, values)):
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+        for c in pod["containers"] + pod.get("initContainers", []):
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False, c["name"]
+            assert sc["readOnlyRootFilesystem"] is True, c["name"]
+            assert sc["capabilities"]["drop"] == ["ALL"], c["name"]
+            assert sc["seccompProfile"]["type"] == "RuntimeDefault", c["name"]
+            assert "add" not in sc["capabilities"] and not sc.get("privileged")
+
+
+def rules_of(docs: list[dict[str, Any]], kind: str) -> dict[str, list[dict[str, Any]]]:
+    return {
+        f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}": d["rules"]
+        for d in docs
+        if d["kind"] == kind
+    }
+
+
+def test_rbac_least_privilege(chart: helm.Chart) -> None:
+    default = render(chart, None)
+    assert not rules_of(default, "ClusterRole")  # namespaced by default
+    (operator_rules,) = rules_of(default, "Role").values()
+    granted = {
+        (g, r, v)
+        for rule in operator_rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert ("redlease.dev", "distributedlocks/status", "patch") in granted
+    assert ("", "events", "create") in granted
+    assert ("redlease.dev", "distributedlocks", "watch") in granted
+    for docs in (default, render(chart, OTHER), render(chart, CLUSTERWIDE)):
+        for rules in [*rules_of(docs, "Role").values(), *rules_of(docs, "ClusterRole").values()]:
+            for rule in rules:
+                assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+                assert not {"delete", "deletecollection", "escalate", "bind"} & set(rule["verbs"])
+    other = render(chart, OTHER)
+    roles = rules_of(other, "Role")
+    assert set(roles) == {"team-a/rl-redlease", "team-b/rl-redlease", "team-a/rl-redlease-sidecar"}
+    assert not any("secrets" in r["resources"] for r in roles["team-a/rl-redlease"])
+    (secret_rule,) = [r for r in roles["team-a/rl-redlease-sidecar"] if "secrets" in r["resources"]]
+    assert secret_rule["resourceNames"] == ["redis-auth"] and secret_rule["verbs"] == ["get"]
+    assert rules_of(render(chart, CLUSTERWIDE), "ClusterRole")
+
+
+def test_values_change_the_render(chart: helm.Chart) -> None:
+    docs = render(chart, OTHER)
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    operator = deployments["rl-redlease"]
+    container = operator["spec"]["template"]["spec"]["containers"][0]
+    assert operator["spec"]["replicas"] == 0
+    assert container["image"] == "registry.example/redlease:9.9.9"
+    assert "--namespace=team-a" in container["args"] and "--namespace=team-b" in container["args"]
+    assert "--metrics=0.0.0.0:9095" in container["args"] and "--verbose" in container["args"]
+    assert "rl-redlease-dev-redis" in deployments
+    kinds = {d["kind"] for d in docs}
+    assert {"ServiceMonitor", "Service", "ServiceAccount", "Role", "RoleBinding"} <= kinds
+    default = render(chart, None)
+    assert {d["kind"] for d in default} == {"Deployment", "ServiceAccount", "Role", "RoleBinding"}
+    args = next(d for d in default if d["kind"] == "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert args[:2] == ["operator", "--namespace=ops"]
+
+
+def test_chart_ships_crd_and_notes(chart: helm.Chart) -> None:
+    (shipped,) = chart.crds
+    assert shipped["filename"].endswith("crds/distributedlock.yaml")
+    assert shipped["data"] == CRD_FILE.read_text()
+    notes = chart.render(None, name="rl", namespace="ops", is_install=True)[
+        "redlease/templates/NOTES.txt"
+    ]
+    assert "kubectl get distributedlocks" in notes and "never upgraded" in notes
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"unknownKey": 1},
+        {"replicaCount": 2},
+        {"operator": {"refreshSeconds": "fast"}},
+        {"operator": {"watchNamespaces": ["Not_A_Namespace"]}},
+        {"image": {"repository": "x", "bogus": True}},
+        {"serviceMonitor": {"interval": "soon"}},
+        {"devRedis": {"enabled": "yes"}},
+    ],
+)
+def test_schema_violations_are_rejected(chart: helm.Chart, values: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmValuesError):
+        chart.validate_schema(values)
+    with pytest.raises(helm.HelmError):
+        chart.render(values, name="rl", namespace="ops", is_install=True)

@@ -1,0 +1,132 @@
+"""The CRD, its CEL rules, the examples and the Dockerfile, checked offline."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from typing import Any
+
+import jsonschema
+import pytest
+from k8s_helpers import (
+    CHART,
+    CRD_FILE,
+    EXAMPLES,
+    ROOT,
+    load_all,
+    validate_builtin,
+    validate_lock,
+)
+
+BASE = {"keys": ["job"], "nodes": [{"url": "redis://redis:6379/0"}]}
+THREE = [{"url": f"redis://r{i}:6379"} for i in range(3)]
+
+
+def lock(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "redlease.dev/v1alpha1",
+        "kind": "DistributedLock",
+        "metadata": {"name": "x", "namespace": "apps"},
+        "spec": spec,
+    }
+
+
+def test_chart_ships_the_same_crd() -> None:
+    assert (CHART / "crds" / "distributedlock.yaml").read_bytes() == CRD_FILE.read_bytes()
+
+
+def test_crd_is_a_valid_crd(crd_doc: dict[str, Any]) -> None:
+    validate_builtin(crd_doc)
+    names = crd_doc["spec"]["names"]
+    assert names["shortNames"] == ["dlock", "dlocks"] and names["categories"] == ["redlease"]
+    version = crd_doc["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    columns = [c["name"].upper() for c in version["additionalPrinterColumns"]]
+    assert columns == ["KEYS", "HOLDER", "TOKEN", "TTL", "NODES", "PHASE", "AGE"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({**BASE, "ttlSeconds": 10, "renewDeadlineSeconds": 10}, "renewDeadlineSeconds"),
+        ({**BASE, "renewDeadlineSeconds": 5, "retryPeriodSeconds": 6}, "retryPeriodSeconds"),
+        ({**BASE, "nodes": THREE, "quorum": 4}, "not be above"),
+        ({**BASE, "nodes": THREE, "quorum": 1}, "majority"),
+        ({**BASE, "nodes": THREE[:2]}, "RedLock"),
+        ({**BASE, "cluster": True, "quorum": 1}, "Redis Cluster"),
+    ],
+)
+def test_cel_rules_reject(spec: dict[str, Any], message: str) -> None:
+    failures = validate_lock(lock(spec))
+    assert any(message in f for f in failures), failures
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {**BASE, "keys": []},
+        {**BASE, "keys": ["has space"]},
+        {**BASE, "nodes": [{"url": "http://x"}]},
+        {**BASE, "nodes": [{"url": "redis://user:pw@x:6379"}]},
+        {**BASE, "ttlSeconds": 0},
+        {**BASE, "unknownField": 1},
+        {"keys": ["job"]},
+    ],
+)
+def test_schema_rejects(spec: dict[str, Any]) -> None:
+    with pytest.raises(jsonschema.ValidationError):
+        validate_lock(lock(spec))
+
+
+def example_docs() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{path.name}#{i}", doc)
+        for path in sorted(EXAMPLES.glob("*.yaml"))
+        for i, doc in enumerate(load_all(path.read_text()))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("where", "doc"), example_docs(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_examples_validate(where: str, doc: dict[str, Any]) -> None:
+    if doc["kind"] == "DistributedLock":
+        assert validate_lock(doc) == [], where
+    else:
+        validate_builtin(doc)
+
+
+def test_example_kinds_cover_the_brief() -> None:
+    docs = dict(example_docs())
+    deployment = next(d for d in docs.values() if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (sidecar,) = pod["initContainers"]
+    assert sidecar["restartPolicy"] == "Always"
+    assert sidecar["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert sidecar["args"][0] == "sidecar"
+    shared = {m["name"] for m in sidecar["volumeMounts"]}
+    (app,) = pod["containers"]
+    assert shared & {m["name"] for m in app["volumeMounts"]}
+    assert any("emptyDir" in v for v in pod["volumes"] if v["name"] in shared)
+    assert "redlease wait" in " ".join(app["args"])
+    cron = next(d for d in docs.values() if d["kind"] == "CronJob")
+    args = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "run" and "--" in args
+    redlock = [
+        d for d in docs.values() if d["kind"] == "DistributedLock" and len(d["spec"]["nodes"]) == 3
+    ]
+    assert redlock and redlock[0]["spec"]["quorum"] == 2
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    hadolint = shutil.which("hadolint") or str(ROOT / ".venv" / "bin" / "hadolint")
+    result = subprocess.run(
+        [hadolint, "--failure-threshold", "style", str(ROOT / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = (ROOT / "Dockerfile").read_text()
+    assert text.count("\nFROM ") + text.startswith("FROM ") >= 2  # multi-stage
+    assert 'ENTRYPOINT ["redlease"]' in text and "\nUSER 10001" in text

@@ -1,0 +1,258 @@
+"""kopf against KMock over real HTTP, with the fixes DESIGN.md lists.
+
+``Emulator`` stamps what a real API server stamps (uid, creationTimestamp, a resourceVersion
+bumped on every write, generation bumped on spec changes, names for generateName), answers
+creates with 201 and failed JSON-patch tests with 422. ``KopfThread`` runs kopf in its own thread
+and event loop against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import itertools
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp.web
+import jsonpatch
+import kmock
+import kopf
+
+from redlease.operator.handlers import Runtime, operator_settings
+from redlease.operator.spec import GROUP, PLURAL, VERSION
+
+RESOURCE = f"{GROUP}/{VERSION}/{PLURAL}"
+_rv = itertools.count(1)
+
+
+class Emulator(kmock.KubernetesEmulator):
+    """KubernetesEmulator plus the metadata and status codes kopf relies on."""
+
+    def _current(self, request: kmock.Request) -> dict[str, Any] | None:
+        key = (request.resource, request.namespace, request.name)
+        if key in self.objects and not self.objects[key].deleted:
+            return copy.deepcopy(self.objects[key].raw)
+        return None
+
+    def _stamp(self, request: kmock.Request) -> None:
+        data = request.data
+        if request.action == kmock.action.CREATE and isinstance(data, dict):
+            meta = data.setdefault("metadata", {})
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:6]
+            if request.namespace and not meta.get("namespace"):
+                meta["namespace"] = request.namespace
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", _now())
+            meta["resourceVersion"] = str(next(_rv))
+            meta["generation"] = 1
+        elif request.action == kmock.action.UPDATE and request.name is not None:
+            rv = str(next(_rv))
+            if isinstance(data, dict):
+                meta = data.setdefault("metadata", {})
+                meta["resourceVersion"] = rv
+                current = self._current(request)
+                if current is not None and request.subresource is None and "spec" in data:
+                    merged = kmock.Object(current)
+                    merged.patch({"spec": data["spec"]})
+                    if merged.raw.get("spec") != current.get("spec"):
+                        meta["generation"] = int(current["metadata"].get("generation", 1)) + 1
+            elif isinstance(data, list):
+                data.append({"op": "add", "path": "/metadata/resourceVersion", "value": rv})
+
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        if request.resource is not None:
+            self._stamp(request)
+        try:
+            response = await super()._handle(request)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+            return aiohttp.web.json_response(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Status",
+                    "status": "Failure",
+                    "reason": "Invalid",
+                    "code": 422,
+                    "message": str(exc),
+                },
+                status=422,
+            )
+        if request.action == kmock.action.CREATE and response.status == 200:
+            response.set_status(201)
+        return response
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def declare(emulator: Emulator) -> None:
+    """Resources kopf discovers (without v1/namespaces and v1/events it hangs)."""
+    emulator.resources["v1/namespaces"] = kmock.ResourceInfo(
+        kind="Namespace", namespaced=False, verbs={"list", "watch", "get"}
+    )
+    emulator.resources["v1/events"] = kmock.ResourceInfo(
+        kind="Event", namespaced=True, verbs={"create", "list", "get"}
+    )
+    emulator.resources["v1/secrets"] = kmock.ResourceInfo(
+        kind="Secret", namespaced=True, verbs={"get", "list"}
+    )
+    emulator.resources[RESOURCE] = kmock.ResourceInfo(
+        kind="DistributedLock",
+        singular="distributedlock",
+        namespaced=True,
+        shortnames={"dlock", "dlocks"},
+        categories={"redlease"},
+        verbs={"list", "watch", "get", "patch", "create", "delete", "update"},
+        subresources={"status"},
+    )
+
+
+class KopfThread:
+    """Run an operator registry in a thread with its own loop, against ``server``."""
+
+    def __init__(self, registry: kopf.OperatorRegistry, server: str, namespace: str) -> None:
+        self.registry = registry
+        self.server = server
+        self.namespace = namespace
+        self.stop_flag = threading.Event()
+        self.ready_flag = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="kopf", daemon=True)
+        self.error: BaseException | None = None
+
+        @kopf.on.login(registry=registry, id="kmock-login")
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            return kopf.ConnectionInfo(server=server, default_namespace=namespace)
+
+    def _run(self) -> None:
+        settings = operator_settings()
+        settings.watching.connect_timeout = 5
+        settings.networking.request_timeout = 10
+        try:
+            asyncio.run(
+                kopf.operator(
+                    registry=self.registry,
+                    settings=settings,
+                    standalone=True,
+                    namespaces=[self.namespace],
+                    stop_flag=self.stop_flag,
+                    ready_flag=self.ready_flag,
+                )
+            )
+        except BaseException as exc:  # noqa: BLE001 - reported by the test that waits for us
+            self.error = exc
+
+    async def __aenter__(self) -> KopfThread:
+        self.thread.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        # Join without blocking this loop: KMock runs on it and must keep answering kopf.
+        self.stop_flag.set()
+        await asyncio.to_thread(self.thread.join, 20)
+        assert not self.thread.is_alive(), "kopf did not stop within 20 s"
+
+
+async def until(
+    predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition"
+) -> Any:
+    """Poll ``predicate`` (every 20 ms) until it returns something truthy, or fail."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if isinstance(value, Awaitable):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def watching(emulator: Emulator) -> bool:
+    """True once kopf has opened its watch on DistributedLocks."""
+    with contextlib.suppress(Exception):
+        return any(
+            r.action == kmock.action.WATCH
+            and r.resource is not None
+            and r.resource.plural == PLURAL
+            for r in list(emulator._requests)
+        )
+    return False
+
+
+def obj(emulator: Emulator, namespace: str, name: str) -> dict[str, Any] | None:
+    key = (RESOURCE, namespace, name)
+    try:
+        o = emulator.objects[key]
+    except KeyError:
+        return None
+    return None if o.deleted else copy.deepcopy(o.raw)
+
+
+def events(emulator: Emulator, namespace: str) -> list[dict[str, Any]]:
+    out = []
+    for (res, ns, _), o in list(emulator.objects.items()):
+        if res.plural == "events" and ns == namespace and not o.deleted:
+            out.append(copy.deepcopy(o.raw))
+    return out
+
+
+def iter_reasons(items: list[dict[str, Any]]) -> Iterator[str]:
+    for e in items:
+        yield str(e.get("reason"))
+
+
+NAMESPACE = "apps"
+REFRESH = 0.3
+
+
+@dataclass
+class Cluster:
+    """The emulated API server plus the operator runtime watching it."""
+
+    api: Emulator
+    runtime: Runtime
+    url: str
+
+    async def create(self, name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
+        body = {
+            "apiVersion": "redlease.dev/v1alpha1",
+            "kind": "DistributedLock",
+            "metadata": {"name": name, "namespace": NAMESPACE, **meta},
+            "spec": spec,
+        }
+        path = f"/apis/redlease.dev/v1alpha1/namespaces/{NAMESPACE}/distributedlocks"
+        async with self.api.post(path, json=body) as resp:
+            assert resp.status == 201, await resp.text()
+            result: dict[str, Any] = await resp.json()
+            return result
+
+    async def patch(self, name: str, patch: dict[str, Any]) -> None:
+        path = f"/apis/redlease.dev/v1alpha1/namespaces/{NAMESPACE}/distributedlocks/{name}"
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with self.api.patch(path, json=patch, headers=headers) as resp:
+            assert resp.status == 200, await resp.text()
+
+    async def delete(self, name: str) -> None:
+        path = f"/apis/redlease.dev/v1alpha1/namespaces/{NAMESPACE}/distributedlocks/{name}"
+        async with self.api.delete(path) as resp:
+            assert resp.status == 200, await resp.text()
+
+    async def create_secret(self, name: str, data: dict[str, str]) -> None:
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": data}
+        async with self.api.post(f"/api/v1/namespaces/{NAMESPACE}/secrets", json=body) as resp:
+            assert resp.status == 201, await resp.text()
+
+    def status(self, name: str) -> dict[str, Any]:
+        obj = self.api.objects[RESOURCE, NAMESPACE, name]
+        if obj.deleted:
+            return {}
+        return dict(obj.raw.get("status") or {})

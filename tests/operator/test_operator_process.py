@@ -1,0 +1,83 @@
+"""`redlease operator` as a real process: kubeconfig login, status, liveness, metrics, SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import kmock
+import pytest
+from dlock_harness import NAMESPACE, Cluster, Emulator, declare, until, watching
+
+from redlease.localredis import RedisServer, free_port
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{{name: kmock, cluster: {{server: "{url}"}}}}]
+users: [{{name: test, user: {{token: test-token}}}}]
+contexts: [{{name: kmock, context: {{cluster: kmock, user: test, namespace: {ns}}}}}]
+current-context: kmock
+"""
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[tuple[Emulator, str]]:
+    async with Emulator() as emulator, kmock.Server(emulator) as server:
+        declare(emulator)
+        yield emulator, str(server.url).rstrip("/")
+
+
+async def get(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        return resp.status, await resp.text()
+
+
+async def test_operator_process(
+    api: tuple[Emulator, str], redis_server: RedisServer, tmp_path: Path
+) -> None:
+    emulator, url = api
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG.format(url=url, ns=NAMESPACE))
+    health, metrics = free_port(), free_port()
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "REDLEASE_REFRESH": "0.3"}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "redlease", "operator", "--namespace", NAMESPACE,
+        "--liveness", f"http://127.0.0.1:{health}/healthz",
+        "--metrics", f"127.0.0.1:{metrics}",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        await until(lambda: watching(emulator) or proc.returncode is not None, what="watch")
+        assert proc.returncode is None
+        cluster = Cluster(emulator, None, url)  # type: ignore[arg-type]
+        await cluster.create("proc", {"keys": ["p"], "nodes": [{"url": redis_server.url}]})
+        await until(lambda: cluster.status("proc").get("phase") == "Free", what="Free")
+
+        async def healthy() -> bool:
+            try:
+                return (await get(f"http://127.0.0.1:{health}/healthz"))[0] == 200
+            except aiohttp.ClientError:
+                return False
+
+        await until(healthy, what="liveness 200")
+        status, body = await get(f"http://127.0.0.1:{metrics}/metrics")
+        assert status == 200 and 'redlease_lock_phase{namespace="apps",name="proc"' in body
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            raw, _ = await asyncio.wait_for(proc.communicate(), 30)
+        except TimeoutError:
+            proc.kill()
+            raw, _ = await proc.communicate()
+    out = raw.decode(errors="replace")
+    assert proc.returncode == 0, out
+    assert "test-token" not in out
