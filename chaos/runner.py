@@ -270,6 +270,15 @@ SCENARIOS = [
         _node_restarts,
     ),
     Scenario(
+        "node-restarts-no-aof",
+        "the same restarts of a node WITHOUT persistence: the fence counter is lost "
+        "(the documented unsafe configuration)",
+        _node_restarts,
+        persistent=False,
+        quick=False,
+        expect_safe=False,
+    ),
+    Scenario(
         "sidecars",
         "3 leader-election sidecars: leader SIGSTOPped past its deadline, SIGTERMed, SIGKILLed",
         _sidecar_faults,
