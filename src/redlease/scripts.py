@@ -30,7 +30,25 @@ class Script:
     sha: str = field(init=False)
 
     def __post_init__(self) -> None:
+        if _PRELUDE in self.lua:
+            object.__setattr__(self, "lua", self.lua.replace(_PRELUDE, _prelude_for(self.lua)))
         object.__setattr__(self, "sha", hashlib.sha1(self.lua.encode()).hexdigest())  # noqa: S324
+
+
+def _prelude_for(lua: str) -> str:
+    """Only the helper functions ``lua`` calls (directly or through other helpers): building
+    unused closures costs Redis time on every call."""
+    needed: set[str] = set()
+    text = lua
+    changed = True
+    while changed:
+        changed = False
+        for name, code in _SNIPPETS.items():
+            if name not in needed and f"{name}(" in text:
+                needed.add(name)
+                text += code
+                changed = True
+    return "".join(code for name, code in _SNIPPETS.items() if name in needed)
 
 
 # Shared Lua prelude. ``clock()`` is server time in ms (TIME is read at most once, on demand).
@@ -38,7 +56,8 @@ class Script:
 # registration lapses) so that a release hands the lock to waiters first. ``notify`` runs after
 # a release: if live waiters exist it reserves the free lock for them for ``handoff_ms`` and
 # pushes wake tokens that the waiters BLPOP.
-_PRELUDE = """
+_SNIPPETS: dict[str, str] = {
+    "clock": """
 local now_cache = nil
 local function clock()  -- server time in ms, read once and only when needed
   if not now_cache then
@@ -47,21 +66,29 @@ local function clock()  -- server time in ms, read once and only when needed
   end
   return now_cache
 end
+""",
+    "keep_alive": """
 local function keep_alive(key, ms)
   local p = redis.call('PTTL', key)
   if p < ms then redis.call('PEXPIRE', key, ms) end
 end
+""",
+    "enqueue": """
 local function enqueue(zkey, token, wait)
   if wait > 0 then
     redis.call('ZADD', zkey, clock() + wait, token)
     keep_alive(zkey, wait)
   end
 end
+""",
+    "live": """
 local function live(zkey)
   if redis.call('EXISTS', zkey) == 0 then return 0 end
   redis.call('ZREMRANGEBYSCORE', zkey, '-inf', clock() - 1)
   return redis.call('ZCARD', zkey)
 end
+""",
+    "notify": """
 local function notify(waiters, handoff, wake, handoff_ms, wake_all)
   local n = live(waiters)
   if n > 0 then
@@ -74,17 +101,24 @@ local function notify(waiters, handoff, wake, handoff_ms, wake_all)
   end
   return n
 end
+""",
+    "admitted": """
 -- true when the caller may take a free lock: no reservation, or it is a live registered waiter,
 -- or every registered waiter has lapsed.
+-- The second result tells whether anyone is registered (so the caller's own registration may
+-- need removing); with no waiters key at all, no reservation can apply (fast path).
 local function admitted(waiters, handoff, token)
-  if redis.call('EXISTS', handoff) == 0 then return true end
+  if redis.call('EXISTS', waiters) == 0 then return true, false end
+  if redis.call('EXISTS', handoff) == 0 then return true, true end
   local s = redis.call('ZSCORE', waiters, token)
   if (s and tonumber(s) >= clock()) or live(waiters) == 0 then
     redis.call('DEL', handoff)
-    return true
+    return true, true
   end
-  return false
+  return false, true
 end
+""",
+    "grant": """
 local function grant(lease, fence_key, history, token, identity, ttl, min_fence, mode)
   local fence = redis.call('INCR', fence_key)
   if fence < min_fence then
@@ -103,7 +137,10 @@ local function grant(lease, fence_key, history, token, identity, ttl, min_fence,
   redis.call('PEXPIRE', lease, ttl)
   return {1, fence, 1, clock(), transitions}
 end
-"""
+""",
+}
+_PRELUDE = "--@prelude\n"  # replaced by the helper functions a script uses (see Script)
+
 
 ACQUIRE = Script(
     "acquire",
@@ -136,11 +173,12 @@ if cur[1] then
   enqueue(KEYS[4], token, wait)
   return {0, redis.call('PTTL', KEYS[1]), cur[2]}
 end
-if not admitted(KEYS[4], KEYS[5], token) then
+local ok, waiting = admitted(KEYS[4], KEYS[5], token)
+if not ok then
   enqueue(KEYS[4], token, wait)
   return {3, redis.call('PTTL', KEYS[5]), ''}
 end
-redis.call('ZREM', KEYS[4], token)
+if waiting then redis.call('ZREM', KEYS[4], token) end
 return grant(KEYS[1], KEYS[2], KEYS[3], token, ARGV[3], ttl, tonumber(ARGV[6]), 'x')
 """,
 )
@@ -244,11 +282,12 @@ if live(KEYS[3]) > 0 then
   enqueue(KEYS[4], token, wait)
   return {0, -1, ''}
 end
-if not admitted(KEYS[4], KEYS[5], token) then
+local ok, waiting = admitted(KEYS[4], KEYS[5], token)
+if not ok then
   enqueue(KEYS[4], token, wait)
   return {3, redis.call('PTTL', KEYS[5]), ''}
 end
-redis.call('ZREM', KEYS[4], token)
+if waiting then redis.call('ZREM', KEYS[4], token) end
 redis.call('ZADD', KEYS[2], clock() + ttl, token)
 local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
 keep_alive(KEYS[2], tonumber(last[2]) - clock())
@@ -286,12 +325,13 @@ if live(KEYS[2]) > 0 then
   local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
   return {0, tonumber(last[2]) - clock(), ''}
 end
-if not admitted(KEYS[4], KEYS[5], token) then
+local ok, waiting = admitted(KEYS[4], KEYS[5], token)
+if not ok then
   enqueue(KEYS[4], token, wait)
   enqueue(KEYS[3], token, wait)
   return {3, redis.call('PTTL', KEYS[5]), ''}
 end
-redis.call('ZREM', KEYS[4], token)
+if waiting then redis.call('ZREM', KEYS[4], token) end
 redis.call('ZREM', KEYS[3], token)
 return grant(KEYS[1], KEYS[6], KEYS[7], token, ARGV[3], ttl, 0, 'w')
 """,
