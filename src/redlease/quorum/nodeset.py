@@ -153,12 +153,12 @@ class NodeSet:
         return {"total": len(self.names), "healthy": healthy, "quorum": self.quorum}
 
     def close(self) -> None:
-        """Stop the per-node readers (blocking node sets); the clients stay open."""
+        """Drop the per-node connections (blocking node sets); the clients stay open."""
         for ch in self._channels or []:
             ch.close()
 
     async def aclose(self) -> None:
-        """Stop the per-node reader tasks (asyncio node sets); the clients stay open."""
+        """Drop the per-node connections (asyncio node sets); the clients stay open."""
         for ch in self._achannels or []:
             await ch.close()
 
