@@ -21,9 +21,9 @@ from typing import Any
 import redis
 
 from chaos.checker import Sample, Verdict, check
-from chaos.proxy import DelayProxy
 from chaos.resource import Resource
 from redlease.localredis import RedisServer, free_port
+from redlease.netfault import DelayProxy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -218,7 +218,7 @@ def _slow_node(run: Run, quick: bool) -> None:
         proxy.cut()
         run.count("node_cut_off")
         time.sleep(0.5)
-        proxy.heal()
+        proxy.restore()
     pause_holder(run, run.ttl * 2.5)
 
 
@@ -318,7 +318,7 @@ def run_scenario(sc: Scenario, quick: bool, seconds: float) -> dict[str, Any]:
     resource = RedisServer().start()
     run = Run(sc.name, nodes, resource, workdir, sc.ttl, seconds, fenced=sc.fenced)
     if sc.name == "slow-node":
-        run.proxies.append(DelayProxy(nodes[0].port))
+        run.proxies.append(DelayProxy(nodes[0].port).start())
         run.urls = [f"redis://127.0.0.1:{run.proxies[0].port}"] + [
             f"redis://127.0.0.1:{n.port}" for n in nodes[1:]
         ]
@@ -362,7 +362,7 @@ def run_scenario(sc: Scenario, quick: bool, seconds: float) -> dict[str, Any]:
                 p.kill()
                 p.wait()
         for proxy in run.proxies:
-            proxy.close()
+            proxy.stop()
         for n in nodes:
             n.stop()
         resource.stop()

@@ -15,10 +15,10 @@ import redlease
 import redlease.aio
 from redlease import LockContention, LockTimeout, NotOwned, QuorumUnavailable
 from redlease.localredis import RedisServer
+from redlease.netfault import DelayProxy as Proxy
 from redlease.quorum import NodeSet
 from tests.core.util import wait_until
 from tests.quorum.conftest import lease_keys
-from tests.quorum.proxy import Proxy
 
 
 def nodeset(servers: list[RedisServer], **kwargs: object) -> NodeSet:

@@ -1,4 +1,5 @@
-"""A loopback TCP proxy that adds latency or cuts a node off, for real fault injection.
+"""A loopback TCP proxy that adds latency or cuts a node off, for real fault injection in the
+tests and the chaos runs (next to :mod:`redlease.localredis`).
 
 Runs its own asyncio loop in a thread. ``delay`` seconds are added to every chunk in both
 directions (order kept); ``cut()`` drops every connection and refuses new ones until
@@ -13,7 +14,7 @@ import threading
 import time
 
 
-class Proxy:
+class DelayProxy:
     def __init__(self, target_port: int, delay: float = 0.0) -> None:
         self.target_port = target_port
         self.delay = delay
@@ -24,7 +25,7 @@ class Proxy:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._main, daemon=True)
 
-    def start(self) -> Proxy:
+    def start(self) -> DelayProxy:
         self._thread.start()
         assert self._ready.wait(10)
         return self
