@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "operator":
             from redlease.operator.runner import run_operator
 
-            return run_operator(_operator_config(args))
+            return run_operator(_operator_config(args, parser))
         if args.command in _ELECTION_COMMANDS:
             return _run_election_command(parser, args)
         parser.error(f"unknown command {args.command!r}")
@@ -66,11 +66,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
-
-
-def _env(name: str, default: str | None = None) -> str | None:
-    """``REDLEASE_<NAME>`` from the environment (flags win over it)."""
-    return os.environ.get(f"REDLEASE_{name}", default)
 
 
 def _add_operator(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -87,18 +82,17 @@ def _add_operator(sub: argparse._SubParsersAction[_Parser]) -> None:
     scope.add_argument("--all-namespaces", "-A", action="store_true", default=None)
     op.add_argument(
         "--liveness",
-        default=_env("LIVENESS"),
         help="liveness endpoint URL, e.g. http://0.0.0.0:8080/healthz (default: none)",
     )
-    op.add_argument("--refresh", default=_env("REFRESH", "5"), help="seconds between reads")
-    op.add_argument("--concurrency", default=_env("CONCURRENCY", "16"), help="nodes read at once")
-    op.add_argument("--node-timeout", default=_env("NODE_TIMEOUT", "3"), help="seconds per node")
+    op.add_argument("--refresh", default="5", help="seconds between reads")
+    op.add_argument("--concurrency", default="16", help="nodes read at once")
+    op.add_argument("--node-timeout", default="3", help="seconds per node")
     op.add_argument(
         "--metrics",
-        default=_env("METRICS"),
         help="serve Prometheus /metrics on HOST:PORT, e.g. 127.0.0.1:9090 (default: off)",
     )
     op.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    _defer_defaults(op)  # every flag also reads REDLEASE_<FLAG> (see _fill_from_env)
 
 
 def _number(value: str | None, flag: str, lo: float, hi: float) -> float:
@@ -111,18 +105,19 @@ def _number(value: str | None, flag: str, lo: float, hi: float) -> float:
     return number
 
 
-def _operator_config(args: argparse.Namespace) -> OperatorConfig:
+def _operator_config(
+    args: argparse.Namespace, parser: argparse.ArgumentParser | None = None
+) -> OperatorConfig:
     from urllib.parse import urlsplit
 
     from redlease.operator import OperatorConfig
 
+    if args.all_namespaces is True:  # given on the command line: env namespaces don't apply
+        args.namespace = []
+    _fill_from_env(parser or build_parser(), args)
+
     namespaces = tuple(args.namespace or [])
-    env_ns = _env("NAMESPACE")
-    if not namespaces and not args.all_namespaces and env_ns:
-        namespaces = tuple(n.strip() for n in env_ns.split(",") if n.strip())
-    clusterwide = bool(args.all_namespaces) or (
-        not namespaces and (_env("ALL_NAMESPACES", "") or "").lower() in ("1", "true", "yes")
-    )
+    clusterwide = bool(args.all_namespaces) and not namespaces
     if not namespaces and not clusterwide:
         raise ConfigError("--namespace", "give --namespace NS (repeatable) or --all-namespaces")
     if args.liveness:

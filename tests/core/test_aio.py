@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
@@ -90,20 +91,26 @@ async def test_cancelled_wait_leaves_no_registration(any_aclient: Any, lock_name
     assert state.waiters == 0 and state.holder is not None
 
 
+async def cancel_while_paused(server: RedisServer, operation: Coroutine[Any, Any, Any]) -> None:
+    """Start ``operation`` while ``server`` is SIGSTOPped, cancel it mid-flight, resume the
+    server and check the cancellation propagates (after any clean-up the operation does)."""
+    server.pause()
+    try:
+        task = asyncio.create_task(operation)
+        await asyncio.sleep(0.05)  # timing does not matter: the outcome must be the same
+        assert not task.done()
+        task.cancel()
+    finally:
+        server.resume()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 async def test_cancelled_in_flight_acquire_leaves_no_lease(redis_server: RedisServer) -> None:
     client = aioredis.Redis(host="127.0.0.1", port=redis_server.port)
     lock = aio.Lock(client, "inflight", ttl=30)
     await lock.state()  # connect and load scripts first
-    redis_server.pause()
-    try:
-        task = asyncio.create_task(lock.acquire(timeout=10))
-        await asyncio.sleep(0.05)  # timing does not matter: either way no lease may remain
-        assert not task.done()
-        task.cancel()
-    finally:
-        redis_server.resume()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_while_paused(redis_server, lock.acquire(timeout=10))
     assert (await lock.state()).holder is None
     await client.aclose()
 
@@ -112,15 +119,7 @@ async def test_cancelled_release_still_releases(redis_server: RedisServer) -> No
     client = aioredis.Redis(host="127.0.0.1", port=redis_server.port)
     lock = aio.Lock(client, "rel", ttl=30)
     await lock.acquire()
-    redis_server.pause()
-    try:
-        task = asyncio.create_task(lock.release())
-        await asyncio.sleep(0.05)
-        task.cancel()
-    finally:
-        redis_server.resume()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_while_paused(redis_server, lock.release())
     assert (await lock.state()).holder is None
     await client.aclose()
 

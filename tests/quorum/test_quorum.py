@@ -82,18 +82,18 @@ def test_blocked_acquirer_is_woken_by_release(
     a = redlease.Lock(ns, lock_name, ttl=10)
     b = redlease.Lock(ns, lock_name, ttl=10)
     a.acquire()
-    released = threading.Event()
+    releasing = threading.Event()
 
     def later() -> None:
-        time.sleep(0.2)
+        time.sleep(0.2)  # the scenario: a holds for a while, b has to wait
+        releasing.set()  # set before the release, so b can never get the lock before it
         a.release()
-        released.set()
 
     threading.Thread(target=later).start()
     start = time.monotonic()
     b.acquire(timeout=5)
     waited = time.monotonic() - start
-    assert released.is_set()
+    assert releasing.is_set()
     assert waited < 1.0  # woken by the notification, not by a 5 s fallback
     with pytest.raises(LockTimeout):
         a.acquire(timeout=0.2)

@@ -257,17 +257,7 @@ class Election:
             "lock": cfg.lock,
             "identity": cfg.identity,
             "leader": term is not None,
-            "holder": None,
-            "fencing_token": None,
-            "expires_in_ms": None,
-            "acquired_at": None,
-            "renewed_at": None,
-            "transitions": 0,
-            "nodes": {
-                "total": cfg.target.total,
-                "healthy": self.healthy,
-                "quorum": cfg.target.needed,
-            },
+            **empty_status(cfg.target.total, self.healthy, cfg.target.needed),
             "candidates": 0,
             "leader_until": None,
             "paused": cfg.paused,
@@ -292,13 +282,7 @@ class Election:
             if left is not None:
                 left -= int((now - obs.at) * 1000)
             if left is None or left > 0:
-                doc.update(
-                    holder=obs.state.holder,
-                    fencing_token=obs.state.fencing_token,
-                    expires_in_ms=left,
-                    acquired_at=iso_ms(obs.state.acquired_ms),
-                    renewed_at=iso_ms(obs.state.renewed_ms),
-                )
+                doc.update(holder_fields(obs.state, left))
         return doc
 
     # -- internals ----------------------------------------------------------------------------
@@ -312,6 +296,31 @@ class Election:
     def _transition(self, kind: str, token: int | None, reason: str) -> Transition:
         holder = self.identity if kind == "elected" else None
         return Transition(kind, self.lock, self.identity, token, reason, holder)
+
+
+def empty_status(total: int, healthy: int, quorum: int) -> dict[str, Any]:
+    """The holder part of a status document for a free lock (shared by /status and
+    `redlease status`)."""
+    return {
+        "holder": None,
+        "fencing_token": None,
+        "expires_in_ms": None,
+        "acquired_at": None,
+        "renewed_at": None,
+        "transitions": 0,
+        "nodes": {"total": total, "healthy": healthy, "quorum": quorum},
+    }
+
+
+def holder_fields(state: LockState, expires_in_ms: int | None) -> dict[str, Any]:
+    """The holder part of a status document from a lock state read from Redis."""
+    return {
+        "holder": state.holder,
+        "fencing_token": state.fencing_token,
+        "expires_in_ms": expires_in_ms,
+        "acquired_at": iso_ms(state.acquired_ms),
+        "renewed_at": iso_ms(state.renewed_ms),
+    }
 
 
 def iso_ms(ms: int | None) -> str | None:

@@ -12,7 +12,7 @@ from redlease.connect import connect
 from redlease.errors import LockError
 from redlease.keys import LockKeys
 from redlease.sidecar.config import RedisTarget
-from redlease.sidecar.election import iso_ms
+from redlease.sidecar.election import empty_status, holder_fields
 from redlease.status import LockState, read_state_flow
 
 
@@ -21,26 +21,16 @@ def describe(state: LockState | None, target: RedisTarget, error: str | None) ->
     healthy = 0 if state is None else target.total
     doc: dict[str, Any] = {
         "lock": state.name if state else None,
-        "holder": None,
-        "fencing_token": None,
-        "expires_in_ms": None,
-        "acquired_at": None,
-        "renewed_at": None,
-        "transitions": 0,
+        **empty_status(target.total, healthy, target.needed),
         "last_fencing_token": 0,
         "candidates": [],
         "waiters": 0,
-        "nodes": {"total": target.total, "healthy": healthy, "quorum": target.needed},
     }
     if error:
         doc["error"] = error
     if state is not None:
         doc.update(
-            holder=state.holder,
-            fencing_token=state.fencing_token,
-            expires_in_ms=state.expires_in_ms,
-            acquired_at=iso_ms(state.acquired_ms),
-            renewed_at=iso_ms(state.renewed_ms),
+            holder_fields(state, state.expires_in_ms),
             transitions=state.transitions,
             last_fencing_token=state.last_fence,
             candidates=list(state.candidates),
