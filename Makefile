@@ -25,6 +25,7 @@ venv: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests chaos bench
 	$(VENV)/bin/ruff format --check src tests chaos bench
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

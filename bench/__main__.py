@@ -56,7 +56,7 @@ def _versions() -> dict[str, str]:
 
 
 def _environment() -> dict[str, Any]:
-    from redlease.localredis import server_version
+    from redlease.devtools.localredis import server_version
 
     return {
         "cpus": os.cpu_count(),

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import stats
-from redlease.localredis import RedisServer, free_port
+from redlease.devtools.localredis import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = "bench-failover"

@@ -191,7 +191,7 @@ def scenario(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Every (library, mode, procs) combination, ``reps`` interleaved runs pooled together."""
-    from redlease.localredis import RedisServer
+    from redlease.devtools.localredis import RedisServer
 
     missing = [lib for lib in libraries if lib == "python-redis-lock" and not _has("redis_lock")]
     for lib in missing:

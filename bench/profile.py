@@ -26,7 +26,7 @@ import redis.asyncio as aioredis
 
 import redlease
 from redlease import aio
-from redlease.localredis import RedisServer
+from redlease.devtools.localredis import RedisServer
 
 
 def _exec_usec(client: redis.Redis) -> float:
@@ -78,7 +78,7 @@ def quorum_ceiling(seconds: float = 1.0, reps: int = 5) -> tuple[float, float, f
     import secrets
 
     from bench.uncontended import _aioredlock, _time_async
-    from redlease import scripts
+    from redlease.core import scripts
 
     servers = [RedisServer().start() for _ in range(3)]
     try:

@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 
 import redlease
 import redlease.aio
-from redlease.localredis import RedisServer
+from redlease.devtools.localredis import RedisServer
 from redlease.quorum import NodeSet
 
 

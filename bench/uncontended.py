@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 import redlease
 from bench import reference, stats
 from redlease import aio
-from redlease.localredis import RedisServer
+from redlease.devtools.localredis import RedisServer
 
 Pair = Callable[[], Any]
 

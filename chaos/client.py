@@ -17,7 +17,7 @@ import redis
 
 import redlease
 from chaos.resource import Resource
-from redlease.connect import connect
+from redlease.core.connect import connect
 
 
 def main(cfg: dict[str, Any]) -> None:

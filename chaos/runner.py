@@ -22,8 +22,8 @@ import redis
 
 from chaos.checker import Sample, Verdict, check
 from chaos.resource import Resource
-from redlease.localredis import RedisServer, free_port
-from redlease.netfault import DelayProxy
+from redlease.devtools.localredis import RedisServer, free_port
+from redlease.devtools.netfault import DelayProxy
 
 ROOT = Path(__file__).resolve().parents[1]
 

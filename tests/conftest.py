@@ -2,7 +2,7 @@
 
 ``redis_server`` is one fresh server per test; ``redis_cluster`` one 3-master cluster per session
 (flushed before each test). Servers can be killed, paused (SIGSTOP), resumed and restarted
-through :class:`redlease.localredis.RedisServer`. Everything is stopped at the end.
+through :class:`redlease.devtools.localredis.RedisServer`. Everything is stopped at the end.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from redlease.localredis import LocalCluster, RedisServer
+from redlease.devtools.localredis import LocalCluster, RedisServer
 
 
 @pytest.fixture

@@ -3,6 +3,16 @@
 Blocking API here; the asyncio API with the same names lives in :mod:`redlease.aio`.
 """
 
+from redlease.core.lease import Lease
+from redlease.core.locks import (
+    Lock,
+    ReadLock,
+    ReadWriteLock,
+    ReentrantLock,
+    Renewer,
+    WriteLock,
+)
+from redlease.core.state import LockState
 from redlease.errors import (
     AlreadyHeld,
     ConfigError,
@@ -17,16 +27,6 @@ from redlease.errors import (
     RedleaseError,
     ReplicationError,
 )
-from redlease.lease import Lease
-from redlease.locks import (
-    Lock,
-    ReadLock,
-    ReadWriteLock,
-    ReentrantLock,
-    Renewer,
-    WriteLock,
-)
-from redlease.status import LockState
 
 __version__ = "0.1.0"
 

@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from redlease.localredis import LocalCluster, RedisServer
+from redlease.devtools.localredis import LocalCluster, RedisServer
 
 _names = itertools.count()
 

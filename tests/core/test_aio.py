@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from redlease import LeaseLost, LockContention, LockTimeout, NotOwned, aio
-from redlease.localredis import RedisServer
+from redlease.devtools.localredis import RedisServer
 
 from .util import async_wait_until
 

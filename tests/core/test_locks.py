@@ -15,9 +15,8 @@ from redlease import (
     LockContention,
     LockTimeout,
     NotOwned,
-    _sync,
-    protocol,
 )
+from redlease.core import _sync, protocol
 
 from .util import wait_until
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import redlease
-from redlease.localredis import RedisServer
+from redlease.devtools.localredis import RedisServer
 
 _ids = itertools.count()
 SETTINGS = settings(

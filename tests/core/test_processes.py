@@ -12,7 +12,7 @@ import pytest
 import redis
 
 import redlease
-from redlease.localredis import RedisServer
+from redlease.devtools.localredis import RedisServer
 
 from .util import wait_until
 

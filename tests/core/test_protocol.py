@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from redlease import ConfigError, ProtocolError, protocol, scripts
-from redlease._handles import make_options
-from redlease.keys import LockKeys
-from redlease.lease import RenewSchedule
+from redlease import ConfigError, ProtocolError
+from redlease.core import protocol, scripts
+from redlease.core.handles import make_options
+from redlease.core.keys import LockKeys
+from redlease.core.lease import RenewSchedule
 
 
 def test_all_keys_share_the_hash_tag() -> None:

@@ -26,7 +26,7 @@ from dlock_harness import (  # noqa: E402
     watching,
 )
 
-from redlease.localredis import RedisServer  # noqa: E402
+from redlease.devtools.localredis import RedisServer  # noqa: E402
 from redlease.operator.handlers import OperatorConfig, Runtime, build_registry  # noqa: E402
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1000

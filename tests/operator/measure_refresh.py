@@ -12,7 +12,7 @@ import statistics
 import time
 
 from redlease import Lock
-from redlease.localredis import RedisServer
+from redlease.devtools.localredis import RedisServer
 from redlease.operator.reader import NodeReader
 from redlease.operator.spec import parse_spec
 

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from redlease import cli
-from redlease.localredis import free_port
+from redlease.devtools.localredis import free_port
 from redlease.operator import metrics
 
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
+from redlease.core.state import LockState
 from redlease.errors import ConfigError
 from redlease.operator import reconcile
 from redlease.operator.observe import combine, combine_key
 from redlease.operator.spec import parse_spec
-from redlease.status import LockState
 
 NODES3 = [{"url": f"redis://10.0.0.{i}:6379"} for i in (1, 2, 3)]
 

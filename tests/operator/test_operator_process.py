@@ -14,7 +14,7 @@ import kmock
 import pytest
 from dlock_harness import NAMESPACE, Cluster, Emulator, declare, until, watching
 
-from redlease.localredis import RedisServer, free_port
+from redlease.devtools.localredis import RedisServer, free_port
 
 KUBECONFIG = """apiVersion: v1
 kind: Config

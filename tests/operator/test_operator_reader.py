@@ -7,7 +7,7 @@ import time
 import pytest
 
 from redlease import Lock
-from redlease.localredis import RedisServer
+from redlease.devtools.localredis import RedisServer
 from redlease.operator.reader import NodeReader
 from redlease.operator.spec import parse_spec
 

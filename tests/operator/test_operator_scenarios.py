@@ -14,8 +14,8 @@ import yaml
 from dlock_harness import NAMESPACE, Cluster, events, until
 
 from redlease import Lock
-from redlease.keys import LockKeys
-from redlease.localredis import RedisServer
+from redlease.core.keys import LockKeys
+from redlease.devtools.localredis import RedisServer
 from redlease.operator.handlers import FINALIZER
 from redlease.operator.reconcile import parse_timestamp
 from redlease.operator.spec import FORCE_RELEASE_ANNOTATION

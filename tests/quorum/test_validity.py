@@ -7,8 +7,8 @@ import random
 import pytest
 
 from redlease import ConfigError, errors
-from redlease.protocol import Outcome, drift
-from redlease.validity import (
+from redlease.core.protocol import Outcome, drift
+from redlease.core.rules import (
     LATE,
     Down,
     Probe,

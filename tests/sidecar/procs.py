@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from redlease.localredis import free_port
+from redlease.devtools.localredis import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,6 +7,8 @@ import dataclasses
 
 import pytest
 
+from redlease.cli.wait import is_leader
+from redlease.core.state import LockState
 from redlease.errors import ConfigError, LockUnavailable, NotOwned
 from redlease.sidecar.config import (
     ElectionConfig,
@@ -17,8 +19,6 @@ from redlease.sidecar.config import (
     validate_timing,
 )
 from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown
-from redlease.status import LockState
-from redlease.waiter import is_leader
 
 CFG = ElectionConfig(
     lock="L",

@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from redlease.localredis import RedisServer
-from redlease.waiter import is_leader
+from redlease.cli.wait import is_leader
+from redlease.devtools.localredis import RedisServer
 from tests.sidecar.procs import Observer, Sidecar, wait_until
 
 TTL, DEADLINE, RETRY = 1.5, 1.0, 0.1

@@ -13,7 +13,7 @@ import aiohttp
 import kmock
 import pytest
 
-from redlease.localredis import RedisServer
+from redlease.devtools.localredis import RedisServer
 from tests.sidecar.procs import Sidecar, env
 
 NS = "shop"

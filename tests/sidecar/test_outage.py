@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from redlease.localredis import RedisServer, free_port
+from redlease.devtools.localredis import RedisServer, free_port
 from tests.sidecar.procs import Sidecar, wait_until
 
 TTL, DEADLINE, RETRY = 1.5, 1.0, 0.1

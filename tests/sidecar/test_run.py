@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from redlease.localredis import RedisServer
+from redlease.devtools.localredis import RedisServer
 from tests.sidecar.procs import ROOT, env, wait_until
 
 TIMING = ["--ttl", "1.5", "--renew-deadline", "1.0", "--retry-period", "0.1"]

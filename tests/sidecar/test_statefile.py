@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from redlease.localredis import RedisServer
+from redlease.devtools.localredis import RedisServer
 from tests.sidecar.procs import Sidecar, wait_until
 
 

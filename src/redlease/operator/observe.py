@@ -1,6 +1,6 @@
 """Combine what each Redis node says about a lock into what the lock library would conclude.
 
-Pure functions over :class:`redlease.status.LockState` snapshots. For a RedLock set a holder
+Pure functions over :class:`redlease.core.state.LockState` snapshots. For a RedLock set a holder
 counts only when at least ``quorum`` nodes name the same holder identity: its token is the
 highest among those nodes and its expiry the ``quorum``-th largest remaining TTL (the moment
 the holder stops having a quorum). A single node or a cluster is a quorum of one.
@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from redlease.status import LockState
+from redlease.core.state import LockState
 
 
 @dataclass(frozen=True, slots=True)

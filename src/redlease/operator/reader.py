@@ -20,13 +20,13 @@ from typing import Any
 
 import redis.exceptions as rex
 
-from redlease import scripts
-from redlease.connect import connect
+from redlease.core import scripts
+from redlease.core.connect import connect
+from redlease.core.keys import LockKeys
+from redlease.core.state import LockState, decode_state, status_call
 from redlease.errors import LockError
-from redlease.keys import LockKeys
 from redlease.operator.observe import Observation, combine
 from redlease.operator.spec import LockSpec
-from redlease.status import LockState, decode_state, status_call
 
 # What a node read may fail with; anything else is a bug and propagates.
 NODE_ERRORS = (rex.RedisError, OSError, TimeoutError, LockError)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from redlease.connect import redact, validate_url
+from redlease.core.connect import redact, validate_url
+from redlease.core.keys import validate_name
 from redlease.errors import ConfigError
-from redlease.keys import validate_name
 
 GROUP = "redlease.dev"
 VERSION = "v1alpha1"

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from redlease.connect import validate_url
+from redlease.core.connect import validate_url
+from redlease.core.keys import validate_name
 from redlease.errors import ConfigError
-from redlease.keys import validate_name
 
 DEFAULT_TTL = 15.0
 READY_MODES = ("leader", "always")

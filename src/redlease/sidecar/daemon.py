@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from redlease.connect import redact
+from redlease.core.connect import redact
 from redlease.errors import ConfigError
 from redlease.sidecar.config import ElectionConfig, SidecarConfig
 from redlease.sidecar.election import Transition

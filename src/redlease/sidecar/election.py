@@ -16,9 +16,9 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any
 
+from redlease.core.state import LockState
 from redlease.errors import NotOwned
 from redlease.sidecar.config import ElectionConfig
-from redlease.status import LockState
 
 # --- what the driver is asked to do --------------------------------------------------------------
 

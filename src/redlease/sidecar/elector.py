@@ -17,14 +17,14 @@ from typing import Any, TypeVar
 
 import structlog
 
-from redlease import _async, aio
-from redlease.connect import connect
+from redlease.core import _async, aio
+from redlease.core.connect import connect
+from redlease.core.keys import LockKeys
+from redlease.core.protocol import drift
+from redlease.core.state import LockState, heartbeat_flow, read_state_flow
 from redlease.errors import LockError, LockTimeout, RedleaseError
-from redlease.keys import LockKeys
-from redlease.protocol import drift
 from redlease.sidecar.config import ElectionConfig
 from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown, Term, Transition
-from redlease.status import LockState, heartbeat_flow, read_state_flow
 
 T = TypeVar("T")
 log = structlog.get_logger("redlease.sidecar")

@@ -1,8 +1,8 @@
 """Bookkeeping shared by the sync and asyncio lock handles (pure: no I/O here).
 
-A handle turns user calls into :mod:`redlease.protocol` flows and their results into
-:class:`~redlease.lease.Lease` objects. :mod:`redlease.locks` and :mod:`redlease.aio` only add
-the thin "run this flow" layer on top.
+A handle turns user calls into :mod:`redlease.core.protocol` flows and their results into
+:class:`~redlease.core.lease.Lease` objects. :mod:`~redlease.core.locks` and
+:mod:`~redlease.core.aio` only add the thin "run this flow" layer on top.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from redlease import protocol
+from redlease.core import protocol
+from redlease.core.keys import LockKeys
+from redlease.core.lease import Lease
+from redlease.core.protocol import AcquireState, Flow, Grant, Options, Primitive
 from redlease.errors import ConfigError, NotOwned
-from redlease.keys import LockKeys
-from redlease.lease import Lease
-from redlease.protocol import AcquireState, Flow, Grant, Options, Primitive
 
 
 def default_identity() -> str:

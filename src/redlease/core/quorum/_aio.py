@@ -1,7 +1,7 @@
 """Run quorum flows with asyncio redis-py clients: one pipelined connection per node.
 
-The asyncio twin of :mod:`redlease.quorum._blocking` (same flows, same decisions, same
-:class:`~redlease.quorum._blocking.Slot` bookkeeping): a fan-out writes its request to every
+The asyncio twin of :mod:`redlease.core.quorum._blocking` (same flows, same decisions, same
+:class:`~redlease.core.quorum._blocking.Slot` bookkeeping): a fan-out writes its request to every
 node's connection synchronously, then the calling task reads the replies itself, in order, under
 one deadline for the whole fan-out. No reader task and no future per request; only tasks sharing
 a channel wait (for the *reader role* or for their reply) on a future. A read cut short by the
@@ -20,11 +20,10 @@ from typing import Any
 
 import redis.exceptions as rex
 
-from redlease import _async
-from redlease.errors import LockError
-from redlease.protocol import Request, Wait
-from redlease.quorum import _probe
-from redlease.quorum._blocking import (
+from redlease.core import _async
+from redlease.core.protocol import Request, Wait
+from redlease.core.quorum import _probe
+from redlease.core.quorum._blocking import (
     FIRST_CONTACT,
     LATE_GRACE,
     RETRY_CONNECT,
@@ -36,8 +35,9 @@ from redlease.quorum._blocking import (
     submit_all,
     to_result,
 )
-from redlease.quorum.flows import FanOut, Marked, QFlow, Ready, Settings, run
-from redlease.validity import Down, Probe, Result
+from redlease.core.quorum.flows import FanOut, Marked, QFlow, Ready, Settings, run
+from redlease.core.rules import Down, Probe, Result
+from redlease.errors import LockError
 
 
 class Channel:
@@ -298,7 +298,7 @@ class Channel:
 
 
 class QuorumNode(_async.AsyncNode):
-    """The asyncio executor of one lock on a :class:`~redlease.quorum.NodeSet`."""
+    """The asyncio executor of one lock on a :class:`~redlease.core.quorum.NodeSet`."""
 
     def __init__(self, nodeset: Any, settings: Settings) -> None:
         self.client = nodeset

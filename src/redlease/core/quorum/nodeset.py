@@ -14,11 +14,11 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from redlease import _redis
+from redlease.core import client as _redis
+from redlease.core.quorum import _aio, _blocking
+from redlease.core.quorum.flows import Settings
+from redlease.core.rules import check_quorum, membership
 from redlease.errors import ConfigError
-from redlease.quorum import _aio, _blocking
-from redlease.quorum.flows import Settings
-from redlease.validity import check_quorum, membership
 
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 NODESET_OPTIONS = ("quorum", "node_timeout", "restart_delay", "dead_after")

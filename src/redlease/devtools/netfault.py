@@ -1,5 +1,5 @@
 """A loopback TCP proxy that adds latency or cuts a node off, for real fault injection in the
-tests and the chaos runs (next to :mod:`redlease.localredis`).
+tests and the chaos runs (next to :mod:`redlease.devtools.localredis`).
 
 Runs its own asyncio loop in a thread. ``delay`` seconds are added to every chunk in both
 directions (order kept); ``cut()`` drops every connection and refuses new ones until

@@ -6,16 +6,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from redlease import _log as log
+from redlease.core import _log as log
+from redlease.core.protocol import Grant
 from redlease.errors import LeaseLost, LockError, LockUnavailable, NotOwned
-from redlease.protocol import Grant
 
 
 @dataclass
 class Lease:
     """A held lease: what the holder knows locally.
 
-    ``deadline`` is on the monotonic clock (see :func:`redlease.protocol.local_deadline`); past
+    ``deadline`` is on the monotonic clock (see :func:`redlease.core.protocol.local_deadline`); past
     it this process must act as if it no longer holds the lock, whatever Redis says later.
     ``fencing_token`` is strictly greater than every token issued before for this lock: pass it
     to the protected resource and let the resource refuse lower ones.

@@ -1,11 +1,11 @@
-"""Sans-I/O quorum flows: one single-node request of :mod:`redlease.protocol` becomes a fan-out.
+"""Sans-I/O quorum flows: one single-node request of :mod:`~redlease.core.protocol` is fanned out.
 
-The lock handles run the same :mod:`redlease.protocol` flows on a node set as on one client.
+The lock handles run the same :mod:`redlease.core.protocol` flows on a node set as on one client.
 Each request they yield (acquire, extend, release, ...) is handed to :func:`run`, a generator
 that yields :class:`Ready` (connect and probe every node) and :class:`FanOut` (send requests to
 several nodes in parallel, collect what answered within the per-node timeout) and finally
-returns a reply shaped like one node's, so :mod:`redlease.protocol` decodes it unchanged.
-Decisions come from the pure functions in :mod:`redlease.validity`.
+returns a reply shaped like one node's, so :mod:`redlease.core.protocol` decodes it unchanged.
+Decisions come from the pure functions in :mod:`redlease.core.rules`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redlease import scripts, status
-from redlease.errors import LockError, ProtocolError, QuorumUnavailable
-from redlease.protocol import Call, Outcome, Primitive, Replicate, Request, decode_acquire
-from redlease.validity import (
+from redlease.core import scripts
+from redlease.core import state as status
+from redlease.core.protocol import Call, Outcome, Primitive, Replicate, Request, decode_acquire
+from redlease.core.rules import (
     LATE,
     Down,
     Late,
@@ -38,6 +38,7 @@ from redlease.validity import (
     tally,
     validity,
 )
+from redlease.errors import LockError, ProtocolError, QuorumUnavailable
 
 MARKER_KEY = "redlease:node"  # hash on every node: run_id of the server whose data is intact
 FENCE_PATTERN = "redlease:{*}:fence"
@@ -70,7 +71,7 @@ class FanOut:
 class Ready:
     """Connect every node (if needed) and wait up to ``timeout`` for its probe.
 
-    The reply lists a :class:`~redlease.validity.Probe` per node, or :class:`Down` (why it
+    The reply lists a :class:`~redlease.core.rules.Probe` per node, or :class:`Down` (why it
     cannot be reached), or ``None`` (still connecting).
     """
 
@@ -113,7 +114,7 @@ class Settings:
 
 
 def run(cfg: Settings, req: Request) -> QFlow:
-    """Execute one :mod:`redlease.protocol` request over the node set; return its reply."""
+    """Execute one :mod:`redlease.core.protocol` request over the node set; return its reply."""
     ready = yield Ready(cfg.node_timeout)
     members = yield from ensure_members(cfg, ready)
     if isinstance(req, Replicate):
@@ -167,7 +168,7 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
 
     A node without a valid marker lost its data (or is new). It counts again only after it has
     been up for ``restart_delay`` and its fence counters were raised to the maximum found on
-    :func:`~redlease.validity.reseed_sources` intact nodes. If no node has a marker and every
+    :func:`~redlease.core.rules.reseed_sources` intact nodes. If no node has a marker and every
     node answered, the set is brand new (or lost everything): all are marked at once.
     """
     reasons = [p.error.message if isinstance(p, Down) else "not reachable" for p in replies]

@@ -1,4 +1,4 @@
-"""Drive :mod:`redlease.protocol` flows with a blocking redis-py client (Redis or RedisCluster)."""
+"""Drive :mod:`~redlease.core.protocol` flows with a blocking client (Redis or RedisCluster)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 import redis.exceptions as rex
 
-from redlease import _log as log
-from redlease import _redis
-from redlease.protocol import Call, Flow, Replicate, Request, Wait
+from redlease.core import _log as log
+from redlease.core import client as _redis
+from redlease.core.protocol import Call, Flow, Replicate, Request, Wait
 
 
 class SyncNode(_redis.NodeBase):

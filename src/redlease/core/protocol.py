@@ -1,8 +1,8 @@
 """Sans-I/O lock logic shared by the sync and asyncio APIs.
 
 Operations are written once, as generators that *yield* I/O requests (:class:`Call`,
-:class:`Wait`, :class:`Replicate`) and receive their replies. ``redlease._sync`` and
-``redlease._async`` drive the same generators with a blocking or an asyncio Redis client, so the
+:class:`Wait`, :class:`Replicate`) and receive their replies. ``core._sync`` and
+``core._async`` drive the same generators with a blocking or an asyncio Redis client, so the
 two APIs cannot drift apart. Nothing here touches a socket or sleeps.
 """
 
@@ -14,7 +14,8 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redlease import scripts
+from redlease.core import scripts
+from redlease.core.keys import LockKeys
 from redlease.errors import (
     AlreadyHeld,
     LockContention,
@@ -23,7 +24,6 @@ from redlease.errors import (
     ProtocolError,
     ReplicationError,
 )
-from redlease.keys import LockKeys
 
 Clock = Callable[[], float]
 

@@ -26,7 +26,7 @@ def validate_url(url: str, field: str = "redis") -> str:
         raise ConfigError(
             field, f"unsupported scheme in {redact(url)}: use redis://, rediss:// or unix://"
         )
-    if parts.scheme.endswith("+sentinel"):  # h1:p1,h2:p2/service: checked by redlease.quorum
+    if parts.scheme.endswith("+sentinel"):  # h1:p1,h2:p2/service: checked by redlease.core.quorum
         if not parts.netloc or not parts.path.strip("/"):
             raise ConfigError(field, f"sentinel URL needs hosts and a service: {redact(url)}")
         return url
@@ -69,7 +69,7 @@ def connect(
     """A client for ``urls``: one URL → ``Redis``; ``cluster=True`` → ``RedisCluster``.
 
     ``asyncio=True`` returns the ``redis.asyncio`` flavour. Several independent URLs (a RedLock
-    node set) are handled by :mod:`redlease.quorum` where available.
+    node set) are handled by :mod:`redlease.core.quorum` where available.
     """
     if not urls:
         raise ConfigError("redis", "at least one Redis URL is required")
@@ -93,10 +93,10 @@ def connect(
         return RedisCluster.from_url(urls[0], **extra)
     if len(urls) > 1:
         try:
-            from redlease import quorum  # type: ignore[attr-defined,unused-ignore]
+            from redlease.core import quorum
         except ImportError:
             raise ConfigError("redis", "several URLs need RedLock quorum support") from None
-        return quorum.NodeSet.from_urls(urls, asyncio=asyncio, **extra)  # type: ignore[attr-defined,unused-ignore]
+        return quorum.NodeSet.from_urls(urls, asyncio=asyncio, **extra)
     if asyncio:
         import redis.asyncio as aioredis
 

@@ -3,16 +3,16 @@
 Scripts are loaded up front (``SCRIPT LOAD``) so that requests can be pipelined with
 ``EVALSHA``: a ``NOSCRIPT`` retry would break the order of an acquire and its undo. The probe
 reads the server's ``run_id`` and uptime, the node's redlease marker and its persistence mode,
-which :func:`redlease.validity.membership` turns into the restart rule.
+which :func:`redlease.core.rules.membership` turns into the restart rule.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from redlease import scripts
-from redlease.quorum.flows import MARKER_KEY
-from redlease.validity import Probe
+from redlease.core import scripts
+from redlease.core.quorum.flows import MARKER_KEY
+from redlease.core.rules import Probe
 
 COMMANDS: tuple[tuple[str, ...], ...] = (
     *(("SCRIPT", "LOAD", s.lua) for s in scripts.ALL_SCRIPTS),

@@ -19,12 +19,13 @@ from typing import Any
 
 import redis.exceptions as rex
 
-from redlease import _redis, _sync
+from redlease.core import _sync
+from redlease.core import client as _redis
+from redlease.core.protocol import Request, Wait
+from redlease.core.quorum import _probe
+from redlease.core.quorum.flows import Batch, Command, FanOut, Marked, QFlow, Ready, Settings, run
+from redlease.core.rules import LATE, Down, Probe, Reply, Result
 from redlease.errors import LockError, LockUnavailable
-from redlease.protocol import Request, Wait
-from redlease.quorum import _probe
-from redlease.quorum.flows import Batch, Command, FanOut, Marked, QFlow, Ready, Settings, run
-from redlease.validity import LATE, Down, Probe, Reply, Result
 
 RETRY_CONNECT = 0.25  # after a failed connect, fail fast for this long
 FIRST_CONTACT = 2.0  # how long the first operation of a node set waits for connections
@@ -354,9 +355,9 @@ def submit_all(channel: Any, reqs: Batch, memo: Memo) -> list[Slot]:
 
 
 class QuorumNode(_sync.SyncNode):
-    """The blocking executor of one lock on a :class:`~redlease.quorum.NodeSet`.
+    """The blocking executor of one lock on a :class:`~redlease.core.quorum.NodeSet`.
 
-    It stands where a :class:`redlease._sync.SyncNode` stands in a lock handle, so every
+    It stands where a :class:`redlease.core._sync.SyncNode` stands in a lock handle, so every
     primitive runs unchanged: each request becomes a quorum flow.
     """
 

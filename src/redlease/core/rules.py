@@ -1,6 +1,6 @@
 """Pure RedLock quorum math: majority, validity, and decisions over per-node replies.
 
-Nothing here does I/O or reads a clock: the quorum executors (:mod:`redlease.quorum`) pass in
+Nothing here does I/O or reads a clock: the quorum executors (:mod:`redlease.core.quorum`) pass in
 what the nodes answered and how long it took, and act on the decision. Each node's answer is
 a :class:`Reply`, :class:`Down` (error: the node is unreachable or refused) or :class:`Late`
 (no answer within the per-node timeout: the write may still land, so it must be undone).
@@ -12,9 +12,9 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from redlease import scripts
+from redlease.core import scripts
+from redlease.core.protocol import Outcome, drift
 from redlease.errors import ConfigError, LockError
-from redlease.protocol import Outcome, drift
 
 
 @dataclass(frozen=True, slots=True)

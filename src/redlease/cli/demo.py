@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from redlease.localredis import RedisServer, free_port
+from redlease.devtools.localredis import RedisServer, free_port
 
 TTL, RENEW_DEADLINE, RETRY = 2.0, 1.4, 0.2
 LOCK = "demo"

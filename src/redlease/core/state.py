@@ -6,9 +6,9 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from redlease import scripts
-from redlease.keys import LockKeys
-from redlease.protocol import Call, Request, as_int, as_list, as_str
+from redlease.core import scripts
+from redlease.core.keys import LockKeys
+from redlease.core.protocol import Call, Request, as_int, as_list, as_str
 
 
 @dataclass(frozen=True, slots=True)

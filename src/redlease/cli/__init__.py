@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
-            from redlease.demo import run_demo
+            from redlease.cli.demo import run_demo
 
             return run_demo(contenders=args.contenders, rounds=args.rounds)
         if args.command == "operator":
@@ -339,7 +339,7 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
 
     _fill_from_env(parser, args)
     if args.command == "status":
-        from redlease.sidecar.lockstatus import show_status
+        from redlease.cli.status import show_status
 
         if args.lock is None:
             raise ConfigError("--lock", "is required (or REDLEASE_LOCK)")
@@ -349,12 +349,12 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
         )  # fmt: skip
         return show_status(election.lock, election.target, as_json=args.json)
     if args.command == "wait":
-        from redlease.waiter import resolve_source, wait_for_leader
+        from redlease.cli.wait import resolve_source, wait_for_leader
 
         source = resolve_source(args.state_file, args.state_dir, args.lock, args.http)
         return wait_for_leader(source, timeout=args.timeout, interval=args.interval)
 
-    from redlease import logs
+    from redlease.cli import logs
 
     if args.command == "sidecar":
         from redlease.sidecar import config as sc
@@ -375,7 +375,7 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
 
         return run_sidecar(config)
 
-    from redlease.runner import RunConfig, run_command
+    from redlease.cli.run import RunConfig, run_command
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":

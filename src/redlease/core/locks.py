@@ -1,7 +1,7 @@
 """The blocking API: Lock, ReentrantLock, ReadWriteLock and Renewer.
 
 Works unchanged with ``redis.Redis`` and ``redis.cluster.RedisCluster``. All logic lives in
-:mod:`redlease.protocol` and :mod:`redlease._handles`; this module only runs it.
+:mod:`redlease.core.protocol` and :mod:`redlease.core.handles`; this module only runs it.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
-from redlease import _log as log
-from redlease import _sync
-from redlease._handles import HandleCore
+from redlease.core import _log as log
+from redlease.core import _sync
+from redlease.core.handles import HandleCore
+from redlease.core.lease import Lease, RenewLoop
+from redlease.core.state import LockState, read_state_flow
 from redlease.errors import LeaseLost, LockError, NotOwned
-from redlease.lease import Lease, RenewLoop
-from redlease.status import LockState, read_state_flow
 
 LostCallback = Callable[[LeaseLost], None]
 
@@ -29,7 +29,7 @@ class _SyncHandle(HandleCore):
     def __init__(self, client: Any, name: str, **options: Any) -> None:
         super().__init__(name, **options)
         self._node: _sync.SyncNode
-        if getattr(client, "is_redlease_nodeset", False):  # RedLock: redlease.quorum.NodeSet
+        if getattr(client, "is_redlease_nodeset", False):  # RedLock: redlease.core.quorum.NodeSet
             self._node = client.node_for(self)
         else:
             self._node = _sync.SyncNode(client, name)

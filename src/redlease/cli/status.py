@@ -7,13 +7,13 @@ import json
 import time
 from typing import Any
 
-from redlease import _async
-from redlease.connect import connect
+from redlease.core import _async
+from redlease.core.connect import connect
+from redlease.core.keys import LockKeys
+from redlease.core.state import LockState, read_state_flow
 from redlease.errors import LockError
-from redlease.keys import LockKeys
 from redlease.sidecar.config import RedisTarget
 from redlease.sidecar.election import empty_status, holder_fields
-from redlease.status import LockState, read_state_flow
 
 
 def describe(state: LockState | None, target: RedisTarget, error: str | None) -> dict[str, Any]:

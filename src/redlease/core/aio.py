@@ -1,0 +1,245 @@
+"""The asyncio API: same classes and semantics as :mod:`redlease.core.locks`, awaited.
+
+Works unchanged with ``redis.asyncio.Redis`` and ``redis.asyncio.cluster.RedisCluster``.
+Ownership of a :class:`ReentrantLock` defaults to the current task (never thread-local).
+Cancellation-safe: a cancelled acquire leaves no lease behind; a cancelled release still
+releases before the cancellation propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any
+
+from redlease.core import _async, protocol
+from redlease.core import _log as log
+from redlease.core.handles import HandleCore
+from redlease.core.lease import Lease, RenewLoop
+from redlease.core.state import LockState, read_state_flow
+from redlease.errors import LeaseLost, LockError, NotOwned
+
+LostCallback = Callable[[LeaseLost], None]
+
+
+class _AsyncHandle(HandleCore):
+    """Awaitable operations over one asyncio Redis client."""
+
+    def __init__(self, client: Any, name: str, **options: Any) -> None:
+        super().__init__(name, **options)
+        self._node: _async.AsyncNode
+        if getattr(client, "is_redlease_nodeset", False):  # RedLock: redlease.core.quorum.NodeSet
+            self._node = client.node_for(self)
+        else:
+            self._node = _async.AsyncNode(client, name)
+
+    @property
+    def node(self) -> str:
+        return self._node.name
+
+    async def acquire(
+        self, blocking: bool = True, timeout: float | None = None, *, owner: Any = None
+    ) -> Lease:
+        """See :meth:`redlease.Lock.acquire`."""
+        flow, cleanup, token = self.begin_acquire(
+            owner, blocking, timeout, self._node.socket_timeout
+        )
+        grant = await _async.guarded(self._node, flow, cleanup)
+        return self.finish_acquire(owner, token, grant)
+
+    async def release(self, *, owner: Any = None) -> None:
+        """Release (one level of) the hold; completes even if the caller is cancelled.
+
+        The release runs in the caller's task (no extra task on the fast path). If that task is
+        cancelled meanwhile, a full release by owner token (idempotent) is run to completion in
+        a shielded task before the cancellation propagates.
+        """
+        flow, held = self.begin_release(owner)
+        try:
+            await _async.drive(self._node, flow)
+        except asyncio.CancelledError:
+            retry = protocol.release(self.prim, held.token, full=True)
+            with contextlib.suppress(NotOwned):  # the first attempt may have gone through
+                await _async.run_to_completion(_async.drive(self._node, retry), limit=10.0)
+            self.forget(owner, held)
+            raise
+        except NotOwned:
+            self.forget(owner, held)
+            raise
+        self.finish_release(owner, held)
+
+    async def extend(self, ttl: float | None = None, *, owner: Any = None) -> Lease:
+        flow, held = self.begin_extend(owner, ttl)
+        try:
+            result = await _async.drive(self._node, flow)
+        except NotOwned:
+            self.forget(owner, held)
+            raise
+        return self.finish_extend(held, result, ttl)
+
+    async def state(self) -> LockState:
+        return await _async.drive(self._node, read_state_flow(self.keys))  # type: ignore[no-any-return]
+
+    async def __aenter__(self) -> Lease:
+        return await self.acquire()
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.release()
+
+    @asynccontextmanager
+    async def hold(
+        self,
+        timeout: float | None = None,
+        *,
+        renew: bool = True,
+        on_lost: LostCallback | None = None,
+        fraction: float = 1 / 3,
+        owner: Any = None,
+    ) -> AsyncIterator[Lease]:
+        """Acquire, renew in a background task, release on exit.
+
+        If the lease is lost, the task running the ``async with`` body is cancelled and the
+        block exits with :class:`LeaseLost` (not a bare ``CancelledError``).
+        """
+        lease = await self.acquire(timeout=timeout, owner=owner)
+        guarded = asyncio.current_task()
+        renewer = (
+            AsyncRenewer(self, on_lost=on_lost, fraction=fraction, owner=owner, guard=guarded)
+            if renew
+            else None
+        )
+        try:
+            if renewer:
+                renewer.start()
+            try:
+                yield lease
+            except asyncio.CancelledError:
+                if renewer and renewer.cancelled_guard and guarded is not None:
+                    guarded.uncancel()
+                    raise LeaseLost(
+                        self.name, "lease lost; the guarded block was cancelled"
+                    ) from None
+                raise
+        finally:
+            if renewer:
+                await renewer.stop()
+            try:
+                await self.release(owner=owner)
+            except NotOwned:
+                log.warning("lease already lost at release", lock=self.name)
+
+
+class Lock(_AsyncHandle):
+    """A mutex lease with fencing tokens. One hold per instance (not reentrant)."""
+
+
+class ReentrantLock(_AsyncHandle):
+    """Reentrant lease; the owner defaults to the current asyncio task."""
+
+    kind = "reentrant"
+
+    def _owner_key(self, owner: Any) -> Any:
+        return asyncio.current_task() if owner is None else owner
+
+    def count(self, owner: Any = None) -> int:
+        held = self.held(owner)
+        return held.count if held else 0
+
+
+class ReadLock(_AsyncHandle):
+    kind = "read"
+
+
+class WriteLock(_AsyncHandle):
+    kind = "write"
+
+
+class ReadWriteLock:
+    """Many readers or one writer; ``reader()``/``writer()`` return fresh handles."""
+
+    def __init__(self, client: Any, name: str, **options: Any) -> None:
+        self.client = client
+        self.name = name
+        self.options = options
+        WriteLock(client, name, **options)
+
+    def reader(self) -> ReadLock:
+        return ReadLock(self.client, self.name, **self.options)
+
+    def writer(self) -> WriteLock:
+        return WriteLock(self.client, self.name, **self.options)
+
+
+class AsyncRenewer:
+    """Extends a held lease at ``fraction`` of its TTL from an asyncio task.
+
+    On loss: the lease is marked lost, a log line is written, ``on_lost`` is called and the
+    ``guard`` task (if any) is cancelled.
+    """
+
+    def __init__(
+        self,
+        handle: _AsyncHandle,
+        *,
+        on_lost: LostCallback | None = None,
+        fraction: float = 1 / 3,
+        owner: Any = None,
+        guard: asyncio.Task[Any] | None = None,
+    ) -> None:
+        lease = handle.lease(owner)
+        if lease is None:
+            raise NotOwned(handle.name, "cannot renew a lock this owner does not hold")
+        self.handle = handle
+        self.lease = lease
+        self.owner = handle.resolve_owner(owner)
+        self.on_lost = on_lost
+        self.guard = guard
+        self.loop = RenewLoop(handle.name, lease, fraction)
+        self.lost = asyncio.Event()
+        self.cancelled_guard = False
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> AsyncRenewer:
+        self._task = asyncio.create_task(self._run(), name=f"redlease-renew-{self.handle.name}")
+        return self
+
+    async def stop(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def __aenter__(self) -> AsyncRenewer:
+        return self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _run(self) -> None:
+        loop = self.loop
+        while True:
+            await asyncio.sleep(loop.next_wait())
+            why = loop.expired()
+            if why is None:
+                sent = time.monotonic()
+                try:
+                    # never let one renewal outlive the deadline
+                    async with asyncio.timeout(loop.budget()):
+                        await self.handle.extend(owner=self.owner)
+                except (LockError, TimeoutError) as exc:
+                    why = loop.failed(exc)
+                else:
+                    loop.succeeded(sent)
+            if why is not None:
+                loop.lose(why, self.on_lost)
+                self.lost.set()
+                if self.guard is not None and not self.guard.done():
+                    self.cancelled_guard = True
+                    self.guard.cancel(f"redlease: lease on {self.handle.name!r} lost")
+                return
