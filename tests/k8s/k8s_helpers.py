@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,16 @@ CRD_FILE = ROOT / "crds" / "distributedlock.yaml"
 CHART = ROOT / "charts" / "redlease"
 EXAMPLES = ROOT / "examples"
 KUBE_VERSION = "1.29.0"  # the chart's minimum (native sidecars, CEL fieldPath)
+
+
+def lock_object(spec: dict[str, Any]) -> dict[str, Any]:
+    """A DistributedLock object with ``spec``."""
+    return {
+        "apiVersion": "redlease.dev/v1alpha1",
+        "kind": "DistributedLock",
+        "metadata": {"name": "x", "namespace": "apps"},
+        "spec": spec,
+    }
 
 
 def load_all(text: str) -> list[dict[str, Any]]:
@@ -78,16 +89,68 @@ def cel_failures(schema: dict[str, Any], value: Any) -> list[str]:
             for name, child in (node.get("properties") or {}).items():
                 if name in val:
                     walk(child, val[name])
+        if isinstance(val, list) and isinstance(node.get("items"), dict):
+            for item in val:
+                walk(node["items"], item)
 
     walk(schema, value)
     return failures
 
 
+def _go_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    """``pattern`` as the API server applies it (Go regexp: ``$`` is the end of the text, so
+    a trailing newline does not match, unlike Python's ``re.search``)."""
+    if isinstance(instance, str):
+        go = (
+            pattern[:-1] + r"\Z"
+            if pattern.endswith("$") and not pattern.endswith(r"\$")
+            else pattern
+        )
+        if not re.search(go, instance):
+            yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+ApiServerValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator, {"pattern": _go_pattern}
+)
+
+
+def list_type_failures(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
+    """Duplicates in ``x-kubernetes-list-type: set`` lists (the API server refuses them)."""
+    failures: list[str] = []
+    if isinstance(value, list):
+        if schema.get("x-kubernetes-list-type") == "set" and len({repr(v) for v in value}) != len(
+            value
+        ):
+            failures.append(f"{path}: duplicate entries in a set")
+        items = schema.get("items")
+        if isinstance(items, dict):
+            for i, v in enumerate(value):
+                failures += list_type_failures(items, v, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for name, child in (schema.get("properties") or {}).items():
+            if name in value:
+                failures += list_type_failures(child, value[name], f"{path}.{name}")
+    return failures
+
+
 def validate_lock(doc: dict[str, Any]) -> list[str]:
-    """jsonschema (strict) + CEL on a DistributedLock; returns the CEL failures."""
+    """What the API server would say of a DistributedLock: schema errors raise
+    ``jsonschema.ValidationError`` (strict: unknown fields too); returns the list-type and CEL
+    failures."""
     schema = version_schema()
-    jsonschema.Draft202012Validator(strict(schema)).validate(doc)
-    return cel_failures(schema, with_defaults(schema, doc))
+    ApiServerValidator(strict(schema)).validate(doc)
+    failures = list_type_failures(schema, doc)
+    return failures + cel_failures(schema, with_defaults(schema, doc))
+
+
+def api_server_accepts(doc: dict[str, Any]) -> tuple[bool, str]:
+    """(accepted, why not) for a DistributedLock, as the API server would decide."""
+    try:
+        failures = validate_lock(doc)
+    except jsonschema.ValidationError as exc:
+        return False, f"schema: {exc.message}"
+    return (not failures, "; ".join(failures))
 
 
 def validate_builtin(doc: dict[str, Any]) -> None:

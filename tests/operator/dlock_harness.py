@@ -25,8 +25,8 @@ import jsonpatch
 import kmock
 import kopf
 
+from redlease.core.spec import GROUP, PLURAL, VERSION
 from redlease.operator.handlers import Runtime, operator_settings
-from redlease.operator.spec import GROUP, PLURAL, VERSION
 
 RESOURCE = f"{GROUP}/{VERSION}/{PLURAL}"
 _rv = itertools.count(1)

@@ -12,9 +12,9 @@ import statistics
 import time
 
 from redlease import Lock
+from redlease.core.spec import parse_spec
 from redlease.devtools.localredis import RedisServer
 from redlease.operator.reader import NodeReader
-from redlease.operator.spec import parse_spec
 
 N = 1000
 
@@ -38,7 +38,7 @@ async def measure(servers: list[RedisServer], label: str) -> None:
         obs = await reader.read(specs)
         warm.append(time.perf_counter() - t0)
         trips = reader.round_trips - before
-    held = sum(1 for o in obs if o.primary and o.primary.holder)
+    held = sum(1 for v, _ in obs if v.holder)
     await reader.aclose()
     print(
         f"{label}: cold {cold * 1000:.1f} ms / {cold_trips} round trips; "

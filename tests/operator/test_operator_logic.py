@@ -1,4 +1,7 @@
-"""Pure reconcile logic: spec validation, quorum view, status, change detection, events."""
+"""Pure reconcile logic: status from the lock view, change detection, events.
+
+(The spec model and the lock view have their own tests: tests/k8s/test_spec_table.py and
+tests/core/test_view.py.)"""
 
 from __future__ import annotations
 
@@ -6,54 +9,17 @@ from typing import Any
 
 import pytest
 
+from redlease.core.spec import parse_spec
 from redlease.core.state import LockState
+from redlease.core.view import lock_view
 from redlease.errors import ConfigError
 from redlease.operator import reconcile
-from redlease.operator.observe import combine, combine_key
-from redlease.operator.spec import parse_spec
 
 NODES3 = [{"url": f"redis://10.0.0.{i}:6379"} for i in (1, 2, 3)]
 
 
 def spec(**over: Any) -> dict[str, Any]:
     return {"keys": ["job"], "nodes": [{"url": "redis://redis:6379/0"}], **over}
-
-
-@pytest.mark.parametrize(
-    ("override", "field"),
-    [
-        ({"keys": []}, "spec.keys"),
-        ({"keys": ["ok", "bad{brace}"]}, "spec.keys[1]"),
-        ({"keys": ["a", "a"]}, "spec.keys"),
-        ({"nodes": []}, "spec.nodes"),
-        ({"nodes": [{"url": "http://x:1"}]}, "spec.nodes[0].url"),
-        ({"nodes": [{"url": "redis://u:pw@x:1"}]}, "spec.nodes[0].url"),
-        ({"nodes": NODES3[:2]}, "spec.nodes"),
-        ({"ttlSeconds": 0}, "spec.ttlSeconds"),
-        ({"ttlSeconds": "15"}, "spec.ttlSeconds"),
-        ({"ttlSeconds": 10, "renewDeadlineSeconds": 10}, "spec.renewDeadlineSeconds"),
-        ({"renewDeadlineSeconds": 5, "retryPeriodSeconds": 5}, "spec.retryPeriodSeconds"),
-        ({"nodes": NODES3, "quorum": 4}, "spec.quorum"),
-        ({"nodes": NODES3, "quorum": 1}, "spec.quorum"),
-        ({"cluster": True, "quorum": 1}, "spec.quorum"),
-        ({"auth": {"secretRef": {"name": "Bad_Name"}}}, "spec.auth.secretRef.name"),
-        ({"paused": "yes"}, "spec.paused"),
-    ],
-)
-def test_invalid_specs_name_the_field(override: dict[str, Any], field: str) -> None:
-    with pytest.raises(ConfigError) as info:
-        parse_spec(spec(**override))
-    assert info.value.field == field
-    assert "pw" not in str(info.value)
-
-
-def test_valid_spec_defaults() -> None:
-    s = parse_spec(spec(nodes=NODES3))
-    assert (s.ttl_seconds, s.renew_deadline_seconds, s.retry_period_seconds) == (15, 10, 2)
-    assert s.quorum == 2 and s.total_nodes == 3
-    assert s.node_names == ("10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379")
-    c = parse_spec(spec(nodes=NODES3[:2], cluster=True))
-    assert c.quorum == 1 and c.total_nodes == 1 and c.node_names[0].startswith("cluster ")
 
 
 def st(
@@ -70,31 +36,14 @@ def st(
     )
 
 
-def test_quorum_view() -> None:
-    view = combine_key("job", [st("a", 7, 9000), st("a", 8, 5000), st("b", 9, 8000)], 2)
-    assert (view.holder, view.fencing_token, view.expires_in_ms) == ("a", 8, 5000)
-    assert view.last_fence == 9
-    split = combine_key("job", [st("a", 1, 10), st("b", 2, 10), st(None)], 2)
-    assert split.holder is None and split.fencing_token is None
-    five = [st("a", 3, t) for t in (100, 500, 300, 400)] + [st(None)]
-    assert combine_key("job", five, 3).expires_in_ms == 300  # 3rd largest
-
-
-def test_combine_health() -> None:
-    answers = {"job": st("a", 1, 1000)}
-    obs = combine(["job"], {"n1": answers, "n2": OSError("refused"), "n3": answers}, 2, 0.0)
-    assert obs.reachable and obs.unhealthy == ("n2",) and obs.primary is not None
-    assert obs.primary.holder == "a" and obs.errors["n2"] == "refused"
-    down = combine(["job"], {"n1": answers, "n2": OSError(), "n3": OSError()}, 2, 0.0)
-    assert not down.reachable and down.keys == ()
-
-
 def status_for(
     obs_nodes: dict[str, Any], *, previous: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     s = parse_spec(spec(nodes=NODES3))
-    obs = combine(["job"], dict(zip(s.node_names, obs_nodes.values(), strict=True)), 2, 1000.0)
-    return reconcile.compute_status(s, obs, generation=3, previous=previous or {}, now=1000.0)
+    view = lock_view(["job"], dict(zip(s.node_names, obs_nodes.values(), strict=True)), 2)
+    return reconcile.compute_status(
+        s, view, read_at=1000.0, generation=3, previous=previous or {}, now=1000.0
+    )
 
 
 def test_phases() -> None:
@@ -106,7 +55,12 @@ def test_phases() -> None:
     assert degraded["phase"] == "Degraded" and degraded["holder"] == "a"
     assert degraded["expiresAt"] == reconcile.timestamp(1010.0)
     gone = status_for({"1": held, "2": OSError("x"), "3": OSError("y")}, previous=degraded)
-    assert gone["phase"] == "Unavailable" and gone["holder"] == "a"  # last known, kept
+    # no quorum answered: the holder cannot be named (the view says why, in the condition)
+    assert gone["phase"] == "Unavailable" and "holder" not in gone
+    cond = {c["type"]: c for c in gone["conditions"]}["Held"]
+    assert cond["status"] == "Unknown" and "only 1 of 3 nodes answered" in cond["message"]
+    split = status_for({"1": held, "2": {"job": st(None)}, "3": OSError("y")})
+    assert split["phase"] == "Degraded" and "holder" not in split
 
 
 def test_change_detection_and_expiry_rule() -> None:
@@ -146,14 +100,14 @@ def test_events() -> None:
 async def test_refresher_batches_one_read_per_cycle() -> None:
     import asyncio
 
-    from redlease.operator.observe import Observation
-    from redlease.operator.refresher import Refresher
+    from redlease.core import view as lockview
+    from redlease.operator.refresher import Observation, Refresher
 
     batches: list[int] = []
 
     async def read(requests: Any) -> list[Observation]:
         batches.append(len(requests))
-        return [Observation((), ("n",), (), 1, 0.0) for _ in requests]
+        return [(lockview.empty(["job"], 1, 1), 0.0) for _ in requests]
 
     refresher = Refresher(read, interval=0.2)
     task = asyncio.ensure_future(refresher.run())

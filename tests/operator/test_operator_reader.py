@@ -7,9 +7,9 @@ import time
 import pytest
 
 from redlease import Lock
+from redlease.core.spec import parse_spec
 from redlease.devtools.localredis import RedisServer
 from redlease.operator.reader import NodeReader
-from redlease.operator.spec import parse_spec
 
 
 async def test_thousand_locks_one_refresh(redis_server: RedisServer) -> None:
@@ -31,14 +31,14 @@ async def test_thousand_locks_one_refresh(redis_server: RedisServer) -> None:
         observations = await reader.read([(s, None) for s in specs])
         elapsed = time.perf_counter() - started
         assert reader.round_trips - trips == 2  # 1,000 keys / 500 per pipeline
-        held = [o.primary.holder for o in observations if o.primary and o.primary.holder]
+        held = [v.holder for v, _ in observations if v.holder]
         assert len(held) == 100 and held[0] == "pod-0"
         assert elapsed < 5.0, elapsed  # ~0.1 s here; generous for a noisy 2-core machine
         print(f"\n1000 locks, 1 node: {reader.round_trips - trips} round trips, {elapsed:.3f}s")
 
         redis_server.client().script_flush()  # NOSCRIPT path: reload once, read again
         again = await reader.read([(s, None) for s in specs[:10]])
-        assert again[0].primary is not None and again[0].primary.holder == "pod-0"
+        assert again[0][0].holder == "pod-0"
     finally:
         await reader.aclose()
 
@@ -50,9 +50,9 @@ async def test_dead_node_is_bounded(redis_nodes: list[RedisServer]) -> None:
     reader = NodeReader(timeout=0.5)
     try:
         started = time.monotonic()
-        (obs,) = await reader.read([(s, None)])
+        ((obs, _),) = await reader.read([(s, None)])
         assert time.monotonic() - started < 3.0
-        assert obs.unhealthy == (redis_nodes[2].address,) and obs.reachable
+        assert obs.unhealthy_nodes == (redis_nodes[2].address,) and obs.nodes.reachable
         assert "0.5s" in obs.errors[redis_nodes[2].address]
     finally:
         redis_nodes[2].resume()

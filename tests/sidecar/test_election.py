@@ -8,20 +8,21 @@ import dataclasses
 import pytest
 
 from redlease.cli.wait import is_leader
-from redlease.core.state import LockState
-from redlease.errors import ConfigError, LockUnavailable, NotOwned
-from redlease.sidecar.config import (
-    ElectionConfig,
-    apply_spec,
-    secret_ref,
-    secret_value,
-    validate_target,
+from redlease.core.connect import validate_target
+from redlease.core.spec import (
+    SecretRef,
+    credentials_from_secret,
+    parse_spec,
     validate_timing,
 )
+from redlease.core.state import LockState
+from redlease.core.view import LockView, lock_view
+from redlease.errors import ConfigError, LockUnavailable, NotOwned
+from redlease.sidecar.config import ElectionConfig, election_from_spec
 from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown
 
 CFG = ElectionConfig(
-    lock="L",
+    keys=("L",),
     identity="me",
     target=validate_target(["redis://127.0.0.1:7000/0"]),
     timing=validate_timing(15, 10, 2),
@@ -34,9 +35,11 @@ def elected(e: Election, at: float = 100.0, token: int = 5) -> None:
     assert t.kind == "elected" and t.fencing_token == token
 
 
-def state(holder: str | None, candidates: tuple[str, ...] = ()) -> LockState:
-    return LockState(name="L", now_ms=0, holder=holder, fencing_token=7 if holder else None,
-                     expires_in_ms=9000 if holder else None, candidates=candidates)  # fmt: skip
+def state(holder: str | None, candidates: tuple[str, ...] = ()) -> LockView:
+    """A one-node lock view of ``holder`` (token 7, 9 s left)."""
+    one = LockState(name="L", now_ms=0, holder=holder, fencing_token=7 if holder else None,
+                    expires_in_ms=9000 if holder else None, candidates=candidates)  # fmt: skip
+    return lock_view(["L"], {"n": {"L": one}}, 1)
 
 
 def test_candidate_acquires_then_renews_every_retry_period() -> None:
@@ -114,6 +117,18 @@ def test_snapshot_of_a_follower_shows_the_holder() -> None:
     assert e.snapshot(60.0, 1_000.0)["holder"] is None  # its lease has run out since the read
 
 
+def test_node_health_has_one_writer_the_view() -> None:
+    e = Election(CFG)
+    assert e.snapshot(0.0, 0.0)["nodes"]["healthy"] == 0  # nothing read yet
+    e.observe(state(None), 1.0)
+    assert e.snapshot(1.0, 0.0)["nodes"] == {"total": 1, "healthy": 1, "quorum": 1}
+    elected(e, at=2.0)  # a successful acquire or renewal does not touch node health
+    e.observe(lock_view(["L"], {"n": OSError("down")}, 1), 3.0)
+    doc = e.snapshot(3.0, 0.0)
+    assert doc["nodes"]["healthy"] == 0 and doc["leader"] is True  # leads until its deadline
+    assert not e.connected(3.0)
+
+
 @pytest.mark.parametrize(
     ("args", "field"),
     [((0.01,), "--ttl"), ((15, 15), "--renew-deadline"), ((15, 10, 10), "--retry-period")],
@@ -125,7 +140,7 @@ def test_timing_validation_names_the_flag(args: tuple[float, ...], field: str) -
 
 
 SPEC = {
-    "keys": ["orders"],
+    "keys": ["orders", "billing"],
     "ttlSeconds": 9,
     "renewDeadlineSeconds": 6,
     "retryPeriodSeconds": 1,
@@ -137,47 +152,28 @@ SPEC = {
 
 
 def test_spec_maps_to_election_settings() -> None:
-    cfg = apply_spec(CFG, SPEC, password="pw")
-    assert cfg.lock == "orders" and cfg.identity == "me"
+    spec = parse_spec(SPEC)
+    assert spec.secret_ref == SecretRef("redis-auth")
+    secret = {"data": {"password": base64.b64encode(b"pw-9").decode()}}
+    cfg = election_from_spec(spec, "me", credentials_from_secret(secret, spec.secret_ref))
+    assert cfg.lock == "orders" and cfg.keys == ("orders", "billing") and cfg.identity == "me"
     assert (cfg.timing.ttl, cfg.timing.renew_deadline, cfg.timing.retry_period) == (9, 6, 1)
-    assert cfg.target.urls == ("redis://redis-0:6379/0",) and cfg.target.password == "pw"
+    assert cfg.target.urls == ("redis://redis-0:6379/0",) and cfg.target.password == "pw-9"
+    assert cfg.target.username is None
     assert cfg.paused and cfg.preferred_holder == "pod-b"
-    assert "pw" not in repr(cfg)
-    only_ttl = apply_spec(CFG, {"keys": ["k"], "ttlSeconds": 30})
-    assert only_ttl.timing.renew_deadline == 20 and only_ttl.target == CFG.target
+    assert "pw-9" not in repr(cfg)
 
 
-@pytest.mark.parametrize(
-    ("patch", "field"),
-    [
-        ({"keys": []}, "spec.keys"),
-        ({"keys": ["a{b"]}, "spec.keys[0]"),
-        ({"renewDeadlineSeconds": 20}, "spec.renewDeadlineSeconds"),
-        ({"ttlSeconds": "9"}, "spec.ttlSeconds"),
-        ({"nodes": [{"url": "http://x"}]}, "spec.nodes"),
-        ({"nodes": [{}]}, "spec.nodes[0].url"),
-        ({"paused": "yes"}, "spec.paused"),
-        ({"tls": {"insecureSkipVerify": 1}}, "spec.tls.insecureSkipVerify"),
-    ],
-)
-def test_bad_spec_names_the_field(patch: dict[str, object], field: str) -> None:
+def test_secret_decoding_names_the_field() -> None:
+    ref = SecretRef("s", password_key="pw")
+    plain = credentials_from_secret({"stringData": {"pw": "hunter2", "username": "u"}}, ref)
+    assert (plain.username, plain.password) == ("u", "hunter2")
     with pytest.raises(ConfigError) as err:
-        apply_spec(CFG, {**SPEC, **patch})
-    assert err.value.field == field
-
-
-def test_secret_reference_and_value() -> None:
-    ref = secret_ref({"auth": {"secretRef": {"name": "s", "passwordKey": "pw"}}})
-    assert ref is not None and (ref.name, ref.password_key, ref.username_key) == (
-        "s",
-        "pw",
-        "username",
-    )
-    secret = {"data": {"pw": base64.b64encode(b"hunter2").decode()}}
-    assert secret_value(secret, "pw", "s") == "hunter2"
+        credentials_from_secret({"data": {"other": "eA=="}}, ref)
+    assert err.value.field == "spec.auth.secretRef.passwordKey" and "pw" in str(err.value)
     with pytest.raises(ConfigError) as err:
-        secret_value(secret, "nope", "s")
-    assert "nope" in str(err.value)
+        credentials_from_secret({"data": {"pw": "not base64!"}}, ref)
+    assert err.value.field == "spec.auth.secretRef.passwordKey"
 
 
 def test_waiter_trusts_leadership_only_until_leader_until() -> None:

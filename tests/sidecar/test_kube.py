@@ -63,9 +63,10 @@ async def scenario(server: RedisServer) -> None:
             "metadata": {"name": "orders", "namespace": NS, "generation": 1},
             "spec": {
                 "keys": ["orders-lock"],
-                "ttlSeconds": 1.5,
-                "renewDeadlineSeconds": 1.0,
-                "retryPeriodSeconds": 0.1,
+                # the CRD takes whole seconds (as client-go's Lease does)
+                "ttlSeconds": 3,
+                "renewDeadlineSeconds": 2,
+                "retryPeriodSeconds": 1,
                 "nodes": [{"url": f"redis://127.0.0.1:{server.port}/0"}],
                 "auth": {"secretRef": {"name": "redis-auth"}},
             },

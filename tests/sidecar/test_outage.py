@@ -18,10 +18,16 @@ TTL, DEADLINE, RETRY = 1.5, 1.0, 0.1
 def test_leader_steps_down_at_deadline_and_recovers(
     redis_server: RedisServer, sidecars: Callable[..., Sidecar], lock_name: str, fault: str
 ) -> None:
+    """``--ready leader``: /readyz follows leadership; the default ``connected`` mode, on a
+    second sidecar, follows the reachability of a quorum of nodes."""
     sc = sidecars("solo", lock_name, [redis_server.url], ttl=TTL, renew_deadline=DEADLINE,
-                  retry_period=RETRY).wait_up()  # fmt: skip
+                  retry_period=RETRY, extra=["--ready", "leader"]).wait_up()  # fmt: skip
+    standby = sidecars("standby", lock_name, [redis_server.url], ttl=TTL,
+                       renew_deadline=DEADLINE, retry_period=RETRY).wait_up()  # fmt: skip
     wait_until(sc.is_leader)
     assert sc.get("/readyz")[0] == 200
+    wait_until(lambda: standby.get("/readyz")[0] == 200)  # connected, though not leader
+    assert standby.get("/readyz")[1] == {"ready": True, "leader": False}
     t0 = time.monotonic()
     if fault == "kill":
         redis_server.kill()
@@ -33,6 +39,7 @@ def test_leader_steps_down_at_deadline_and_recovers(
         assert stepped <= DEADLINE + 0.3, f"stepped down after {stepped:.3f}s"
         doc = sc.status()
         assert doc is not None and doc["leader"] is False
+        wait_until(lambda: standby.get("/readyz")[0] == 503, timeout=5)  # not connected
         # alive while Redis is away: /healthz stays 200 for longer than a TTL
         end = time.monotonic() + TTL
         while time.monotonic() < end:
@@ -44,10 +51,11 @@ def test_leader_steps_down_at_deadline_and_recovers(
             redis_server.start()
         else:
             redis_server.resume()
-    wait_until(sc.is_leader, timeout=15)
-    assert sc.get("/readyz")[0] == 200
-    assert sc.status()["nodes"]["healthy"] == 1  # type: ignore[index]
-    log = sc.log()
+    wait_until(lambda: sc.is_leader() or standby.is_leader(), timeout=15)
+    leader = sc if sc.is_leader() else standby
+    assert leader.get("/readyz")[0] == 200
+    wait_until(lambda: sc.status()["nodes"]["healthy"] == 1)  # type: ignore[index]
+    log = leader.log()
     assert '"redis unavailable, retrying with back-off"' in log
     assert '"redis reachable again"' in log
 

@@ -170,7 +170,8 @@ def _add_connection_flags(p: argparse.ArgumentParser, *, required: bool = True) 
         "--redis",
         action="append",
         metavar="URL",
-        help="redis://, rediss:// or unix:// URL; repeat for RedLock (env: comma-separated)",
+        help="redis://, rediss://, unix:// or redis+sentinel://h1:p1,h2:p2/service URL; "
+        "repeat for a RedLock set of 3 or more (env: comma-separated)",
     )
     p.add_argument("--cluster", action="store_true", help="the URL is a Redis Cluster seed")
     p.add_argument("--quorum", type=int, help="nodes that must agree (default: majority)")
@@ -187,6 +188,15 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preferred-holder", metavar="ID", help="planned hand-off to ID")
 
 
+def _add_lock_ref_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--lock-ref",
+        metavar="[NS/]NAME",
+        help="keys, nodes, timing and credentials from a DistributedLock (followed live)",
+    )
+    p.add_argument("--kube-api", metavar="URL", help="Kubernetes API (default: in-cluster)")
+
+
 def _add_log_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     p.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
@@ -198,15 +208,21 @@ def _add_election_commands(sub: Any) -> None:
     _add_timing_flags(side)
     side.add_argument("--http", default="127.0.0.1:4040", help="HOST:PORT, or 'off'")
     side.add_argument("--state-dir", default="/var/run/redlease", help="'' for no state file")
-    side.add_argument("--ready", choices=("leader", "always"), default="leader")
-    side.add_argument("--lock-ref", metavar="[NS/]NAME", help="settings from a DistributedLock")
+    side.add_argument(
+        "--ready",
+        choices=("connected", "leader", "always"),
+        default="connected",
+        help="/readyz: 'connected' (default: up and reaching a quorum of nodes), 'leader', "
+        "'always'",
+    )
+    _add_lock_ref_flags(side)
     side.add_argument("--pod-label", action="store_true", help="label own pod redlease.dev/leader")
-    side.add_argument("--kube-api", metavar="URL", help="Kubernetes API (default: in-cluster)")
     _add_log_flags(side)
 
     run = sub.add_parser("run", help="run COMMAND only while holding the lease")
     _add_connection_flags(run)
     _add_timing_flags(run)
+    _add_lock_ref_flags(run)
     run.add_argument("--grace", type=_positive, help="SIGTERM to SIGKILL, s (safe default)")
     _add_log_flags(run)
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS")
@@ -301,37 +317,66 @@ def _kube_settings(api: str | None) -> Any:
     )
 
 
-def _election_config(args: argparse.Namespace, *, need_target: bool = True) -> Any:
+def _identity(args: argparse.Namespace) -> str:
+    from redlease.core.keys import validate_identity
+
+    identity = args.identity or os.environ.get("POD_NAME") or socket.gethostname()
+    return validate_identity(identity, "--identity")
+
+
+def _target(args: argparse.Namespace) -> Any:
+    """The node set from ``--redis``/``--cluster``/``--quorum`` and the credential flags."""
+    from redlease.core.connect import validate_target
+
+    if not args.redis:
+        raise ConfigError("--redis", "at least one URL is required (or REDLEASE_REDIS)")
+    return validate_target(
+        args.redis,
+        cluster=args.cluster,
+        quorum=args.quorum,
+        username=args.username,
+        password=args.password,
+    )
+
+
+def _lock_keys(args: argparse.Namespace) -> tuple[str, ...]:
+    from redlease.core.keys import validate_name
+
+    if not args.lock:
+        raise ConfigError("--lock", "is required (or REDLEASE_LOCK)")
+    return (validate_name(args.lock, "--lock"),)
+
+
+def _election_config(args: argparse.Namespace) -> Any:
+    from redlease.core.keys import validate_identity
+    from redlease.core.spec import validate_timing
     from redlease.sidecar import config as sc
 
-    if args.lock is None and need_target:
-        raise ConfigError("--lock", "is required (or REDLEASE_LOCK)")
-    if not args.redis and need_target:
-        raise ConfigError("--redis", "at least one URL is required (or REDLEASE_REDIS)")
-    identity = args.identity or os.environ.get("POD_NAME") or socket.gethostname()
-    target = (
-        sc.validate_target(
-            args.redis,
-            cluster=args.cluster,
-            quorum=args.quorum,
-            username=args.username,
-            password=args.password,
-        )
-        if args.redis
-        else sc.RedisTarget((), args.cluster, args.quorum, args.username, args.password)
-    )
     return sc.ElectionConfig(
-        lock=sc.validate_lock(args.lock) if args.lock else "pending",
-        identity=sc.validate_identity(identity),
-        target=target,
-        timing=sc.validate_timing(args.ttl, args.renew_deadline, args.retry_period),
+        keys=_lock_keys(args),
+        identity=_identity(args),
+        target=_target(args),
+        timing=validate_timing(args.ttl, args.renew_deadline, args.retry_period),
         paused=args.paused,
         preferred_holder=(
-            sc.validate_identity(args.preferred_holder, "--preferred-holder")
+            validate_identity(args.preferred_holder, "--preferred-holder")
             if args.preferred_holder
             else None
         ),
     )
+
+
+def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
+    """``--lock-ref`` (then ``--lock``/``--redis`` must not be given: the object says it all)."""
+    from redlease.sidecar import config as sc
+
+    if not args.lock_ref:
+        return None
+    for flag, value in (("--lock", args.lock), ("--redis", args.redis)):
+        if value:
+            raise ConfigError(flag, "cannot be combined with --lock-ref (the DistributedLock "
+                              "gives the keys and nodes)")  # fmt: skip
+    return sc.parse_lock_ref(args.lock_ref, kube.namespace)
 
 
 def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -341,13 +386,7 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
     if args.command == "status":
         from redlease.cli.status import show_status
 
-        if args.lock is None:
-            raise ConfigError("--lock", "is required (or REDLEASE_LOCK)")
-        election = _election_config(
-            argparse.Namespace(**vars(args), ttl=15.0, renew_deadline=None, retry_period=None,
-                               identity="status", paused=False, preferred_holder=None)
-        )  # fmt: skip
-        return show_status(election.lock, election.target, as_json=args.json)
+        return show_status(_lock_keys(args), _target(args), as_json=args.json)
     if args.command == "wait":
         from redlease.cli.wait import resolve_source, wait_for_leader
 
@@ -356,13 +395,16 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
 
     from redlease.cli import logs
 
+    kube = _kube_settings(args.kube_api)
+    lock_ref = _lock_ref(args, kube)
+    election = None if lock_ref is not None else _election_config(args)
+    identity = _identity(args)
     if args.command == "sidecar":
         from redlease.sidecar import config as sc
 
-        kube = _kube_settings(args.kube_api)
-        lock_ref = sc.parse_lock_ref(args.lock_ref, kube.namespace) if args.lock_ref else None
         config = sc.SidecarConfig(
-            election=_election_config(args, need_target=lock_ref is None),
+            identity=identity,
+            election=election,
             http=sc.parse_http(args.http),
             state_dir=Path(args.state_dir) if args.state_dir else None,
             ready=args.ready,
@@ -382,9 +424,17 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
         cmd = cmd[1:]
     if not cmd:
         raise ConfigError("COMMAND", "give the command to run after --")
-    election = _election_config(args)
     logs.configure(args.log_level, args.log_format)
-    return run_command(RunConfig(election=election, command=tuple(cmd), grace=args.grace))
+    return run_command(
+        RunConfig(
+            identity=identity,
+            election=election,
+            command=tuple(cmd),
+            grace=args.grace,
+            lock_ref=lock_ref,
+            kube=kube,
+        )
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

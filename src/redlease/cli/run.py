@@ -15,30 +15,36 @@ import contextlib
 import dataclasses
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
 from redlease.errors import ConfigError
-from redlease.sidecar.config import ElectionConfig
+from redlease.sidecar.config import ElectionConfig, KubeSettings, LockRef
 from redlease.sidecar.election import Transition
 from redlease.sidecar.elector import Elector, Hooks
+from redlease.sidecar.kube import KubeClient, LockRefFollower
 
 log = structlog.get_logger("redlease.run")
 
 
 @dataclass(frozen=True, slots=True)
 class RunConfig:
-    election: ElectionConfig
+    """`redlease run`: an election from flags, or a ``lock_ref`` to read it from."""
+
+    identity: str
+    election: ElectionConfig | None
     command: tuple[str, ...]
     grace: float | None = None
+    lock_ref: LockRef | None = None
+    kube: KubeSettings = field(default_factory=KubeSettings)
 
-    @property
-    def safe_grace(self) -> float:
-        """Longest grace that still ends before the lease could be granted elsewhere."""
-        timing = self.election.timing
-        return max(0.01, (timing.ttl - timing.renew_deadline) / 2)
+
+def safe_grace(election: ElectionConfig) -> float:
+    """Longest grace that still ends before the lease could be granted elsewhere."""
+    timing = election.timing
+    return max(0.01, (timing.ttl - timing.renew_deadline) / 2)
 
 
 class _Hooks(Hooks):
@@ -83,21 +89,56 @@ async def stop_process(proc: asyncio.subprocess.Process, grace: float) -> int:
 
 
 async def run_async(config: RunConfig) -> int:
-    grace = config.safe_grace if config.grace is None else config.grace
-    if grace > config.safe_grace:
-        log.warning(
-            "grace period is longer than the safety margin: COMMAND may still run when "
-            "another holder starts",
-            grace=grace,
-            safe=config.safe_grace,
-        )
-    hooks = _Hooks()
-    elector = Elector(config.election, hooks)
     terminate = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, terminate.set)
+    if config.lock_ref is None:
+        assert config.election is not None
+        return await _run(config, config.election, terminate, None)
+    kube = KubeClient(config.kube)
+    try:
+        holder: list[Elector] = []  # the elector, once the first read made it
+
+        def reconfigure(election: ElectionConfig) -> None:
+            for elector in holder:
+                elector.reconfigure(election)
+
+        follower = LockRefFollower(kube, config.lock_ref, config.identity, reconfigure)
+        initial = asyncio.ensure_future(follower.initial())
+        stop = asyncio.ensure_future(terminate.wait())
+        await _first(initial, stop)
+        stop.cancel()
+        if not initial.done():
+            initial.cancel()
+            return 128 + signal.SIGTERM
+        return await _run(config, initial.result(), terminate, (follower, holder))
+    finally:
+        await kube.close()
+
+
+async def _run(
+    config: RunConfig,
+    election_cfg: ElectionConfig,
+    terminate: asyncio.Event,
+    follow: tuple[LockRefFollower, list[Elector]] | None,
+) -> int:
+    safe = safe_grace(election_cfg)
+    grace = safe if config.grace is None else config.grace
+    if grace > safe:
+        log.warning(
+            "grace period is longer than the safety margin: COMMAND may still run when "
+            "another holder starts",
+            grace=grace,
+            safe=safe,
+        )
+    hooks = _Hooks()
+    elector = Elector(election_cfg, hooks)
     election = asyncio.create_task(elector.run())
+    following = None
+    if follow is not None:
+        follow[1].append(elector)
+        following = asyncio.create_task(follow[0].run())
     term_wait = asyncio.ensure_future(terminate.wait())
     try:
         elected = asyncio.ensure_future(hooks.elected.wait())
@@ -114,7 +155,7 @@ async def run_async(config: RunConfig) -> int:
             raise ConfigError("COMMAND", f"cannot start {config.command[0]!r}: {exc}") from None
         log.info(
             "command started",
-            lock=config.election.lock,
+            lock=elector.config.lock,
             fencing_token=hooks.token,
             pid=proc.pid,
         )
@@ -124,17 +165,23 @@ async def run_async(config: RunConfig) -> int:
         lost.cancel()
         if exited.done():
             code = exit_code(exited.result())
-            log.info("command exited", lock=config.election.lock, code=code)
+            log.info("command exited", lock=elector.config.lock, code=code)
             return code
         if hooks.lost.is_set():
             # make no new attempt while the command winds down
-            elector.reconfigure(dataclasses.replace(config.election, paused=True))
-            log.warning("lease lost: stopping the command", lock=config.election.lock)
+            if following is not None:
+                following.cancel()
+            elector.reconfigure(dataclasses.replace(elector.config, paused=True))
+            log.warning("lease lost: stopping the command", lock=elector.config.lock)
         code = await stop_process(proc, grace)
-        log.info("command stopped", lock=config.election.lock, code=code)
+        log.info("command stopped", lock=elector.config.lock, code=code)
         return code
     finally:
         term_wait.cancel()
+        if following is not None:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
         elector.stop()
         with contextlib.suppress(asyncio.CancelledError):
             await election

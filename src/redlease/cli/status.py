@@ -1,50 +1,50 @@
-"""`redlease status`: one read of a lock's live state, printed for people or as JSON."""
+"""`redlease status`: one read of a lock's view, printed for people or as JSON.
+
+Works with every node-set kind (one Redis, a Sentinel-managed master, a cluster, a RedLock set):
+each node is read and the lock view (:mod:`redlease.core.view`) decides what to show, exactly
+as the sidecar's ``/status`` and the operator do.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from redlease.core import _async
-from redlease.core.connect import connect
-from redlease.core.keys import LockKeys
-from redlease.core.state import LockState, read_state_flow
-from redlease.errors import LockError
-from redlease.sidecar.config import RedisTarget
-from redlease.sidecar.election import empty_status, holder_fields
+from redlease.core import view as lockview
+from redlease.core.connect import Target, connect_target
+from redlease.core.observe import read_view
+from redlease.core.view import LockView
+
+READ_TIMEOUT = 3.0
 
 
-def describe(state: LockState | None, target: RedisTarget, error: str | None) -> dict[str, Any]:
-    """The printable status of a lock (pure)."""
-    healthy = 0 if state is None else target.total
+def describe(view: LockView) -> dict[str, Any]:
+    """The printable status of a lock (pure): the status document's lock part plus the
+    counters only a direct read has."""
     doc: dict[str, Any] = {
-        "lock": state.name if state else None,
-        **empty_status(target.total, healthy, target.needed),
-        "last_fencing_token": 0,
-        "candidates": [],
-        "waiters": 0,
+        "lock": view.lock,
+        "keys": list(view.keys),
+        **lockview.document(view),
+        "last_fencing_token": view.last_fence,
+        "candidates": list(view.candidates),
+        "waiters": view.waiters,
     }
-    if error:
-        doc["error"] = error
-    if state is not None:
-        doc.update(
-            holder_fields(state, state.expires_in_ms),
-            transitions=state.transitions,
-            last_fencing_token=state.last_fence,
-            candidates=list(state.candidates),
-            waiters=state.waiters,
-        )
+    if view.errors:
+        doc["unhealthy"] = dict(view.errors)
     return doc
 
 
 def render(doc: dict[str, Any]) -> str:
     nodes = doc["nodes"]
     ttl = doc["expires_in_ms"]
+    holder = doc["holder"] or ("(unknown)" if doc["holder_unknown"] else "(free)")
     rows = [
-        ("lock", doc["lock"]),
-        ("holder", doc["holder"] or "(free)"),
+        ("lock", doc["lock"] if len(doc["keys"]) == 1 else ", ".join(doc["keys"])),
+        ("holder", holder),
         ("fencing token", doc["fencing_token"] if doc["fencing_token"] is not None else "-"),
         ("ttl left", f"{ttl / 1000:.3f}s" if ttl is not None else "-"),
         ("acquired at", doc["acquired_at"] or "-"),
@@ -53,36 +53,32 @@ def render(doc: dict[str, Any]) -> str:
         ("candidates", ", ".join(doc["candidates"]) or "-"),
         ("nodes healthy", f"{nodes['healthy']}/{nodes['total']} (quorum {nodes['quorum']})"),
     ]
-    if doc.get("error"):
-        rows.append(("error", doc["error"]))
+    if doc["holder_unknown"]:
+        rows.append(("why unknown", doc["holder_unknown"]))
+    for node, why in (doc.get("unhealthy") or {}).items():
+        rows.append(("unreachable", f"{node}: {why}"))
     return "\n".join(f"{k + ':':<15}{v}" for k, v in rows)
 
 
-async def read(lock: str, target: RedisTarget) -> tuple[LockState | None, str | None]:
-    client = connect(
-        target.urls,
-        asyncio=True,
-        cluster=target.cluster,
-        username=target.username,
-        password=target.password,
-        socket_timeout=3.0,
-    )
+async def read(keys: Sequence[str], target: Target) -> LockView:
+    client = connect_target(target, asyncio=True, socket_timeout=READ_TIMEOUT)
     try:
-        node = _async.AsyncNode(client, lock)
-        state = await _async.drive(node, read_state_flow(LockKeys.for_name(lock)))
-        return state, None
-    except LockError as exc:
-        return None, str(exc)
+        return await read_view(client, keys, target.quorum, READ_TIMEOUT)
     finally:
-        await client.aclose()
+        await _close(client)
 
 
-def show_status(lock: str, target: RedisTarget, *, as_json: bool = False) -> int:
-    """Print the state; exit 0, or 1 (with the error) when Redis could not be read."""
+async def _close(client: Any) -> None:
+    for c in getattr(client, "clients", None) or [client]:
+        with contextlib.suppress(Exception):
+            await c.aclose()
+
+
+def show_status(keys: Sequence[str], target: Target, *, as_json: bool = False) -> int:
+    """Print the view; exit 0, or 1 when no quorum of nodes could be read."""
     started = time.monotonic()
-    state, error = asyncio.run(read(lock, target))
-    doc = describe(state, target, error)
-    doc["lock"] = lock
+    view = asyncio.run(read(keys, target))
+    doc = describe(view)
     doc["read_ms"] = round((time.monotonic() - started) * 1000, 1)
     print(json.dumps(doc, indent=2) if as_json else render(doc))
-    return 0 if error is None else 1
+    return 0 if view.nodes.reachable else 1

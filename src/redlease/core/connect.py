@@ -1,59 +1,297 @@
-"""Build redis-py clients from ``redis://``, ``rediss://`` and ``unix://`` URLs.
+"""Where a lock lives: node URLs, the node-set rules, secret-free names, and redis-py clients.
 
-This is how the CLI, the sidecar and the operator turn user configuration into what the lock
-classes take: one URL gives one client; ``cluster=True`` gives a RedisCluster client.
-Passwords come from the URL or the ``password`` argument and are never logged or printed.
+One place for everything about "which Redis": the accepted URL kinds (``redis://``,
+``rediss://``, ``unix://``, ``redis+sentinel://``), the node-set rules (1 node = one Redis or a
+Sentinel-managed master, 3 or more = a RedLock set, several seeds of one cluster), the
+redaction used in every log line and error, and client construction. The CLI, the sidecar, the
+operator and the spec model all call these; none repeats them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit
 
+from redlease.core.rules import majority
 from redlease.errors import ConfigError
 
 SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+CREDENTIAL_PARAMS = ("password", "username", "user")  # redis-py honours these in a query
+_SCHEME_HINT = "use redis://, rediss://, unix:// or redis+sentinel://"
 
 
-def validate_url(url: str, field: str = "redis") -> str:
-    """Check one node URL; the error names ``field`` and never echoes a password."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        raise ConfigError(field, f"not a URL: {redact(url)}") from None
-    if parts.scheme not in SCHEMES:
-        raise ConfigError(
-            field, f"unsupported scheme in {redact(url)}: use redis://, rediss:// or unix://"
-        )
-    if parts.scheme.endswith("+sentinel"):  # h1:p1,h2:p2/service: checked by redlease.core.quorum
-        if not parts.netloc or not parts.path.strip("/"):
-            raise ConfigError(field, f"sentinel URL needs hosts and a service: {redact(url)}")
-        return url
-    if parts.scheme == "unix":
-        if not parts.path:
-            raise ConfigError(field, f"unix URL needs a socket path: {redact(url)}")
-    else:
-        if not parts.hostname:
-            raise ConfigError(field, f"URL needs a host: {redact(url)}")
-        try:
-            _ = parts.port
-        except ValueError:
-            raise ConfigError(field, f"bad port in {redact(url)}") from None
-    return url
+# --- URLs ------------------------------------------------------------------------------------
 
 
 def redact(url: str) -> str:
-    """The URL with any password replaced by ``***`` (safe to print and log)."""
+    """``url`` safe to print: a password (userinfo or query) becomes ``***``.
+
+    A URL that does not parse shows only its scheme and host, since a password with an unencoded
+    ``/``, ``#`` or ``?`` is exactly what breaks parsing.
+    """
     try:
         parts = urlsplit(url)
+        if parts.scheme not in SENTINEL_SCHEMES:  # h1:p1,h2:p2 is not one port
+            _ = parts.port
     except ValueError:
+        return _scheme_and_host(url)
+    netloc = parts.netloc
+    if parts.password is not None or "@" in netloc:
+        userinfo, _, hostpart = netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{hostpart}" if ":" in userinfo else f"{user}@{hostpart}"
+    query = parts.query
+    if query:
+        items = parse_qsl(query, keep_blank_values=True)
+        query = "&".join(f"{k}={'***' if k.lower() in CREDENTIAL_PARAMS else v}" for k, v in items)
+    return parts._replace(netloc=netloc, query=query).geturl()
+
+
+def _scheme_and_host(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if not sep:
         return "<unparsable URL>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    netloc = f"{user}:***@" + parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    host = rest.split("/", 1)[0].rpartition("@")[2].split("?", 1)[0]
+    return f"{scheme}://{host or '?'}/<unparsable>"
+
+
+def validate_url(url: object, field: str = "--redis", *, credentials: bool = True) -> str:
+    """Check one node URL; the error names ``field`` and never echoes a password.
+
+    ``credentials=False`` refuses a user or password in the URL (the CRD keeps them in a
+    Secret). Credentials in the query string are refused everywhere: redis-py honours
+    ``?password=`` but it is easy to leak; use the password flag/env or a Secret.
+    """
+    if not isinstance(url, str) or not url:
+        raise ConfigError(field, "must be a non-empty URL string")
+    try:
+        parts = urlsplit(url)
+        port = None if parts.scheme in SENTINEL_SCHEMES else parts.port
+    except ValueError:
+        raise ConfigError(field, f"not a valid URL (port or characters): {redact(url)}") from None
+    if parts.scheme not in SCHEMES:
+        raise ConfigError(field, f"unsupported scheme in {redact(url)}: {_SCHEME_HINT}")
+    if any(k.lower() in CREDENTIAL_PARAMS for k, _ in parse_qsl(parts.query)):
+        raise ConfigError(
+            field,
+            f"credentials in the query string of {redact(url)}: give the password through "
+            "REDLEASE_PASSWORD / --password or a Secret (spec.auth.secretRef)",
+        )
+    if not credentials and "@" in parts.netloc:
+        raise ConfigError(
+            field, f"must not carry credentials ({redact(url)}); use spec.auth.secretRef"
+        )
+    if parts.scheme in SENTINEL_SCHEMES:
+        sentinel_hosts(url, field)
+        if not parts.path.strip("/"):
+            raise ConfigError(field, f"sentinel URL needs the service name: {redact(url)}")
+    elif parts.scheme == "unix":
+        if not parts.path:
+            raise ConfigError(field, f"unix URL needs a socket path: {redact(url)}")
+    elif not parts.hostname:
+        raise ConfigError(field, f"URL needs a host: {redact(url)}")
+    elif port == 0:
+        raise ConfigError(field, f"bad port in {redact(url)}")
+    return url
+
+
+def sentinel_hosts(url: str, field: str = "--redis") -> list[tuple[str, int]]:
+    """The Sentinel addresses of ``redis+sentinel://[user:pass@]h1:p1,h2:p2/service``."""
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
+    hosts = []
+    for item in netloc.split(","):
+        if item.startswith("["):  # [IPv6]:port
+            host, _, rest = item[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else ("26379" if not rest else "")
+        else:
+            host, sep, port = item.rpartition(":")
+            if not sep:
+                host, port = item, "26379"
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(field, f"bad Sentinel address {item!r} in {redact(url)}")
+        hosts.append((host, int(port)))
+    return hosts
+
+
+def node_name(url: str) -> str:
+    """A short, secret-free name for the node of ``url``: ``host:port``, ``unix:/path`` or
+    ``sentinel:service`` (the same names the drivers use in errors)."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return f"unix:{parts.path}"
+    if parts.scheme in SENTINEL_SCHEMES:
+        return f"sentinel:{parts.path.strip('/').split('/')[0]}"
+    host = parts.hostname or "?"
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{parts.port or 6379}"
+
+
+# --- targets ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Tls:
+    """TLS settings for ``rediss://`` nodes (ignored for the others)."""
+
+    insecure_skip_verify: bool = False  # no certificate check (testing only)
+    ca_file: str | None = None
+    cert_file: str | None = None  # client certificate (mTLS)
+    key_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The Redis node set of a lock and how to reach it (no secret in ``repr``).
+
+    ``urls``: one URL (a Redis or a Sentinel-managed master), several independent nodes (a
+    RedLock set) or, with ``cluster``, the seeds of one Redis Cluster. ``quorum`` is the
+    effective quorum (a majority unless set).
+    """
+
+    urls: tuple[str, ...]
+    cluster: bool = False
+    quorum: int = 1
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: Tls = Tls()
+
+    @property
+    def total(self) -> int:
+        """Nodes as health counts them: a cluster is one logical node."""
+        return 1 if self.cluster else len(self.urls)
+
+    @property
+    def redlock(self) -> bool:
+        return not self.cluster and len(self.urls) > 1
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Secret-free node names, one per counted node."""
+        if self.cluster:
+            return ("cluster " + ",".join(node_name(u) for u in self.urls),)
+        return tuple(node_name(u) for u in self.urls)
+
+    def nodes(self) -> list[Target]:
+        """One single-node target per counted node (a cluster stays whole)."""
+        if not self.redlock:
+            return [self]
+        return [dataclasses.replace(self, urls=(u,), quorum=1) for u in self.urls]
+
+    def with_credentials(self, username: str | None, password: str | None) -> Target:
+        return dataclasses.replace(self, username=username or None, password=password or None)
+
+
+def validate_target(
+    urls: Sequence[str],
+    *,
+    cluster: bool = False,
+    quorum: int | None = None,
+    username: str | None = None,
+    password: str | None = None,
+    tls: Tls = Tls(),
+    credentials_in_urls: bool = True,
+    field: str = "--redis",
+    url_field: str = "",
+    quorum_field: str = "--quorum",
+) -> Target:
+    """The node-set rules, for flags and for specs alike (errors name ``field``).
+
+    1 node: one Redis (or a Sentinel-managed master); 2 nodes: refused (a majority of 2 is 2,
+    so one node down stops everything: use 1, or 3 or more); 3 or more: a RedLock set whose
+    quorum is a majority unless a larger one is given; ``cluster``: the seeds of one Redis
+    Cluster (no quorum, no Sentinel). ``url_field`` names one URL in errors (``{i}`` is its
+    index; default: ``field``).
+    """
+    if not urls:
+        raise ConfigError(field, "at least one Redis URL is required")
+    for i, url in enumerate(urls):
+        where = url_field.format(i=i) if url_field else field
+        validate_url(url, where, credentials=credentials_in_urls)
+    names = [node_name(u) for u in urls]
+    if len(set(names)) != len(names):
+        raise ConfigError(field, "the same node is listed twice")
+    if cluster:
+        if any(urlsplit(u).scheme in SENTINEL_SCHEMES for u in urls):
+            raise ConfigError(field, "a Redis Cluster is not reached through Sentinel")
+        if quorum is not None:
+            raise ConfigError(quorum_field, "does not apply to a Redis Cluster")
+        effective = 1
+    else:
+        n = len(urls)
+        if n == 2:
+            raise ConfigError(
+                field, "2 nodes give no fault tolerance: use 1 node, 3 or more (RedLock), "
+                "or a cluster"
+            )  # fmt: skip
+        if quorum is not None and (isinstance(quorum, bool) or not isinstance(quorum, int)):
+            raise ConfigError(quorum_field, f"must be an integer, got {quorum!r}")
+        if quorum is not None and not majority(n) <= quorum <= n:
+            raise ConfigError(
+                quorum_field, f"must be a majority of the {n} node(s): {majority(n)} to {n}"
+            )
+        effective = quorum if quorum is not None else majority(n)
+    return Target(tuple(urls), cluster, effective, username or None, password or None, tls)
+
+
+# --- clients ---------------------------------------------------------------------------------
+
+
+def _url_options(url: str, tls: Tls) -> dict[str, Any]:
+    """redis-py keyword arguments for one URL (TLS ones only where the URL uses TLS)."""
+    if not urlsplit(url).scheme.startswith("rediss"):
+        return {}
+    out: dict[str, Any] = {}
+    if tls.insecure_skip_verify:
+        out["ssl_cert_reqs"] = "none"
+    if tls.ca_file:
+        out["ssl_ca_certs"] = tls.ca_file
+    if tls.cert_file:
+        out["ssl_certfile"] = tls.cert_file
+    if tls.key_file:
+        out["ssl_keyfile"] = tls.key_file
+    return out
+
+
+def connect_target(
+    target: Target,
+    *,
+    asyncio: bool = False,
+    socket_timeout: float | None = 5.0,
+    **nodeset_options: Any,
+) -> Any:
+    """A client for ``target``: ``Redis`` (or a Sentinel master client), ``RedisCluster``, or
+    a :class:`~redlease.core.quorum.NodeSet` for a RedLock set; ``asyncio=True`` for the
+    ``redis.asyncio`` flavour."""
+    common: dict[str, Any] = {}
+    if target.username is not None:
+        common["username"] = target.username
+    if target.password is not None:
+        common["password"] = target.password
+    if socket_timeout is not None:
+        common["socket_timeout"] = socket_timeout
+        common["socket_connect_timeout"] = socket_timeout
+    if target.cluster:
+        opts = {**common, **_url_options(target.urls[0], target.tls)}
+        if asyncio:
+            from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+            return AsyncCluster.from_url(target.urls[0], **opts)
+        from redis.cluster import RedisCluster
+
+        return RedisCluster.from_url(target.urls[0], **opts)
+    from redlease.core.quorum.nodeset import NodeSet, client_from_url
+
+    clients = [
+        client_from_url(u, asyncio=asyncio, **common, **_url_options(u, target.tls))
+        for u in target.urls
+    ]
+    if len(clients) == 1:
+        return clients[0]
+    return NodeSet(clients, quorum=target.quorum, **nodeset_options)
 
 
 def connect(
@@ -64,43 +302,7 @@ def connect(
     username: str | None = None,
     password: str | None = None,
     socket_timeout: float | None = 5.0,
-    **kwargs: Any,
 ) -> Any:
-    """A client for ``urls``: one URL → ``Redis``; ``cluster=True`` → ``RedisCluster``.
-
-    ``asyncio=True`` returns the ``redis.asyncio`` flavour. Several independent URLs (a RedLock
-    node set) are handled by :mod:`redlease.core.quorum` where available.
-    """
-    if not urls:
-        raise ConfigError("redis", "at least one Redis URL is required")
-    for url in urls:
-        validate_url(url)
-    extra: dict[str, Any] = dict(kwargs)
-    if username is not None:
-        extra["username"] = username
-    if password is not None:
-        extra["password"] = password
-    if socket_timeout is not None:
-        extra["socket_timeout"] = socket_timeout
-        extra["socket_connect_timeout"] = socket_timeout
-    if cluster:
-        if asyncio:
-            from redis.asyncio.cluster import RedisCluster as AsyncCluster
-
-            return AsyncCluster.from_url(urls[0], **extra)
-        from redis.cluster import RedisCluster
-
-        return RedisCluster.from_url(urls[0], **extra)
-    if len(urls) > 1:
-        try:
-            from redlease.core import quorum
-        except ImportError:
-            raise ConfigError("redis", "several URLs need RedLock quorum support") from None
-        return quorum.NodeSet.from_urls(urls, asyncio=asyncio, **extra)
-    if asyncio:
-        import redis.asyncio as aioredis
-
-        return aioredis.Redis.from_url(urls[0], **extra)
-    import redis
-
-    return redis.Redis.from_url(urls[0], **extra)
+    """A client for ``urls`` after checking them with :func:`validate_target`."""
+    target = validate_target(urls, cluster=cluster, username=username, password=password)
+    return connect_target(target, asyncio=asyncio, socket_timeout=socket_timeout)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redlease.core import protocol
-from redlease.core.keys import LockKeys
+from redlease.core.keys import LockKeys, validate_identity
 from redlease.core.lease import Lease
 from redlease.core.protocol import AcquireState, Flow, Grant, Options, Primitive
 from redlease.errors import ConfigError, NotOwned
@@ -43,9 +43,7 @@ def make_options(
         raise ConfigError("replicas", f"must be an integer >= 0, got {replicas!r}")
     if not isinstance(replica_timeout, int | float) or replica_timeout <= 0:
         raise ConfigError("replica_timeout", f"must be > 0 seconds, got {replica_timeout!r}")
-    ident = default_identity() if identity is None else identity
-    if not ident or len(ident) > 253:
-        raise ConfigError("identity", "must be 1-253 characters")
+    ident = validate_identity(default_identity() if identity is None else identity)
     return Options(
         ttl=float(ttl),
         identity=ident,

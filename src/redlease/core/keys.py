@@ -15,17 +15,31 @@ PREFIX = "redlease"
 
 # Lock names become part of a hash tag: braces would break the tag, and control characters or
 # whitespace make keys that nobody can type in redis-cli.
-_NAME_RE = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,200}$")
+_NAME_RE = re.compile(r"[A-Za-z0-9._:/@+=-]{1,200}")
+_IDENTITY_RE = re.compile(r"[!-~]{1,253}")  # visible ASCII: no spaces, no control characters
 
 
-def validate_name(name: str) -> str:
+def validate_name(name: object, field: str = "lock") -> str:
     """Return ``name`` if it is a usable lock name, else raise :class:`ConfigError`."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise ConfigError(
-            "lock",
+            field,
             f"invalid lock name {name!r}: use 1-200 characters from A-Z a-z 0-9 . _ : / @ + = -",
         )
     return name
+
+
+def validate_identity(identity: object, field: str = "identity") -> str:
+    """A holder identity: 1-253 visible ASCII characters (pod names and host names are).
+
+    Identities are shown by every surface (status, logs, events, terminals), so control
+    characters and spaces are refused rather than escaped everywhere.
+    """
+    if not isinstance(identity, str) or not _IDENTITY_RE.fullmatch(identity):
+        raise ConfigError(
+            field, f"must be 1-253 visible ASCII characters (no spaces), got {identity!r}"
+        )
+    return identity
 
 
 @dataclass(frozen=True, slots=True)

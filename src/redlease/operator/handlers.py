@@ -21,19 +21,20 @@ from typing import Any
 
 import kopf
 
-from redlease.errors import ConfigError
-from redlease.operator import metrics, reconcile
-from redlease.operator.reader import Credentials, NodeReader
-from redlease.operator.refresher import Refresher
-from redlease.operator.secrets import SecretSource
-from redlease.operator.spec import (
+from redlease.core.spec import (
     FORCE_RELEASE_ANNOTATION,
     GROUP,
     PLURAL,
     VERSION,
+    Credentials,
     LockSpec,
     parse_spec,
 )
+from redlease.errors import ConfigError
+from redlease.operator import metrics, reconcile
+from redlease.operator.reader import NodeReader
+from redlease.operator.refresher import Refresher
+from redlease.operator.secrets import SecretSource
 
 log = logging.getLogger("redlease.operator")
 FINALIZER = "redlease.dev/operator"
@@ -136,9 +137,14 @@ class Runtime:
                 body, spec, creds, patch
             ):
                 self.released[uid] = request  # done; skip it until its removal is seen
-            obs = await self.refresher.observe(spec, creds)
+            view, read_at = await self.refresher.observe(spec, creds)
             new = reconcile.compute_status(
-                spec, obs, generation=generation, previous=previous, now=time.time()
+                spec,
+                view,
+                read_at=read_at,
+                generation=generation,
+                previous=previous,
+                now=time.time(),
             )
         diff = reconcile.status_patch(previous, new, now=time.time(), refresh=self.config.refresh)
         for event in reconcile.decide_events(previous, new, invalid):

@@ -15,48 +15,29 @@ import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis.exceptions as rex
 
 from redlease.core import scripts
-from redlease.core.connect import connect
+from redlease.core.connect import Target, connect_target
 from redlease.core.keys import LockKeys
+from redlease.core.spec import Credentials, LockSpec
 from redlease.core.state import LockState, decode_state, status_call
+from redlease.core.view import LockView, lock_view
 from redlease.errors import LockError
-from redlease.operator.observe import Observation, combine
-from redlease.operator.spec import LockSpec
 
 # What a node read may fail with; anything else is a bug and propagates.
 NODE_ERRORS = (rex.RedisError, OSError, TimeoutError, LockError)
 FORCE_HANDOFF_MS = 250
 
 
-@dataclass(frozen=True, slots=True)
-class Credentials:
-    """Username/password for every node of one lock (from its Secret)."""
-
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """One connection identity: a node URL (or a cluster's startup URLs) plus credentials."""
-
-    urls: tuple[str, ...]
-    cluster: bool = False
-    creds: Credentials = Credentials()
-    insecure: bool = False
-
-
 def targets_for(spec: LockSpec, creds: Credentials | None = None) -> list[Target]:
-    """The connection targets of a lock, in the order of ``spec.node_names``."""
-    c = creds or Credentials()
-    if spec.cluster:
-        return [Target(spec.nodes, True, c, spec.insecure_skip_verify)]
-    return [Target((u,), False, c, spec.insecure_skip_verify) for u in spec.nodes]
+    """One connection target per counted node of a lock, in the order of its node names."""
+    target = spec.target
+    if creds is not None:
+        target = target.with_credentials(creds.username, creds.password)
+    return target.nodes()
 
 
 def _chunks(items: Sequence[str], size: int) -> list[Sequence[str]]:
@@ -87,18 +68,7 @@ class NodeReader:
     def _client(self, target: Target) -> Any:
         client = self._clients.get(target)
         if client is None:
-            extra: dict[str, Any] = {}
-            if target.insecure and any(u.startswith("rediss://") for u in target.urls):
-                extra["ssl_cert_reqs"] = "none"
-            client = connect(
-                list(target.urls) if target.cluster else [target.urls[0]],
-                asyncio=True,
-                cluster=target.cluster,
-                username=target.creds.username,
-                password=target.creds.password,
-                socket_timeout=self.timeout,
-                **extra,
-            )
+            client = connect_target(target, asyncio=True, socket_timeout=self.timeout)
             self._clients[target] = client
         self._last_used[target] = self._reads
         return client
@@ -149,8 +119,9 @@ class NodeReader:
 
     async def read(
         self, requests: Sequence[tuple[LockSpec, Credentials | None]]
-    ) -> list[Observation]:
-        """One observation per request, reading each node once for all requested keys."""
+    ) -> list[tuple[LockView, float]]:
+        """One (view, wall-clock time the read started) per request, reading each node once
+        for all requested keys."""
         started = time.time()
         self._reads += 1
         wanted: dict[Target, set[str]] = defaultdict(set)
@@ -175,14 +146,14 @@ class NodeReader:
 
         await asyncio.gather(*(one(t, sorted(n)) for t, n in wanted.items()))
         await self._gc()
-        observations = []
+        views = []
         for spec, creds in requests:
             per_node = {
                 name: results[t]
                 for name, t in zip(spec.node_names, targets_for(spec, creds), strict=True)
             }
-            observations.append(combine(spec.keys, per_node, spec.quorum, started))
-        return observations
+            views.append((lock_view(spec.keys, per_node, spec.quorum), started))
+        return views
 
     async def force_release(
         self, spec: LockSpec, creds: Credentials | None = None

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from redlease.core.spec import LockSpec
+from redlease.core.view import LockView
 from redlease.errors import ConfigError
-from redlease.operator.observe import Observation
-from redlease.operator.spec import LockSpec
 
 FREE, HELD, DEGRADED, UNAVAILABLE, INVALID = "Free", "Held", "Degraded", "Unavailable", "Invalid"
 NORMAL, WARNING = "Normal", "Warning"
@@ -66,11 +66,11 @@ def parse_timestamp(text: object) -> float | None:
 
 
 def _condition(
-    type_: str, ok: bool, reason: str, message: str, generation: int | None
+    type_: str, status: bool | None, reason: str, message: str, generation: int | None
 ) -> dict[str, Any]:
     cond: dict[str, Any] = {
         "type": type_,
-        "status": "True" if ok else "False",
+        "status": "Unknown" if status is None else "True" if status else "False",
         "reason": reason,
         "message": message,
     }
@@ -94,99 +94,85 @@ def _merge_conditions(
     return out
 
 
-def phase_of(spec: LockSpec, obs: Observation) -> str:
-    if not obs.reachable:
+def phase_of(view: LockView) -> str:
+    """Unavailable (no quorum answered), Degraded (a node is down, or the holder cannot be
+    named), else Held or Free."""
+    if not view.nodes.reachable:
         return UNAVAILABLE
-    if obs.unhealthy:
+    if view.errors or view.unknown:
         return DEGRADED
-    primary = obs.primary
-    return HELD if primary is not None and primary.held else FREE
+    return HELD if view.held else FREE
 
 
 def compute_status(
     spec: LockSpec,
-    obs: Observation,
+    view: LockView,
     *,
+    read_at: float,
     generation: int | None,
     previous: Mapping[str, Any],
     now: float,
 ) -> dict[str, Any]:
-    """The full ``status`` for a valid spec (absent fields are simply not in the dict)."""
-    phase = phase_of(spec, obs)
-    total = len(spec.node_names)
+    """The full ``status`` for a valid spec, rendered from the lock view (absent fields are
+    simply not in the dict). ``read_at``: wall-clock seconds when the nodes were read."""
+    phase = phase_of(view)
+    nodes = view.nodes
     status: dict[str, Any] = {
         "phase": phase,
-        "nodes": f"{len(obs.healthy)}/{total}",
-        "healthyNodes": len(obs.healthy),
-        "totalNodes": total,
-        "quorum": spec.quorum,
+        "nodes": f"{nodes.healthy}/{nodes.total}",
+        "healthyNodes": nodes.healthy,
+        "totalNodes": nodes.total,
+        "quorum": nodes.quorum,
     }
-    if obs.unhealthy:
-        status["unhealthyNodes"] = list(obs.unhealthy)
-    primary = obs.primary
-    if primary is not None:
-        if primary.holder is not None:
-            status["holder"] = primary.holder
-            if primary.fencing_token is not None:
-                status["fencingToken"] = primary.fencing_token
-            if primary.expires_in_ms is not None:
-                status["expiresAt"] = timestamp(obs.read_at + primary.expires_in_ms / 1000)
-        status["lastFencingToken"] = primary.last_fence
-        status["transitions"] = primary.transitions
-        status["readers"] = primary.readers
-        status["waiters"] = primary.waiters
-        if primary.candidates:
-            status["candidates"] = list(primary.candidates)
-        if primary.last_transition_ms is not None:
-            status["lastTransitionTime"] = timestamp(primary.last_transition_ms / 1000)
-    elif previous.get("phase") in (HELD, FREE, DEGRADED, UNAVAILABLE):
-        # Quorum lost: keep the last known lock facts (marked by phase Unavailable).
-        for key in ("holder", "fencingToken", "lastFencingToken", "transitions", "candidates"):
-            if key in previous:
-                status[key] = previous[key]
+    if view.errors:
+        status["unhealthyNodes"] = list(view.unhealthy_nodes)
+    if view.holder is not None:
+        status["holder"] = view.holder
+        if view.fencing_token is not None:
+            status["fencingToken"] = view.fencing_token
+        if view.expires_in_ms is not None:
+            status["expiresAt"] = timestamp(read_at + view.expires_in_ms / 1000)
+    if view.healthy_nodes:
+        status["lastFencingToken"] = view.last_fence
+        status["transitions"] = view.transitions
+        status["readers"] = view.readers
+        status["waiters"] = view.waiters
+        if view.candidates:
+            status["candidates"] = list(view.candidates)
+        if view.last_transition_ms is not None:
+            status["lastTransitionTime"] = timestamp(view.last_transition_ms / 1000)
     if generation is not None:
         status["observedGeneration"] = generation
-    split = [k.key for k in obs.keys[1:] if primary is not None and k.holder != primary.holder]
+    if view.unknown is not None:
+        held: tuple[bool | None, str, str] = (None, "HolderUnknown", view.unknown)
+    elif view.holder is not None:
+        held = (True, "Held", f"held by {view.holder} with fencing token {view.fencing_token}")
+    elif view.readers:
+        held = (True, "Held", f"held by {view.readers} reader(s)")
+    else:
+        held = (False, "NotHeld", "no holder")
     conditions = [
         _condition("Valid", True, "SpecValid", "spec is valid", generation),
         _condition(
             "Available",
-            obs.reachable,
-            "QuorumReachable" if obs.reachable else "QuorumLost",
-            f"{len(obs.healthy)} of {total} nodes answered, quorum {spec.quorum}"
-            + _errors_text(obs),
+            nodes.reachable,
+            "QuorumReachable" if nodes.reachable else "QuorumLost",
+            f"{nodes.healthy} of {nodes.total} nodes answered, quorum {nodes.quorum}"
+            + _errors_text(view),
             generation,
         ),
-        _condition(
-            "Held",
-            phase == HELD or (primary is not None and primary.held),
-            "Held" if primary is not None and primary.held else "NotHeld",
-            f"held by {primary.holder}" if primary and primary.holder else "no holder",
-            generation,
-        ),
+        _condition("Held", held[0], held[1], held[2], generation),
     ]
-    if len(spec.keys) > 1:
-        conditions.append(
-            _condition(
-                "KeysConsistent",
-                not split,
-                "SameHolder" if not split else "SplitHolders",
-                "every key has the primary key's holder"
-                if not split
-                else f"keys {', '.join(split)} have another holder than {spec.keys[0]}",
-                generation,
-            )
-        )
     if spec.paused:
         conditions.append(_condition("Paused", True, "Paused", "no new acquisitions", generation))
     status["conditions"] = _merge_conditions(conditions, previous, now)
     return status
 
 
-def _errors_text(obs: Observation) -> str:
-    if not obs.errors:
+def _errors_text(view: LockView) -> str:
+    if not view.errors:
         return ""
-    return "; unreachable: " + "; ".join(f"{n}: {why}" for n, why in obs.errors.items())
+    return "; unreachable: " + "; ".join(f"{n}: {why}" for n, why in view.errors.items())
 
 
 def invalid_status(

@@ -12,10 +12,10 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from redlease.operator.observe import Observation
-from redlease.operator.reader import Credentials
-from redlease.operator.spec import LockSpec
+from redlease.core.spec import Credentials, LockSpec
+from redlease.core.view import LockView
 
+Observation = tuple[LockView, float]  # the lock view and the wall-clock time of its read
 ReadFn = Callable[[Sequence[tuple[LockSpec, Credentials | None]]], Awaitable[list[Observation]]]
 _Pending = tuple[LockSpec, Credentials | None, "asyncio.Future[Observation]"]
 

@@ -8,13 +8,11 @@ into the client's default configuration, which this module reuses.
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 from typing import Any
 
+from redlease.core.spec import Credentials, SecretRef, credentials_from_secret
 from redlease.errors import ConfigError
-from redlease.operator.reader import Credentials
-from redlease.operator.spec import SecretRef
 
 
 class SecretSource:
@@ -48,15 +46,6 @@ class SecretSource:
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
         data = await asyncio.to_thread(self._fetch, namespace, ref)
-        if ref.password_key not in data:
-            raise ConfigError(
-                "spec.auth.secretRef.passwordKey",
-                f"Secret {namespace}/{ref.name} has no key {ref.password_key!r}",
-            )
-        user = data.get(ref.username_key)
-        creds = Credentials(
-            username=base64.b64decode(user).decode() if user else None,
-            password=base64.b64decode(data[ref.password_key]).decode(),
-        )
+        creds = credentials_from_secret({"data": data}, ref)
         self._cache[key] = (time.monotonic() + self._ttl, creds)
         return creds

@@ -34,9 +34,8 @@ class Sidecar(Hooks):
 
     def __init__(self, config: SidecarConfig) -> None:
         self.config = config
-        self.ready_always = config.ready == "always"
         self.state_file: StateFile | None = None
-        self.metrics_ = Metrics(config.election.lock)
+        self.metrics_ = Metrics(config.election.lock if config.election else "")
         self.elector: Elector | None = None
         self.labeller: PodLabeller | None = None
         self._stopping = asyncio.Event()
@@ -45,12 +44,30 @@ class Sidecar(Hooks):
 
     def status(self) -> dict[str, Any]:
         if self.elector is None:
-            return {"lock": self.config.election.lock, "leader": False, "holder": None}
+            election = self.config.election
+            return {
+                "lock": election.lock if election else None,
+                "identity": self.config.identity,
+                "leader": False,
+                "holder": None,
+            }
         self.elector.refresh()
         return self._snapshot()
 
     def healthy(self) -> bool:
         return self.elector is not None and self.elector.healthy()
+
+    def ready(self) -> tuple[bool, bool]:
+        """(ready, leader) for ``/readyz`` by ``--ready``: ``connected`` (a quorum of nodes
+        answered the latest read), ``leader`` or ``always``."""
+        leader = bool(self.status()["leader"])
+        mode = self.config.ready
+        if mode == "always":
+            return True, leader
+        if mode == "leader":
+            return leader, leader
+        connected = self.elector is not None and self.elector.election.connected(time.monotonic())
+        return connected, leader
 
     def metrics(self) -> bytes:
         self.changed()
@@ -116,7 +133,7 @@ class Sidecar(Hooks):
                 self.labeller = PodLabeller(kube, cfg.kube.namespace, cfg.kube.pod_name)  # type: ignore[arg-type]
             if cfg.lock_ref is not None:
                 assert kube is not None
-                follower = LockRefFollower(kube, cfg.lock_ref, election_cfg, self._reconfigure)
+                follower = LockRefFollower(kube, cfg.lock_ref, cfg.identity, self._reconfigure)
                 initial = asyncio.ensure_future(follower.initial())
                 stopper = asyncio.ensure_future(self._stopping.wait())
                 await asyncio.wait({initial, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -125,6 +142,7 @@ class Sidecar(Hooks):
                     initial.cancel()
                     return 0
                 election_cfg = initial.result()
+            assert election_cfg is not None
             if cfg.state_dir is not None:
                 self.state_file = StateFile(cfg.state_dir, election_cfg.lock)
             self.metrics_ = Metrics(election_cfg.lock)
@@ -154,7 +172,7 @@ class Sidecar(Hooks):
                 await runner.cleanup()
             if kube is not None:
                 await kube.close()
-            log.info("sidecar stopped", lock=self.config.election.lock)
+            log.info("sidecar stopped", identity=self.config.identity)
 
     def _reconfigure(self, config: ElectionConfig) -> None:
         if self.elector is not None:

@@ -12,11 +12,11 @@ driver to log and publish. Times are passed in, so tests drive it with a fake cl
 
 from __future__ import annotations
 
-import datetime as _dt
 from dataclasses import dataclass
 from typing import Any
 
-from redlease.core.state import LockState
+from redlease.core import view as lockview
+from redlease.core.view import LockView
 from redlease.errors import NotOwned
 from redlease.sidecar.config import ElectionConfig
 
@@ -84,8 +84,10 @@ class Term:
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    state: LockState
-    at: float  # monotonic time of the read
+    """The latest lock view and the monotonic time its read started."""
+
+    view: LockView
+    at: float
 
 
 class Election:
@@ -95,7 +97,6 @@ class Election:
         self.config = config
         self.term: Term | None = None
         self.observed: Observation | None = None
-        self.healthy = 0
         self.failures = 0  # consecutive outage errors (drives the back-off)
         self.retry_at = 0.0
         self.last_holder: str | None = None
@@ -127,7 +128,14 @@ class Election:
         if not preferred or preferred == self.identity or self.observed is None:
             return False
         fresh = now - self.observed.at < self.config.timing.ttl
-        return fresh and preferred in self.observed.state.candidates
+        return fresh and preferred in self.observed.view.candidates
+
+    def connected(self, now: float) -> bool:
+        """A quorum of the nodes answered the latest read, and that read is recent."""
+        obs = self.observed
+        if obs is None or now - obs.at > 2 * self.config.timing.retry_period + 1.0:
+            return False
+        return obs.view.nodes.reachable
 
     def backoff(self) -> float:
         """Delay before the next attempt after ``failures`` outage errors in a row."""
@@ -214,12 +222,10 @@ class Election:
 
     def outage(self) -> None:
         self.failures += 1
-        self.healthy = 0
 
     def reachable(self) -> None:
         self.failures = 0
         self.retry_at = 0.0
-        self.healthy = self.config.target.total
 
     def failed_attempt(self, now: float) -> float:
         """An acquire or read hit an outage: returns the back-off before the next attempt."""
@@ -228,11 +234,13 @@ class Election:
         self.retry_at = now + delay
         return delay
 
-    def observe(self, state: LockState, now: float) -> Transition | None:
-        """A fresh STATUS read; returns an ``observed`` transition when the holder changed."""
-        self.reachable()
-        self.observed = Observation(state, now)
-        holder = state.holder
+    def observe(self, view: LockView, now: float) -> Transition | None:
+        """A fresh lock view (read at ``now``); returns an ``observed`` transition when the
+        holder it names changed. A view that cannot name the holder changes nothing."""
+        self.observed = Observation(view, now)
+        if view.unknown is not None:
+            return None
+        holder = view.holder
         if holder == self.identity or holder == self.last_holder:
             return None
         self.last_holder = holder
@@ -242,47 +250,61 @@ class Election:
             "observed",
             self.lock,
             self.identity,
-            state.fencing_token,
+            view.fencing_token,
             "new holder" if holder else "lock is free",
             holder,
         )
 
     # -- reporting ----------------------------------------------------------------------------
 
+    def view(self) -> LockView:
+        """The latest lock view (an empty one before the first read)."""
+        if self.observed is not None:
+            return self.observed.view
+        cfg = self.config
+        return lockview.empty(cfg.keys, cfg.target.total, cfg.target.quorum)
+
     def snapshot(self, now: float, wall: float) -> dict[str, Any]:
-        """The ``/status`` document (and state file) as of monotonic ``now`` / epoch ``wall``."""
+        """The ``/status`` document (and state file) as of monotonic ``now`` / epoch ``wall``.
+
+        The lock part is the lock view (:func:`redlease.core.view.document`); while this
+        process leads, its own term supplies holder, token and times (it knows them first
+        hand, and the view agrees once the next read comes in).
+        """
         cfg = self.config
         term = self.term if self.leading(now) else None
+        obs = self.observed
+        view = self.view()
+        age_ms = int((now - obs.at) * 1000) if obs is not None else 0
+        left = None if view.expires_in_ms is None else max(0, view.expires_in_ms - age_ms)
         doc: dict[str, Any] = {
             "lock": cfg.lock,
+            "keys": list(cfg.keys),
             "identity": cfg.identity,
             "leader": term is not None,
-            **empty_status(cfg.target.total, self.healthy, cfg.target.needed),
-            "candidates": 0,
+            **lockview.document(view, expires_in_ms=left),
+            "candidates": len(view.candidates),
             "leader_until": None,
             "paused": cfg.paused,
             "preferred_holder": cfg.preferred_holder,
         }
-        obs = self.observed
-        if obs is not None:
-            doc["transitions"] = obs.state.transitions
-            doc["candidates"] = len(obs.state.candidates)
+        if doc["holder"] is not None and left == 0:
+            doc.update(holder=None, fencing_token=None, expires_in_ms=None)
         if term is not None:
             doc.update(
                 holder=cfg.identity,
                 fencing_token=term.fencing_token,
                 expires_in_ms=max(0, int((term.lease_deadline - now) * 1000)),
-                acquired_at=iso_ms(term.acquired_ms),
-                renewed_at=iso_ms(term.renewed_ms),
+                acquired_at=lockview.iso_ms(term.acquired_ms),
+                renewed_at=lockview.iso_ms(term.renewed_ms),
                 transitions=max(doc["transitions"], term.transitions),
-                leader_until=iso_ms(int((wall + term.renew_by - now) * 1000)),
+                leader_until=lockview.iso_ms(int((wall + term.renew_by - now) * 1000)),
+                holder_unknown=None,
             )
-        elif obs is not None and obs.state.holder and obs.state.holder != cfg.identity:
-            left = obs.state.expires_in_ms
-            if left is not None:
-                left -= int((now - obs.at) * 1000)
-            if left is None or left > 0:
-                doc.update(holder_fields(obs.state, left))
+        elif doc["holder"] == cfg.identity:
+            # Redis still shows our last lease, but we no longer lead (deadline passed or
+            # stepped down): never present ourselves as the holder while leader is false.
+            doc.update(holder=None, fencing_token=None, expires_in_ms=None)
         return doc
 
     # -- internals ----------------------------------------------------------------------------
@@ -296,36 +318,3 @@ class Election:
     def _transition(self, kind: str, token: int | None, reason: str) -> Transition:
         holder = self.identity if kind == "elected" else None
         return Transition(kind, self.lock, self.identity, token, reason, holder)
-
-
-def empty_status(total: int, healthy: int, quorum: int) -> dict[str, Any]:
-    """The holder part of a status document for a free lock (shared by /status and
-    `redlease status`)."""
-    return {
-        "holder": None,
-        "fencing_token": None,
-        "expires_in_ms": None,
-        "acquired_at": None,
-        "renewed_at": None,
-        "transitions": 0,
-        "nodes": {"total": total, "healthy": healthy, "quorum": quorum},
-    }
-
-
-def holder_fields(state: LockState, expires_in_ms: int | None) -> dict[str, Any]:
-    """The holder part of a status document from a lock state read from Redis."""
-    return {
-        "holder": state.holder,
-        "fencing_token": state.fencing_token,
-        "expires_in_ms": expires_in_ms,
-        "acquired_at": iso_ms(state.acquired_ms),
-        "renewed_at": iso_ms(state.renewed_ms),
-    }
-
-
-def iso_ms(ms: int | None) -> str | None:
-    """Epoch milliseconds as an RFC 3339 UTC timestamp with millisecond precision."""
-    if ms is None:
-        return None
-    stamp = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC)
-    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")

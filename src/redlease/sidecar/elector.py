@@ -18,10 +18,12 @@ from typing import Any, TypeVar
 import structlog
 
 from redlease.core import _async, aio
-from redlease.core.connect import connect
+from redlease.core.connect import connect_target
 from redlease.core.keys import LockKeys
+from redlease.core.observe import node_answer, node_drivers
 from redlease.core.protocol import drift
-from redlease.core.state import LockState, heartbeat_flow, read_state_flow
+from redlease.core.state import heartbeat_flow
+from redlease.core.view import lock_view
 from redlease.errors import LockError, LockTimeout, RedleaseError
 from redlease.sidecar.config import ElectionConfig
 from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown, Term, Transition
@@ -233,35 +235,31 @@ class Elector:
 
     # -- observer loop ------------------------------------------------------------------------
 
-    def _nodes(self) -> list[_async.AsyncNode]:
-        """One driver per Redis node (a RedLock node set has several clients)."""
-        clients = getattr(self._client, "clients", None) or [self._client]
-        return [_async.AsyncNode(c, self.config.lock) for c in clients]
-
-    async def _observe_one(self, node: _async.AsyncNode, cfg: ElectionConfig) -> LockState | None:
-        keys = LockKeys.for_name(cfg.lock)
-        hb_ms = int(max(cfg.timing.ttl, 3 * cfg.timing.retry_period) * 1000)
-        try:
-            async with asyncio.timeout(max(1.0, cfg.timing.retry_period)):
-                await _async.drive(node, heartbeat_flow(keys, cfg.identity, hb_ms))
-                state: LockState = await _async.drive(node, read_state_flow(keys))
-                return state
-        except (LockError, TimeoutError) as exc:
-            log.debug("status read failed", lock=cfg.lock, node=node.name, error=str(exc))
-            return None
-
     async def _observe_loop(self) -> None:
+        """Every retry period: heartbeat and read every node, build the lock view, hand it to
+        the election. This is the only writer of node health (the view's ``nodes.healthy``)."""
         while True:
             cfg = self.config
-            states = await asyncio.gather(*(self._observe_one(n, cfg) for n in self._nodes()))
-            answered = [s for s in states if s is not None]
-            if len(answered) < cfg.target.needed:
-                self.election.outage()
-            elif self.config is cfg:
-                # the holder most nodes agree on (RedLock); a single node is its own majority
-                best = max(answered, key=lambda s: sum(o.holder == s.holder for o in answered))
-                transition = self.election.observe(best, time.monotonic())
-                self.election.healthy = len(answered)
+            started = time.monotonic()
+            hb_ms = int(max(cfg.timing.ttl, 3 * cfg.timing.retry_period) * 1000)
+            drivers = node_drivers(self._client, cfg.lock)
+            heartbeat = LockKeys.for_name(cfg.lock)
+            answers = await asyncio.gather(
+                *(
+                    node_answer(
+                        d,
+                        cfg.keys,
+                        max(1.0, cfg.timing.retry_period),
+                        heartbeat_flow(heartbeat, cfg.identity, hb_ms),
+                    )
+                    for _, d in drivers
+                )
+            )
+            if self.config is cfg:
+                named = dict(zip([n for n, _ in drivers], answers, strict=True))
+                transition = self.election.observe(
+                    lock_view(cfg.keys, named, cfg.target.quorum), started
+                )
                 if transition is not None:
                     self._emit(transition)
             self.refresh()
@@ -350,26 +348,14 @@ class Elector:
         return max(0.5, min(5.0, self.config.timing.ttl / 3))
 
     def _connect(self) -> Any:
-        target = self.config.target
-        extra: dict[str, Any] = {}
-        if target.quorum is not None and len(target.urls) > 1:
-            extra["quorum"] = target.quorum
-        if target.tls_insecure and any(u.startswith("rediss://") for u in target.urls):
-            extra["ssl_cert_reqs"] = "none"
-        return connect(
-            target.urls,
-            asyncio=True,
-            cluster=target.cluster,
-            username=target.username,
-            password=target.password,
-            socket_timeout=self._socket_timeout(),
-            **extra,
+        return connect_target(
+            self.config.target, asyncio=True, socket_timeout=self._socket_timeout()
         )
 
     async def _withdraw(self) -> None:
         cfg = self.config
         keys = LockKeys.for_name(cfg.lock)
-        for node in self._nodes():
+        for _, node in node_drivers(self._client, cfg.lock):
             try:
                 async with asyncio.timeout(0.5):
                     await _async.drive(node, heartbeat_flow(keys, cfg.identity, 0))

@@ -18,18 +18,17 @@ from urllib.parse import quote
 import aiohttp
 import structlog
 
-from redlease.errors import ConfigError, RedleaseError
-from redlease.sidecar.config import (
+from redlease.core.spec import (
+    GROUP,
     LEADER_LABEL,
-    ElectionConfig,
-    KubeSettings,
-    LockRef,
-    apply_spec,
-    secret_ref,
-    secret_value,
+    PLURAL,
+    VERSION,
+    credentials_from_secret,
+    parse_spec,
 )
+from redlease.errors import ConfigError, RedleaseError
+from redlease.sidecar.config import ElectionConfig, KubeSettings, LockRef, election_from_spec
 
-GROUP, VERSION, PLURAL = "redlease.dev", "v1alpha1", "distributedlocks"
 log = structlog.get_logger("redlease.sidecar")
 
 
@@ -200,19 +199,22 @@ class PodLabeller:
 
 
 class LockRefFollower:
-    """Reads a DistributedLock (and its Secret) into election settings and follows changes."""
+    """Reads a DistributedLock (and its Secret) into election settings and follows changes.
+
+    The spec is parsed by :func:`redlease.core.spec.parse_spec`, the same parser the operator
+    uses; ``identity`` is this pod's own."""
 
     def __init__(
         self,
         client: KubeClient,
         ref: LockRef,
-        base: ElectionConfig,
+        identity: str,
         on_config: Callable[[ElectionConfig], None],
         resync: float = 30.0,
     ) -> None:
         self.client = client
         self.ref = ref
-        self.base = base
+        self.identity = identity
         self.on_config = on_config
         self.resync = resync
         self.generation: Any = None
@@ -221,18 +223,16 @@ class LockRefFollower:
         """The settings the object's spec asks for (reads the object unless given)."""
         if obj is None:
             obj = await self.client.request("GET", lock_path(self.ref))
-        assert obj is not None
-        spec = obj.get("spec") or {}
-        username = password = None
-        ref = secret_ref(spec)
+        if not isinstance(obj, dict):
+            raise KubeError(f"DistributedLock {self.ref}: the API answered {obj!r}")
+        spec = parse_spec(obj.get("spec"))
+        credentials = None
+        ref = spec.secret_ref
         if ref is not None:
             path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(ref.name)}"
             secret = await self.client.request("GET", path)
-            password = secret_value(secret, ref.password_key, ref.name)
-            present = {**(secret.get("stringData") or {}), **(secret.get("data") or {})}
-            if ref.username_key in present:
-                username = secret_value(secret, ref.username_key, ref.name)
-        return apply_spec(self.base, spec, password=password, username=username)
+            credentials = credentials_from_secret(secret or {}, ref)
+        return election_from_spec(spec, self.identity, credentials)
 
     async def initial(self) -> ElectionConfig:
         """Read the object, retrying with back-off until it exists and its spec is valid."""

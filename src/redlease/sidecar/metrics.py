@@ -55,6 +55,18 @@ class Metrics:
         self.candidates = Gauge(
             "redlease_candidates", "Live candidates as last read", labels, registry=self.registry
         )
+        self.nodes = Gauge(
+            "redlease_nodes",
+            "Redis nodes of the lock: total, healthy (answered the latest read) and quorum",
+            [*labels, "state"],
+            registry=self.registry,
+        )
+        self.holder_known = Gauge(
+            "redlease_holder_known",
+            "1 when a quorum of nodes agrees on the holder or that the lock is free",
+            labels,
+            registry=self.registry,
+        )
         self.is_leader.labels(lock).set(0)
 
     def transition(self, transition: Transition) -> None:
@@ -67,6 +79,11 @@ class Metrics:
         self.fencing_token.labels(self.lock).set(token if isinstance(token, int) else 0)
         candidates = doc.get("candidates")
         self.candidates.labels(self.lock).set(candidates if isinstance(candidates, int) else 0)
+        nodes = doc.get("nodes")
+        if isinstance(nodes, dict):
+            for state in ("total", "healthy", "quorum"):
+                self.nodes.labels(self.lock, state).set(int(nodes.get(state) or 0))
+        self.holder_known.labels(self.lock).set(0 if doc.get("holder_unknown") else 1)
 
     def renewed(self, latency: float) -> None:
         self.renew.labels(self.lock).observe(latency)

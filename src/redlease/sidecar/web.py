@@ -17,7 +17,7 @@ from redlease.sidecar.metrics import CONTENT_TYPE
 class Source(Protocol):
     """What the endpoints read from (the running sidecar)."""
 
-    ready_always: bool
+    def ready(self) -> tuple[bool, bool]: ...
 
     def status(self) -> dict[str, Any]: ...
 
@@ -38,8 +38,7 @@ def make_app(source: Source) -> web.Application:
         return web.json_response({"ok": ok}, status=200 if ok else 500)
 
     async def readyz(_: web.Request) -> web.Response:
-        leader = bool(source.status()["leader"])
-        ok = leader or source.ready_always
+        ok, leader = source.ready()
         return web.json_response({"ready": ok, "leader": leader}, status=200 if ok else 503)
 
     async def metrics(_: web.Request) -> web.Response:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redlease.core import scripts
-from redlease.core import state as status
 from redlease.core.protocol import Call, Outcome, Primitive, Replicate, Request, decode_acquire
 from redlease.core.rules import (
     LATE,
@@ -38,6 +37,8 @@ from redlease.core.rules import (
     tally,
     validity,
 )
+from redlease.core.state import decode_state
+from redlease.core.view import key_view
 from redlease.errors import LockError, ProtocolError, QuorumUnavailable
 
 MARKER_KEY = "redlease:node"  # hash on every node: run_id of the server whose data is intact
@@ -364,26 +365,26 @@ def _count(value: list[object]) -> int:
 
 
 def read_status(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
-    """The state a quorum agrees on: the holder seen on a quorum of nodes, else free."""
+    """The state the lock view's quorum rule names (:func:`redlease.core.view.key_view`):
+    the lease a quorum of nodes agrees on, else no holder."""
     results = yield FanOut(dict.fromkeys(members, call), cfg.node_timeout)
     good = {i: r.value for i, r in results.items() if isinstance(r, Reply)}
     if len(good) < cfg.quorum:
         failed = [i for i in range(cfg.n) if i not in good]
         raise unavailable(cfg, "cannot read state", failed, results)
     keys = cfg.prim.keys
-    states = {i: status.decode_state(keys, v) for i, v in good.items()}
-    top_fence = max(s.last_fence for s in states.values())
-    groups: dict[tuple[str | None, int | None], list[int]] = {}
-    for i, s in states.items():
-        if s.holder is not None:
-            groups.setdefault((s.holder, s.fencing_token), []).append(i)
-    best = max(groups.values(), key=len, default=[])
-    if len(best) >= cfg.quorum:
-        reply = list(good[best[0]])  # type: ignore[call-overload]
+    states = {i: decode_state(keys, v) for i, v in good.items()}
+    kv = key_view(keys.name, list(states.values()), cfg.quorum, cfg.n - len(good))
+    holding = [
+        i for i, s in states.items() if (s.holder, s.fencing_token) == (kv.holder, kv.fencing_token)
+    ]
+    if kv.holder is not None and holding:
+        reply = list(good[holding[0]])  # type: ignore[call-overload]
+        reply[1] = kv.expires_in_ms
     else:
         reply = list(good[next(iter(good))])  # type: ignore[call-overload]
         reply[1], reply[2] = -2, []
-    reply[3] = top_fence
+    reply[3] = kv.last_fence
     return reply
 
 

@@ -15,12 +15,12 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from redlease.core import client as _redis
+from redlease.core.connect import SENTINEL_SCHEMES, sentinel_hosts
 from redlease.core.quorum import _aio, _blocking
 from redlease.core.quorum.flows import Settings
 from redlease.core.rules import check_quorum, membership
 from redlease.errors import ConfigError
 
-SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 NODESET_OPTIONS = ("quorum", "node_timeout", "restart_delay", "dead_after")
 
 
@@ -195,16 +195,7 @@ def client_from_url(url: str, *, asyncio: bool = False, **kwargs: Any) -> Any:
 
 def _sentinel_client(url: str, *, asyncio: bool, **kwargs: Any) -> Any:
     parts = urlsplit(url)
-    hosts = []
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    for item in netloc.split(","):
-        host, _, port = item.rpartition(":")
-        if not host:
-            host, port = port, "26379"
-        try:
-            hosts.append((host.strip("[]"), int(port)))
-        except ValueError:
-            raise ConfigError("redis", f"bad Sentinel address {item!r}") from None
+    hosts = sentinel_hosts(url)
     path = [p for p in parts.path.split("/") if p]
     if not path:
         raise ConfigError("redis", "a redis+sentinel:// URL needs the service name as its path")

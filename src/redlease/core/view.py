@@ -1,0 +1,222 @@
+"""The lock view: one pure function from per-node replies to what every surface shows.
+
+Sidecar ``/status``, its state file and ``/metrics``, ``redlease status`` and the
+DistributedLock status all render a :class:`LockView` built here, so they cannot disagree about
+who holds a lock, with which fencing token, until when, and how many nodes are healthy.
+
+The quorum rule (the only one): a holder is named only when at least ``quorum`` of the nodes
+that answered agree on the same lease (same holder identity and fencing token) for every key of
+the lock. A single Redis, or a cluster, is its own quorum of one. When fewer agree, the view
+says the lock is free only if no lease could still have a quorum (counting the nodes that did
+not answer as possibly holding it); otherwise the holder is *unknown* and the view says why.
+``healthy`` is the number of nodes that answered this round; nothing else writes it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redlease.core.state import LockState
+
+NodeAnswer = Mapping[str, LockState] | BaseException  # key -> state, or why the node failed
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHealth:
+    total: int
+    healthy: int
+    quorum: int
+
+    @property
+    def reachable(self) -> bool:
+        return self.healthy >= self.quorum
+
+    def as_dict(self) -> dict[str, int]:
+        return {"total": self.total, "healthy": self.healthy, "quorum": self.quorum}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Facts:
+    """What a view says about a lease: its holder (None: free, or unknown if ``unknown``),
+    token, expiry and times, and the lock's counters."""
+
+    holder: str | None = None
+    fencing_token: int | None = None
+    expires_in_ms: int | None = None
+    acquired_ms: int | None = None
+    renewed_ms: int | None = None
+    last_fence: int = 0
+    transitions: int = 0
+    last_transition_ms: int | None = None
+    readers: int = 0
+    waiters: int = 0
+    candidates: tuple[str, ...] = ()
+    unknown: str | None = None  # why no holder can be named (None: the view is conclusive)
+
+    @property
+    def held(self) -> bool:
+        return self.holder is not None or self.readers > 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeyView(Facts):
+    """One key as a quorum of nodes sees it."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockView(Facts):
+    """What every surface says about one lock (all keys of a multi-key lease together)."""
+
+    keys: tuple[str, ...]
+    nodes: NodeHealth
+    per_key: tuple[KeyView, ...] = ()
+    healthy_nodes: tuple[str, ...] = ()
+    errors: Mapping[str, str] = field(default_factory=dict)  # unhealthy node -> reason
+
+    @property
+    def lock(self) -> str:
+        return self.keys[0]
+
+    @property
+    def unhealthy_nodes(self) -> tuple[str, ...]:
+        return tuple(self.errors)
+
+
+def _nth_largest(values: Sequence[int], n: int) -> int | None:
+    ordered = sorted(values, reverse=True)
+    return ordered[n - 1] if 0 < n <= len(ordered) else None
+
+
+def key_view(key: str, states: Sequence[LockState], quorum: int, unanswered: int) -> KeyView:
+    """Apply the quorum rule to one key (``states``: the nodes that answered)."""
+    groups: dict[tuple[str, int | None], list[LockState]] = {}
+    for s in states:
+        if s.holder is not None:
+            groups.setdefault((s.holder, s.fencing_token), []).append(s)
+    best = max(groups.values(), key=len, default=[])
+    changed = [s.last_transition_ms for s in states if s.last_transition_ms is not None]
+    common: dict[str, Any] = {
+        "key": key,
+        "last_fence": max((s.last_fence for s in states), default=0),
+        "transitions": max((s.transitions for s in states), default=0),
+        "last_transition_ms": max(changed) if changed else None,
+        "readers": _nth_largest([s.readers for s in states], quorum) or 0,
+        "waiters": max((s.waiters for s in states), default=0),
+        "candidates": tuple(sorted({c for s in states for c in s.candidates})),
+    }
+    if len(best) >= quorum:
+        return KeyView(
+            holder=best[0].holder,
+            fencing_token=best[0].fencing_token,
+            # the moment the lease stops having a quorum of nodes
+            expires_in_ms=_nth_largest([s.expires_in_ms or 0 for s in best], quorum),
+            acquired_ms=max((s.acquired_ms or 0 for s in best), default=None) or None,
+            renewed_ms=max((s.renewed_ms or 0 for s in best), default=None) or None,
+            **common,
+        )
+    if len(best) + unanswered < quorum:
+        return KeyView(**common)  # no lease can have a quorum: free
+    if not states or len(states) < quorum:
+        why = f"only {len(states)} node(s) answered, quorum {quorum}"
+    else:
+        why = f"no lease of {key!r} is on a quorum of {quorum} nodes yet"
+    return KeyView(unknown=why, **common)
+
+
+def lock_view(keys: Sequence[str], answers: Mapping[str, NodeAnswer], quorum: int) -> LockView:
+    """The view of a lock over ``keys`` from each node's answer (in node order).
+
+    ``answers`` maps a secret-free node name to that node's per-key states, or to the exception
+    that kept it from answering.
+    """
+    keys = tuple(keys)
+    ok = {n: a for n, a in answers.items() if not isinstance(a, BaseException)}
+    errors = {n: _reason(a) for n, a in answers.items() if isinstance(a, BaseException)}
+    health = NodeHealth(total=len(answers), healthy=len(ok), quorum=quorum)
+    unanswered = len(errors)
+    per_key = tuple(
+        key_view(k, [a[k] for a in ok.values() if k in a], quorum, unanswered) for k in keys
+    )
+    primary = per_key[0]
+    base: dict[str, Any] = {
+        "keys": keys,
+        "nodes": health,
+        "last_fence": max(k.last_fence for k in per_key),
+        "transitions": primary.transitions,
+        "last_transition_ms": primary.last_transition_ms,
+        "readers": primary.readers,
+        "waiters": primary.waiters,
+        "candidates": primary.candidates,
+        "per_key": per_key,
+        "healthy_nodes": tuple(ok),
+        "errors": errors,
+    }
+    if not health.reachable:
+        return LockView(
+            unknown=f"only {health.healthy} of {health.total} nodes answered (quorum {quorum})",
+            **base,
+        )
+    unknown = [k for k in per_key if k.unknown]
+    if unknown:
+        return LockView(unknown="; ".join(f"{k.key}: {k.unknown}" for k in unknown), **base)
+    leases = {(k.holder, k.fencing_token) for k in per_key}
+    if len(leases) == 1:
+        holder, token = leases.pop()
+        if holder is None:
+            return LockView(**base)  # free on every key
+        return LockView(
+            holder=holder,
+            fencing_token=token,
+            expires_in_ms=min(k.expires_in_ms or 0 for k in per_key),
+            acquired_ms=primary.acquired_ms,
+            renewed_ms=min(k.renewed_ms or 0 for k in per_key) or None,
+            **base,
+        )
+    parts = ", ".join(f"{k.key}: {k.holder or 'free'}" for k in per_key)
+    return LockView(unknown=f"the keys are not held as one lease ({parts})", **base)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:200]
+
+
+# --- rendering (the snake_case status document of /status, the state file, `redlease status`) ---
+
+
+def iso_ms(ms: int | None) -> str | None:
+    """Epoch milliseconds as an RFC 3339 UTC timestamp with millisecond precision."""
+    if ms is None:
+        return None
+    stamp = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC)
+    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def document(view: LockView, *, expires_in_ms: int | None = None) -> dict[str, Any]:
+    """The lock part of a status document (DESIGN.md "Sidecar HTTP"): holder, fencing token,
+    expiry, times, transitions, nodes, and why the holder is unknown if it is.
+
+    ``expires_in_ms`` overrides the view's (a reader that aged the view since it was read)."""
+    held = view.holder is not None
+    return {
+        "holder": view.holder,
+        "fencing_token": view.fencing_token,
+        "expires_in_ms": (expires_in_ms if expires_in_ms is not None else view.expires_in_ms)
+        if held
+        else None,
+        "acquired_at": iso_ms(view.acquired_ms),
+        "renewed_at": iso_ms(view.renewed_ms),
+        "transitions": view.transitions,
+        "nodes": view.nodes.as_dict(),
+        "holder_unknown": view.unknown,
+    }
+
+
+def empty(keys: Sequence[str], total: int, quorum: int, why: str = "not read yet") -> LockView:
+    """The view before any node has been read."""
+    return LockView(keys=tuple(keys), nodes=NodeHealth(total, 0, quorum), unknown=why)
