@@ -26,7 +26,7 @@ import kmock
 import kopf
 
 from redlease.core.spec import GROUP, PLURAL, VERSION
-from redlease.operator.handlers import Runtime, operator_settings
+from redlease.operator.handlers import OperatorConfig, Runtime, operator_settings
 
 RESOURCE = f"{GROUP}/{VERSION}/{PLURAL}"
 _rv = itertools.count(1)
@@ -104,6 +104,9 @@ def declare(emulator: Emulator) -> None:
     emulator.resources["v1/secrets"] = kmock.ResourceInfo(
         kind="Secret", namespaced=True, verbs={"get", "list"}
     )
+    emulator.resources["v1/pods"] = kmock.ResourceInfo(
+        kind="Pod", namespaced=True, verbs={"get", "list", "create", "patch"}
+    )
     emulator.resources[RESOURCE] = kmock.ResourceInfo(
         kind="DistributedLock",
         singular="distributedlock",
@@ -118,8 +121,15 @@ def declare(emulator: Emulator) -> None:
 class KopfThread:
     """Run an operator registry in a thread with its own loop, against ``server``."""
 
-    def __init__(self, registry: kopf.OperatorRegistry, server: str, namespace: str) -> None:
+    def __init__(
+        self,
+        registry: kopf.OperatorRegistry,
+        server: str,
+        namespace: str,
+        config: OperatorConfig | None = None,
+    ) -> None:
         self.registry = registry
+        self.config = config
         self.server = server
         self.namespace = namespace
         self.stop_flag = threading.Event()
@@ -132,7 +142,7 @@ class KopfThread:
             return kopf.ConnectionInfo(server=server, default_namespace=namespace)
 
     def _run(self) -> None:
-        settings = operator_settings()
+        settings = operator_settings(self.config)
         settings.watching.connect_timeout = 5
         settings.networking.request_timeout = 10
         try:
