@@ -199,4 +199,4 @@ def test_probe_script_is_plain_python() -> None:
     command = inject.probe_command(4040, "/readyz")
     assert command[:4] == ["python", "-I", "-S", "-c"]
     compile(command[4], "<probe>", "exec")
-    assert re.search(r"HTTPConnection\('127\.0\.0\.1', 4040", command[4])
+    assert re.search(r"connect\(\('127\.0\.0\.1', 4040\)\)", command[4])

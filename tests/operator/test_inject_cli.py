@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,9 @@ import pytest
 import yaml
 from pods import pod_spec
 
-from redlease.cli import main
+from redlease.cli import _operator_config, build_parser, main
 from redlease.cli.inject import pod_templates
+from redlease.errors import ConfigError
 from redlease.operator.inject import INJECTED_ANNOTATION, LOCK_ANNOTATION, SIDECAR_NAME
 from tests.k8s.k8s_helpers import restricted_violations, validate_builtin
 from tests.sidecar.procs import ROOT, env
@@ -158,3 +160,25 @@ def test_command_line_and_env(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2 and bad.stderr.startswith("redlease: error: --filename: ")
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--webhook=0.0.0.0:9443"], "--webhook-cert"),
+        (["--webhook=0.0.0.0:9443", "--webhook-cert=/nonexistent"], "--webhook-cert"),
+        (["--webhook=nowhere"], "--webhook"),
+        (["--webhook=0.0.0.0:9443", "--sidecar-resources={"], "--sidecar-resources"),
+        (["--sidecar-resources=[]"], "--sidecar-resources"),
+        (["--sidecar-image= "], "--sidecar-image"),
+    ],
+)
+def test_operator_injection_flags_are_checked(
+    args: list[str], flag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in [k for k in os.environ if k.startswith("REDLEASE_")]:
+        monkeypatch.delenv(key)
+    parser = build_parser()
+    with pytest.raises(ConfigError) as bad:
+        _operator_config(parser.parse_args(["operator", "--namespace=apps", *args]), parser)
+    assert bad.value.field == flag

@@ -118,24 +118,25 @@ def inject_config(args: argparse.Namespace) -> inject.InjectConfig:
 
 def webhook_config(args: argparse.Namespace, host_port: Any) -> WebhookConfig | None:
     """The webhook settings, or None without ``--webhook``; ``host_port`` parses HOST:PORT."""
+    inject_settings = inject_config(args)  # checked even without --webhook: a bad flag is bad
     if not args.webhook:
         return None
     from redlease.operator.webhook import WebhookConfig
 
     host, port = host_port(args.webhook, "--webhook")
     cert, key = args.webhook_cert, args.webhook_key
-    if bool(cert) != bool(key):
-        raise ConfigError("--webhook-cert" if key else "--webhook-key", "give both or neither")
     for flag, path in (("--webhook-cert", cert), ("--webhook-key", key)):
-        if path and not Path(path).is_file():
+        if not path:
+            raise ConfigError(flag, "is required with --webhook (the API server needs HTTPS)")
+        if not Path(path).is_file():
             raise ConfigError(flag, f"no such file: {path}")
     return WebhookConfig(
         host=host,
         port=port,
-        certfile=cert or None,
-        keyfile=key or None,
+        certfile=cert,
+        keyfile=key,
         failure_policy=args.webhook_failure_policy,
-        inject=inject_config(args),
+        inject=inject_settings,
     )
 
 

@@ -36,7 +36,7 @@ class WebhookConfig:
 
     host: str = "0.0.0.0"  # noqa: S104 - the API server reaches it through the Service
     port: int = 9443
-    certfile: str | None = None  # PEM; None: kopf generates a self-signed one (development)
+    certfile: str | None = None  # PEM (the command line requires both)
     keyfile: str | None = None
     failure_policy: str = "Ignore"
     lock_timeout: float = 2.0  # seconds for the DistributedLock GET (timeoutSeconds is <= 5)
