@@ -182,3 +182,20 @@ def test_operator_injection_flags_are_checked(
     with pytest.raises(ConfigError) as bad:
         _operator_config(parser.parse_args(["operator", "--namespace=apps", *args]), parser)
     assert bad.value.field == flag
+
+
+def test_a_list_and_a_daemonset(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "apps"},
+        "spec": {"selector": SELECTOR, "template": TEMPLATE},
+    }
+    items = {"apiVersion": "v1", "kind": "List", "items": [daemonset, manifests()[-1]]}
+    code, out, err = inject_cli([], yaml.safe_dump(items), monkeypatch, capsys)
+    assert code == 0 and err == ""
+    (doc,) = yaml.safe_load_all(out)
+    pod = doc["items"][0]["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == [SIDECAR_NAME]
