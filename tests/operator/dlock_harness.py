@@ -15,7 +15,7 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,9 +24,17 @@ import aiohttp.web
 import jsonpatch
 import kmock
 import kopf
+import kubernetes.client
+import pytest
 
 from redlease.core.spec import GROUP, PLURAL, VERSION
-from redlease.operator.handlers import Runtime, operator_settings
+from redlease.operator.handlers import (
+    OperatorConfig,
+    Runtime,
+    build_registry,
+    operator_settings,
+)
+from redlease.operator.secrets import SecretSource
 
 RESOURCE = f"{GROUP}/{VERSION}/{PLURAL}"
 _rv = itertools.count(1)
@@ -256,3 +264,20 @@ class Cluster:
         if obj.deleted:
             return {}
         return dict(obj.raw.get("status") or {})
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    async with Emulator() as api, kmock.Server(api) as server:
+        declare(api)
+        url = str(server.url).rstrip("/")
+        conf = kubernetes.client.Configuration(host=url)
+        runtime = Runtime(
+            OperatorConfig(namespaces=(NAMESPACE,), refresh=REFRESH, node_timeout=1.0),
+            secrets=SecretSource(conf, ttl=0.0),
+        )
+        registry = build_registry(runtime, kopf.OperatorRegistry())  # fresh, no client login
+        async with KopfThread(registry, url, NAMESPACE) as kopf_thread:
+            await until(lambda: watching(api) or kopf_thread.error, what="kopf's watch")
+            assert kopf_thread.error is None, kopf_thread.error
+            yield Cluster(api, runtime, url)

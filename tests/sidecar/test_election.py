@@ -126,7 +126,8 @@ def test_node_health_has_one_writer_the_view() -> None:
     e.observe(lock_view(["L"], {"n": OSError("down")}, 1), 3.0)
     doc = e.snapshot(3.0, 0.0)
     assert doc["nodes"]["healthy"] == 0 and doc["leader"] is True  # leads until its deadline
-    assert not e.connected(3.0)
+    assert e.connected(3.0)  # its renewals reach a quorum until they don't
+    assert not e.connected(13.0)  # deadline passed, and the last read saw no node
 
 
 @pytest.mark.parametrize(
