@@ -27,7 +27,7 @@ import kopf
 import kubernetes.client
 import pytest
 
-from redlease.core.spec import GROUP, PLURAL, VERSION
+from redlease.core.spec import CREDENTIALS_LABEL, GROUP, PLURAL, VERSION
 from redlease.operator.handlers import (
     OperatorConfig,
     Runtime,
@@ -254,8 +254,13 @@ class Cluster:
         async with self.api.delete(path) as resp:
             assert resp.status == 200, await resp.text()
 
-    async def create_secret(self, name: str, data: dict[str, str]) -> None:
-        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": data}
+    async def create_secret(
+        self, name: str, data: dict[str, str], consent: bool = True, **meta: Any
+    ) -> None:
+        """A Secret; ``consent`` labels it for redlease (redlease.dev/credentials=true)."""
+        labels = {CREDENTIALS_LABEL: "true"} if consent else {}
+        metadata = {"name": name, "labels": labels, **meta}
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "data": data}
         async with self.api.post(f"/api/v1/namespaces/{NAMESPACE}/secrets", json=body) as resp:
             assert resp.status == 201, await resp.text()
 

@@ -258,7 +258,7 @@ class LockRefFollower:
         if ref is not None:
             path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(ref.name)}"
             secret = await self.client.request("GET", path)
-            credentials = credentials_from_secret(secret or {}, ref)
+            credentials = credentials_from_secret(secret or {}, ref, spec.node_names)
         return election_from_spec(spec, self.identity, credentials)
 
     async def initial(self) -> ElectionConfig:
