@@ -1,4 +1,5 @@
-"""kopf against KMock over real HTTP, with the fixes DESIGN.md lists.
+"""kopf against KMock over real HTTP, with what kopf needs of an API server
+(docs/operator.md, "Tests and what the emulator cannot check").
 
 ``Emulator`` stamps what a real API server stamps (uid, creationTimestamp, a resourceVersion
 bumped on every write, generation bumped on spec changes, names for generateName), answers

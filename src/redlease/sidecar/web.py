@@ -1,4 +1,4 @@
-"""The sidecar's HTTP endpoints (aiohttp), as DESIGN.md specifies them.
+"""The sidecar's HTTP endpoints (aiohttp), as docs/sidecar.md specifies them.
 
 ``/status`` (the status document), ``/`` (``{"name": holder}``, like the classic k8s
 leader-elector), ``/healthz``, ``/readyz`` and ``/metrics``. Every handler first applies the renew
