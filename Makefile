@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv lint typecheck test test-quick demo chaos chaos-quick clean
+.PHONY: help venv lint typecheck test test-quick demo chaos chaos-quick clean lock
 
 help:
 	@echo "make demo        run the demo on a local redis-server"
@@ -44,6 +44,15 @@ chaos-quick: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m redlease demo
+
+# Pinned, hashed requirements of the image (Dockerfile): regenerate after changing dependencies.
+lock:
+	$(PYTHON) -m venv /tmp/redlease-piptools && /tmp/redlease-piptools/bin/pip install --quiet pip-tools
+	/tmp/redlease-piptools/bin/pip-compile --quiet --generate-hashes --strip-extras \
+	  --extra sidecar --extra operator --no-emit-index-url --no-emit-find-links \
+	  --output-file requirements/image.txt pyproject.toml
+	/tmp/redlease-piptools/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
+	  --no-emit-index-url --no-emit-find-links --output-file requirements/build.txt requirements/build.in
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,6 +1,6 @@
 """Sidecar failover (SIGTERM, SIGKILL) against the plain TTL-expiry baseline; idle RSS and CPU.
 
-Sidecars are real ``python -m redlease sidecar`` processes started with the DESIGN.md contract
+Sidecars are real ``python -m redlease sidecar`` processes started with the documented
 flags; the benchmark polls the standby's ``GET /status`` (keep-alive, every millisecond) and
 takes the first ``leader: true`` as the take-over time. The baseline elector
 (:mod:`bench.plain_elector`) prints its take-over time itself.

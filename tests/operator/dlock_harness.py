@@ -1,4 +1,5 @@
-"""kopf against KMock over real HTTP, with the fixes DESIGN.md lists.
+"""kopf against KMock over real HTTP, with what kopf needs of an API server
+(docs/operator.md, "Tests and what the emulator cannot check").
 
 ``Emulator`` stamps what a real API server stamps (uid, creationTimestamp, a resourceVersion
 bumped on every write, generation bumped on spec changes, names for generateName), answers
@@ -15,7 +16,7 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,9 +25,17 @@ import aiohttp.web
 import jsonpatch
 import kmock
 import kopf
+import kubernetes.client
+import pytest
 
-from redlease.core.spec import GROUP, PLURAL, VERSION
-from redlease.operator.handlers import OperatorConfig, Runtime, operator_settings
+from redlease.core.spec import CREDENTIALS_LABEL, GROUP, PLURAL, VERSION
+from redlease.operator.handlers import (
+    OperatorConfig,
+    Runtime,
+    build_registry,
+    operator_settings,
+)
+from redlease.operator.secrets import SecretSource
 
 RESOURCE = f"{GROUP}/{VERSION}/{PLURAL}"
 _rv = itertools.count(1)
@@ -256,8 +265,13 @@ class Cluster:
         async with self.api.delete(path) as resp:
             assert resp.status == 200, await resp.text()
 
-    async def create_secret(self, name: str, data: dict[str, str]) -> None:
-        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": data}
+    async def create_secret(
+        self, name: str, data: dict[str, str], consent: bool = True, **meta: Any
+    ) -> None:
+        """A Secret; ``consent`` labels it for redlease (redlease.dev/credentials=true)."""
+        labels = {CREDENTIALS_LABEL: "true"} if consent else {}
+        metadata = {"name": name, "labels": labels, **meta}
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "data": data}
         async with self.api.post(f"/api/v1/namespaces/{NAMESPACE}/secrets", json=body) as resp:
             assert resp.status == 201, await resp.text()
 
@@ -266,3 +280,20 @@ class Cluster:
         if obj.deleted:
             return {}
         return dict(obj.raw.get("status") or {})
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    async with Emulator() as api, kmock.Server(api) as server:
+        declare(api)
+        url = str(server.url).rstrip("/")
+        conf = kubernetes.client.Configuration(host=url)
+        runtime = Runtime(
+            OperatorConfig(namespaces=(NAMESPACE,), refresh=REFRESH, node_timeout=1.0),
+            secrets=SecretSource(conf, ttl=0.0),
+        )
+        registry = build_registry(runtime, kopf.OperatorRegistry())  # fresh, no client login
+        async with KopfThread(registry, url, NAMESPACE) as kopf_thread:
+            await until(lambda: watching(api) or kopf_thread.error, what="kopf's watch")
+            assert kopf_thread.error is None, kopf_thread.error
+            yield Cluster(api, runtime, url)

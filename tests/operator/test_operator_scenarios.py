@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 from pathlib import Path
@@ -249,6 +250,50 @@ async def test_secret_credentials(cluster: Cluster) -> None:
         assert "s3cret" not in str(cluster.api.objects.items())  # never leaked into objects
     finally:
         server.stop()
+
+
+async def test_no_confused_deputy_for_secrets(cluster: Cluster) -> None:
+    """A DistributedLock writer points a lock at a server they run and at a Secret of the
+    namespace: the operator sends nothing unless the Secret opted in, and never to a node the
+    Secret does not allow."""
+    received = bytearray()
+
+    async def listener(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(4096):
+            received.extend(data)
+            writer.write(b"-ERR nope\r\n")  # whatever it is, refuse it
+        writer.close()
+
+    trap = await asyncio.start_server(listener, "127.0.0.1", 0)
+    port = trap.sockets[0].getsockname()[1]
+    try:
+        secret = base64.b64encode(b"db-admin-password").decode()
+        await cluster.create_secret("app-db", {"password": secret}, consent=False)
+        await cluster.create_secret(
+            "redis-only", {"password": secret},
+            annotations={"redlease.dev/allowed-nodes": "redis-0.redis:6379"},
+        )  # fmt: skip
+        trap_node = [{"url": f"redis://127.0.0.1:{port}/0"}]
+        await cluster.create("steal", {"keys": ["s"], "nodes": trap_node,
+                                       "auth": {"secretRef": {"name": "app-db"}}})  # fmt: skip
+        await cluster.create("steal2", {"keys": ["s2"], "nodes": trap_node,
+                                        "auth": {"secretRef": {"name": "redis-only"}}})  # fmt: skip
+        for name, field, words in (
+            ("steal", "spec.auth.secretRef.name", "redlease.dev/credentials=true"),
+            ("steal2", "spec.nodes", "redlease.dev/allowed-nodes"),
+        ):
+            await until(lambda n=name: cluster.status(n).get("phase") == "Invalid", what=name)  # type: ignore[misc]
+            cond = next(c for c in cluster.status(name)["conditions"] if c["type"] == "Valid")
+            assert field in cond["message"] and words in cond["message"]
+        await until(
+            lambda: (
+                [e.get("reason") for e in events(cluster.api, NAMESPACE)].count("InvalidSpec") >= 2
+            ),
+            what="two InvalidSpec events (kopf posts them in the background)",
+        )
+        assert b"db-admin-password" not in received and b"AUTH" not in received
+    finally:
+        trap.close()
 
 
 async def test_redis_cluster_lock(cluster: Cluster, redis_cluster: Any) -> None:

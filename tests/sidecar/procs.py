@@ -55,8 +55,10 @@ class Sidecar:
         retry_period: float = 0.1,
         extra: Sequence[str] = (),
         environ: dict[str, str] | None = None,
+        max_open_files: int | None = None,
     ) -> None:
         self.identity = identity
+        self.max_open_files = max_open_files
         self.lock = lock
         self.port = free_port()
         self.state_dir = Path(tempfile.mkdtemp(prefix=f"redlease-sc-{identity}-"))
@@ -78,9 +80,16 @@ class Sidecar:
     def start(self) -> Sidecar:
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            self.args, stdout=self._log, stderr=self._log, env=self.environ, cwd=ROOT
-        )
+            self.args, stdout=self._log, stderr=self._log, env=self.environ, cwd=ROOT,
+            preexec_fn=self._limits if self.max_open_files else None,
+        )  # fmt: skip
         return self
+
+    def _limits(self) -> None:
+        import resource
+
+        limit = self.max_open_files
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
     @property
     def state_file(self) -> Path:

@@ -40,6 +40,11 @@ def run_cli(argv: list[str]) -> int:
         (["run", "--lock", "x", "--redis", "redis://h"], {}, "COMMAND"),
         (["wait"], {}, "--state-file"),
         (["wait", "--state-dir", "/tmp"], {}, "--lock"),
+        (["sidecar", "--lock-ref", "x", "--lock", "y", "--kube-api", "https://k"], {}, "--lock"),
+        (["sidecar", "--lock-ref=x", "--kube-api=http://10.1.1.1"], {}, "--kube-api"),
+        (["sidecar", "--lock-ref", "Bad_Name", "--kube-api", "https://k"], {}, "--lock-ref"),
+        ([*BASE, "--identity", "has space"], {}, "--identity"),
+        ([*BASE, "--identity", "esc\x1b[31m"], {}, "--identity"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(

@@ -10,6 +10,7 @@ import pytest
 from redlease.cli.wait import is_leader
 from redlease.core.connect import validate_target
 from redlease.core.spec import (
+    CREDENTIALS_LABEL,
     SecretRef,
     credentials_from_secret,
     parse_spec,
@@ -21,6 +22,7 @@ from redlease.errors import ConfigError, LockUnavailable, NotOwned
 from redlease.sidecar.config import ElectionConfig, election_from_spec
 from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown
 
+CONSENT = {"metadata": {"labels": {CREDENTIALS_LABEL: "true"}}}
 CFG = ElectionConfig(
     keys=("L",),
     identity="me",
@@ -126,7 +128,8 @@ def test_node_health_has_one_writer_the_view() -> None:
     e.observe(lock_view(["L"], {"n": OSError("down")}, 1), 3.0)
     doc = e.snapshot(3.0, 0.0)
     assert doc["nodes"]["healthy"] == 0 and doc["leader"] is True  # leads until its deadline
-    assert not e.connected(3.0)
+    assert e.connected(3.0)  # its renewals reach a quorum until they don't
+    assert not e.connected(13.0)  # deadline passed, and the last read saw no node
 
 
 @pytest.mark.parametrize(
@@ -154,7 +157,7 @@ SPEC = {
 def test_spec_maps_to_election_settings() -> None:
     spec = parse_spec(SPEC)
     assert spec.secret_ref == SecretRef("redis-auth")
-    secret = {"data": {"password": base64.b64encode(b"pw-9").decode()}}
+    secret = {**CONSENT, "data": {"password": base64.b64encode(b"pw-9").decode()}}
     cfg = election_from_spec(spec, "me", credentials_from_secret(secret, spec.secret_ref))
     assert cfg.lock == "orders" and cfg.keys == ("orders", "billing") and cfg.identity == "me"
     assert (cfg.timing.ttl, cfg.timing.renew_deadline, cfg.timing.retry_period) == (9, 6, 1)
@@ -166,14 +169,30 @@ def test_spec_maps_to_election_settings() -> None:
 
 def test_secret_decoding_names_the_field() -> None:
     ref = SecretRef("s", password_key="pw")
-    plain = credentials_from_secret({"stringData": {"pw": "hunter2", "username": "u"}}, ref)
+    plain = credentials_from_secret(
+        {**CONSENT, "stringData": {"pw": "hunter2", "username": "u"}}, ref
+    )
     assert (plain.username, plain.password) == ("u", "hunter2")
     with pytest.raises(ConfigError) as err:
-        credentials_from_secret({"data": {"other": "eA=="}}, ref)
+        credentials_from_secret({**CONSENT, "data": {"other": "eA=="}}, ref)
     assert err.value.field == "spec.auth.secretRef.passwordKey" and "pw" in str(err.value)
     with pytest.raises(ConfigError) as err:
-        credentials_from_secret({"data": {"pw": "not base64!"}}, ref)
+        credentials_from_secret({**CONSENT, "data": {"pw": "not base64!"}}, ref)
     assert err.value.field == "spec.auth.secretRef.passwordKey"
+
+
+def test_secrets_only_by_consent() -> None:
+    ref = SecretRef("s")
+    data = {"stringData": {"password": "hunter2"}}
+    with pytest.raises(ConfigError) as err:
+        credentials_from_secret(data, ref)
+    assert err.value.field == "spec.auth.secretRef.name" and "hunter2" not in str(err.value)
+    nodes_note = {"annotations": {"redlease.dev/allowed-nodes": "r0:6379, r1:6379"}}
+    allowed = {"metadata": {**CONSENT["metadata"], **nodes_note}}
+    assert credentials_from_secret({**allowed, **data}, ref, ["r0:6379", "r1:6379"]).password
+    with pytest.raises(ConfigError) as err:
+        credentials_from_secret({**allowed, **data}, ref, ["r0:6379", "evil:6379"])
+    assert err.value.field == "spec.nodes" and "evil:6379" in str(err.value)
 
 
 def test_waiter_trusts_leadership_only_until_leader_until() -> None:

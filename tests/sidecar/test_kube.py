@@ -56,7 +56,11 @@ async def scenario(server: RedisServer) -> None:
         for pod in ("pod-a", "pod-b"):
             api.objects["v1/pods", NS, pod] = {"metadata": {"name": pod, "namespace": NS}}
         api.objects["v1/secrets", NS, "redis-auth"] = {
-            "metadata": {"name": "redis-auth", "namespace": NS},
+            "metadata": {
+                "name": "redis-auth",
+                "namespace": NS,
+                "labels": {"redlease.dev/credentials": "true"},
+            },
             "data": {"password": base64.b64encode(b"pw-from-secret").decode()},
         }
         api.objects[DLOCKS, NS, "orders"] = {

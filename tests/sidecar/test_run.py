@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
 import time
@@ -94,3 +95,22 @@ def test_sigterm_is_forwarded_and_sigkill_follows_the_grace(
     proc.terminate()
     assert proc.wait(10) == 128 + 9  # ignored SIGTERM, killed after the grace period
     assert redis_server.client().exists("redlease:{runterm}") == 0
+
+
+def test_command_gets_no_redis_credentials(tmp_path: Path) -> None:
+    with RedisServer(password="run-s3cret") as server:
+        probe = "import os, json; print(json.dumps({k: v for k, v in os.environ.items() " \
+            "if k.startswith('REDLEASE_')}))"  # fmt: skip
+        url = f"redis://127.0.0.1:{server.port}/0"
+        base = [sys.executable, "-m", "redlease", "run", "--lock", "creds", *TIMING]
+        for keep, expect in (([], False), (["--keep-credentials-env"], True)):
+            out = subprocess.run(
+                [*base, *keep, "--", sys.executable, "-c", probe],
+                env=env(REDLEASE_PASSWORD="run-s3cret", REDLEASE_REDIS=url),
+                cwd=ROOT, capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr
+            seen = json.loads(out.stdout)
+            assert "REDLEASE_FENCING_TOKEN" in seen
+            assert ("REDLEASE_PASSWORD" in seen) is expect and ("REDLEASE_REDIS" in seen) is expect
+            assert "run-s3cret" not in out.stderr

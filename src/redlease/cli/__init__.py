@@ -231,6 +231,11 @@ def _add_election_commands(sub: Any) -> None:
     _add_timing_flags(run)
     _add_lock_ref_flags(run)
     run.add_argument("--grace", type=_positive, help="SIGTERM to SIGKILL, s (safe default)")
+    run.add_argument(
+        "--keep-credentials-env",
+        action="store_true",
+        help="pass REDLEASE_PASSWORD/USERNAME/REDIS on to COMMAND (default: removed)",
+    )
     _add_log_flags(run)
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS")
 
@@ -305,6 +310,7 @@ def _kube_settings(api: str | None) -> Any:
     from pathlib import Path
 
     from redlease.sidecar.config import KubeSettings
+    from redlease.sidecar.kube import check_api_url
 
     namespace = os.environ.get("POD_NAMESPACE")
     ns_file = Path(SA_DIR, "namespace")
@@ -315,6 +321,8 @@ def _kube_settings(api: str | None) -> Any:
         port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
         if host:
             api = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    if api:
+        check_api_url(api)
     return KubeSettings(
         api=api or None,
         token_file=Path(SA_DIR, "token"),
@@ -447,6 +455,7 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
             grace=args.grace,
             lock_ref=lock_ref,
             kube=kube,
+            keep_credentials=args.keep_credentials_env,
         )
     )
 

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,18 @@ class RunConfig:
     grace: float | None = None
     lock_ref: LockRef | None = None
     kube: KubeSettings = field(default_factory=KubeSettings)
+    keep_credentials: bool = False
+
+
+# The environment `redlease run` reads its Redis credentials from (URLs may carry them too).
+CREDENTIAL_ENV = ("REDLEASE_PASSWORD", "REDLEASE_USERNAME", "REDLEASE_REDIS")
+
+
+def child_environment(environ: Mapping[str, str], keep_credentials: bool) -> dict[str, str]:
+    """COMMAND's environment: ours without the Redis credentials, unless asked to keep them."""
+    if keep_credentials:
+        return dict(environ)
+    return {k: v for k, v in environ.items() if k not in CREDENTIAL_ENV}
 
 
 def safe_grace(election: ElectionConfig) -> float:
@@ -146,7 +159,8 @@ async def _run(
         if not hooks.elected.is_set():
             elected.cancel()
             return 128 + signal.SIGTERM
-        env = dict(os.environ, REDLEASE_FENCING_TOKEN=str(hooks.token))
+        env = child_environment(os.environ, config.keep_credentials)
+        env["REDLEASE_FENCING_TOKEN"] = str(hooks.token)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *config.command, env=env, start_new_session=True

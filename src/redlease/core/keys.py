@@ -44,7 +44,7 @@ def validate_identity(identity: object, field: str = "identity") -> str:
 
 @dataclass(frozen=True, slots=True)
 class LockKeys:
-    """The Redis keys that make up one lock (see DESIGN.md, "Redis data model")."""
+    """The Redis keys that make up one lock (README "Redis data model")."""
 
     name: str
     lease: str  # hash: the lease record; its PX TTL is the lease expiry

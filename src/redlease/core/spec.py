@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,10 @@ KIND = "DistributedLock"
 PLURAL = "distributedlocks"
 FORCE_RELEASE_ANNOTATION = f"{GROUP}/force-release"
 LEADER_LABEL = f"{GROUP}/leader"
+# A Secret opts in to being read by redlease (operator, sidecar) with this label set to "true",
+# and may name the only nodes its credentials may be sent to (comma-separated host:port).
+CREDENTIALS_LABEL = f"{GROUP}/credentials"
+ALLOWED_NODES_ANNOTATION = f"{GROUP}/allowed-nodes"
 
 MAX_KEYS = 16
 MAX_NODES = 15
@@ -113,9 +117,18 @@ class Credentials:
     password: str | None = field(default=None, repr=False)
 
 
-def credentials_from_secret(secret: Mapping[str, Any], ref: SecretRef) -> Credentials:
+def credentials_from_secret(
+    secret: Mapping[str, Any], ref: SecretRef, nodes: Sequence[str] = ()
+) -> Credentials:
     """Decode the entries ``ref`` names from a Secret object (``data`` is base64,
-    ``stringData`` plain). The password entry is required, the username entry optional."""
+    ``stringData`` plain). The password entry is required, the username entry optional.
+
+    Secrets only by consent: whoever may write a DistributedLock chooses its Secret and its
+    nodes, so redlease uses a Secret only if it carries ``redlease.dev/credentials: "true"``,
+    and, if it lists ``redlease.dev/allowed-nodes``, only for those ``nodes`` (node names as
+    :attr:`Target.names` gives them). See docs/security.md.
+    """
+    check_consent(secret, ref, nodes)
     password = _secret_entry(secret, ref, ref.password_key, "passwordKey")
     if password is None:
         raise ConfigError(
@@ -124,6 +137,29 @@ def credentials_from_secret(secret: Mapping[str, Any], ref: SecretRef) -> Creden
         )
     username = _secret_entry(secret, ref, ref.username_key, "usernameKey")
     return Credentials(username or None, password)
+
+
+def check_consent(secret: Mapping[str, Any], ref: SecretRef, nodes: Sequence[str] = ()) -> None:
+    """Raise :class:`ConfigError` unless the Secret opted in (see
+    :func:`credentials_from_secret`)."""
+    meta = secret.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(CREDENTIALS_LABEL) != "true":
+        raise ConfigError(
+            "spec.auth.secretRef.name",
+            f"Secret {ref.name!r} has not opted in: label it {CREDENTIALS_LABEL}=true to let "
+            "redlease send its credentials to the lock's nodes (docs/security.md)",
+        )
+    allowed = (meta.get("annotations") or {}).get(ALLOWED_NODES_ANNOTATION)
+    if allowed is not None:
+        permitted = {n.strip() for n in str(allowed).split(",") if n.strip()}
+        refused = [n for n in nodes if n not in permitted]
+        if refused:
+            raise ConfigError(
+                "spec.nodes",
+                f"Secret {ref.name!r} allows its credentials only for {sorted(permitted)}, "
+                f"not for {', '.join(refused)} ({ALLOWED_NODES_ANNOTATION})",
+            )
 
 
 def _secret_entry(secret: Mapping[str, Any], ref: SecretRef, key: str, what: str) -> str | None:

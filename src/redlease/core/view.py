@@ -198,7 +198,7 @@ def iso_ms(ms: int | None) -> str | None:
 
 
 def document(view: LockView, *, expires_in_ms: int | None = None) -> dict[str, Any]:
-    """The lock part of a status document (DESIGN.md "Sidecar HTTP"): holder, fencing token,
+    """The lock part of a status document (docs/sidecar.md "HTTP"): holder, fencing token,
     expiry, times, transitions, nodes, and why the holder is unknown if it is.
 
     ``expires_in_ms`` overrides the view's (a reader that aged the view since it was read)."""

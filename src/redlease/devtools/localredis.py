@@ -284,6 +284,35 @@ class LocalCluster:
         self.stop()
 
 
+@dataclass
+class SentinelServer(RedisServer):
+    """A Sentinel (``redis-server <conf> --sentinel``) monitoring the master on ``master_port``
+    as ``service``. Each Sentinel has its own writable config file (Sentinel rewrites it)."""
+
+    master_port: int = 0
+    service: str = "mymaster"
+    quorum: int = 1
+    down_after_ms: int = 1000
+    failover_timeout_ms: int = 5000
+
+    @property
+    def url(self) -> str:
+        """A ``redis+sentinel://`` URL of the service through this Sentinel."""
+        return f"redis+sentinel://127.0.0.1:{self.port}/{self.service}"
+
+    def args(self) -> list[str]:
+        conf = self.workdir / "sentinel.conf"
+        if not conf.exists():  # written once: a restarted Sentinel keeps what it learnt
+            conf.write_text(
+                f"port {self.port}\nbind 127.0.0.1\nprotected-mode no\n"
+                f"dir {self.workdir}\nlogfile {self.workdir / 'redis.log'}\n"
+                f"sentinel monitor {self.service} 127.0.0.1 {self.master_port} {self.quorum}\n"
+                f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}\n"
+                f"sentinel failover-timeout {self.service} {self.failover_timeout_ms}\n"
+            )
+        return [self.binary, str(conf), "--sentinel", *self.extra_args]
+
+
 @atexit.register
 def _stop_all() -> None:
     for server in list(_STARTED):

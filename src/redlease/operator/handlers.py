@@ -113,7 +113,7 @@ class Runtime:
     async def credentials(self, spec: LockSpec, namespace: str) -> Credentials | None:
         if spec.secret_ref is None:
             return None
-        return await self.secrets.get(namespace, spec.secret_ref)
+        return await self.secrets.get(namespace, spec.secret_ref, spec.node_names)
 
     async def reconcile(
         self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from redlease.core.spec import Credentials, SecretRef, credentials_from_secret
@@ -21,9 +22,9 @@ class SecretSource:
     def __init__(self, configuration: Any = None, ttl: float = 60.0) -> None:
         self._configuration = configuration
         self._ttl = ttl
-        self._cache: dict[tuple[str, SecretRef], tuple[float, Credentials]] = {}
+        self._cache: dict[tuple[str, SecretRef], tuple[float, dict[str, Any]]] = {}
 
-    def _fetch(self, namespace: str, ref: SecretRef) -> dict[str, str]:
+    def _fetch(self, namespace: str, ref: SecretRef) -> dict[str, Any]:
         import kubernetes.client
         from kubernetes.client.exceptions import ApiException
 
@@ -37,15 +38,23 @@ class SecretSource:
                     "spec.auth.secretRef.name",
                     f"cannot read Secret {namespace}/{ref.name}: HTTP {exc.status} {exc.reason}",
                 ) from None
-        data = {str(k): str(v) for k, v in (secret.data or {}).items()}
-        return data
+        meta = secret.metadata
+        return {
+            "metadata": {
+                "labels": dict(getattr(meta, "labels", None) or {}),
+                "annotations": dict(getattr(meta, "annotations", None) or {}),
+            },
+            "data": {str(k): str(v) for k, v in (secret.data or {}).items()},
+        }
 
-    async def get(self, namespace: str, ref: SecretRef) -> Credentials:
+    async def get(self, namespace: str, ref: SecretRef, nodes: Sequence[str] = ()) -> Credentials:
+        """The credentials for ``nodes`` (the Secret must consent: see
+        :func:`redlease.core.spec.credentials_from_secret`)."""
         key = (namespace, ref)
         hit = self._cache.get(key)
         if hit is not None and hit[0] > time.monotonic():
-            return hit[1]
-        data = await asyncio.to_thread(self._fetch, namespace, ref)
-        creds = credentials_from_secret({"data": data}, ref)
-        self._cache[key] = (time.monotonic() + self._ttl, creds)
-        return creds
+            secret = hit[1]
+        else:
+            secret = await asyncio.to_thread(self._fetch, namespace, ref)
+            self._cache[key] = (time.monotonic() + self._ttl, secret)
+        return credentials_from_secret(secret, ref, nodes)

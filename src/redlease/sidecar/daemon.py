@@ -14,7 +14,6 @@ import time
 from typing import Any
 
 import structlog
-from aiohttp import web
 
 from redlease.core.connect import redact
 from redlease.errors import ConfigError
@@ -24,7 +23,7 @@ from redlease.sidecar.elector import Elector, Hooks
 from redlease.sidecar.kube import KubeClient, LockRefFollower, PodLabeller
 from redlease.sidecar.metrics import Metrics
 from redlease.sidecar.statefile import StateFile
-from redlease.sidecar.web import make_app
+from redlease.sidecar.web import HttpServer, serve
 
 log = structlog.get_logger("redlease.sidecar")
 
@@ -119,7 +118,7 @@ class Sidecar(Hooks):
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
         background: list[asyncio.Task[None]] = []
-        runner: web.AppRunner | None = None
+        runner: HttpServer | None = None
         try:
             election_cfg = cfg.election
             follower = None
@@ -167,9 +166,12 @@ class Sidecar(Hooks):
                 self.labeller.set(False)
                 await self.labeller.final()
             if self.state_file is not None:
-                self.state_file.remove_marker()
+                try:
+                    self.state_file.remove_marker()
+                except OSError as exc:  # its `until` runs out by itself
+                    log.error("leader marker not removed", error=str(exc))
             if runner is not None:
-                await runner.cleanup()
+                await runner.close()
             if kube is not None:
                 await kube.close()
             log.info("sidecar stopped", identity=self.config.identity)
@@ -178,19 +180,14 @@ class Sidecar(Hooks):
         if self.elector is not None:
             self.elector.reconfigure(config)
 
-    async def _serve(self) -> web.AppRunner | None:
+    async def _serve(self) -> HttpServer | None:
         address = self.config.http
         if address is None:
             return None
-        runner = web.AppRunner(make_app(self), access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, address.host, address.port, reuse_address=True)
         try:
-            await site.start()
+            return await serve(self, address.host, address.port)
         except OSError as exc:
-            await runner.cleanup()
             raise ConfigError("--http", f"cannot listen on {address}: {exc.strerror}") from None
-        return runner
 
 
 def _log_start(election: ElectionConfig, cfg: SidecarConfig) -> None:

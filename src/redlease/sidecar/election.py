@@ -131,7 +131,10 @@ class Election:
         return fresh and preferred in self.observed.view.candidates
 
     def connected(self, now: float) -> bool:
-        """A quorum of the nodes answered the latest read, and that read is recent."""
+        """Leading (its renewals reach a quorum), or a quorum of the nodes answered the latest
+        read and that read is recent."""
+        if self.leading(now):
+            return True
         obs = self.observed
         if obs is None or now - obs.at > 2 * self.config.timing.retry_period + 1.0:
             return False

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 import structlog
@@ -46,6 +47,7 @@ class KubeClient:
                 "--kube-api",
                 "no Kubernetes API: not in a cluster (KUBERNETES_SERVICE_HOST unset)",
             )
+        self.send_token = check_api_url(settings.api)
         self.settings = settings
         self.base = settings.api.rstrip("/")
         self._session: aiohttp.ClientSession | None = None
@@ -61,7 +63,7 @@ class KubeClient:
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json"}
         token_file = self.settings.token_file
-        if token_file is not None and token_file.exists():
+        if self.send_token and token_file is not None and token_file.exists():
             # bound service-account tokens rotate: read the file on every request
             headers["Authorization"] = "Bearer " + token_file.read_text().strip()
         return headers
@@ -123,6 +125,31 @@ class KubeClient:
                             yield json.loads(line)
         except (aiohttp.ClientError, json.JSONDecodeError) as exc:
             raise KubeError(f"watch {path}: {type(exc).__name__}: {exc}") from None
+
+
+def check_api_url(url: str) -> bool:
+    """Whether the token may be sent to ``url``: https only. Plain http is accepted for a
+    proxy on this host (kubectl proxy, tests), which then gets no token; anything else is a
+    :class:`ConfigError` naming ``--kube-api``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ConfigError("--kube-api", f"not an http(s) URL: {url!r}")
+    if parts.scheme == "http" and not _loopback(parts.hostname):
+        raise ConfigError(
+            "--kube-api",
+            "use https:// (the service-account token must not travel in plain text); "
+            f"http:// only for a proxy on this host, got {url!r}",
+        )
+    return parts.scheme == "https"
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _reason(text: str) -> str:
@@ -235,7 +262,7 @@ class LockRefFollower:
         if ref is not None and credentials is None:
             path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(ref.name)}"
             secret = await self.client.request("GET", path)
-            credentials = credentials_from_secret(secret or {}, ref)
+            credentials = credentials_from_secret(secret or {}, ref, spec.node_names)
         return election_from_spec(spec, self.identity, credentials)
 
     async def initial(self) -> ElectionConfig:
