@@ -16,6 +16,7 @@ from pods import pod_spec
 
 from redlease.cli import _operator_config, build_parser, main
 from redlease.cli.inject import pod_templates
+from redlease.core.spec import CREDENTIALS_LABEL
 from redlease.errors import ConfigError
 from redlease.operator.inject import INJECTED_ANNOTATION, LOCK_ANNOTATION, SIDECAR_NAME
 from tests.k8s.k8s_helpers import restricted_violations, validate_builtin
@@ -199,3 +200,22 @@ def test_a_list_and_a_daemonset(
     (doc,) = yaml.safe_load_all(out)
     pod = doc["items"][0]["spec"]["template"]["spec"]
     assert [c["name"] for c in pod["initContainers"]] == [SIDECAR_NAME]
+
+
+def test_secret_in_the_input_must_consent(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "redis-auth", "namespace": "apps"},
+        "stringData": {"password": "pw"},
+    }
+    docs = [manifests()[0], manifests()[-1], secret]
+    code, out, err = inject_cli([], yaml.safe_dump_all(docs), monkeypatch, capsys)
+    assert code == 0 and "spec.auth.secretRef.name: Secret 'redis-auth' has not opted in" in err
+    side = next(yaml.safe_load_all(out))["spec"]["template"]["spec"]["initContainers"][0]
+    assert "REDLEASE_PASSWORD" not in {e["name"] for e in side["env"]}
+    secret["metadata"]["labels"] = {CREDENTIALS_LABEL: "true"}
+    code, out, err = inject_cli([], yaml.safe_dump_all(docs), monkeypatch, capsys)
+    assert code == 0 and err == ""

@@ -21,13 +21,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import kmock
 import pytest
 from dlock_harness import NAMESPACE, RESOURCE
 from dlock_harness import until as harness_until
 from webhook_harness import running_webhook
 
-from redlease.core.spec import LEADER_LABEL
+from redlease.core.spec import CREDENTIALS_LABEL, LEADER_LABEL
 from redlease.devtools.localredis import RedisServer, free_port
 from redlease.operator.inject import (
     HTTP_PORT_ANNOTATION,
@@ -168,7 +169,11 @@ async def scenario(server: RedisServer, tmp_path: Path) -> None:
         for pod in pods:
             api.objects["v1/pods", NAMESPACE, pod["metadata"]["name"]] = pod
         api.objects["v1/secrets", NAMESPACE, "redis-auth"] = {
-            "metadata": {"name": "redis-auth", "namespace": NAMESPACE},
+            "metadata": {
+                "name": "redis-auth",
+                "namespace": NAMESPACE,
+                "labels": {CREDENTIALS_LABEL: "true"},
+            },
             "data": {"password": base64.b64encode(PASSWORD.encode()).decode()},
         }
         api.objects[RESOURCE, NAMESPACE, "orders"] = {
@@ -186,6 +191,7 @@ async def scenario(server: RedisServer, tmp_path: Path) -> None:
                 state = Path(tempfile.mkdtemp(prefix="redlease-injected-", dir=tmp_path))
                 started[pod["metadata"]["name"]] = Started(container, environ, state)
             await run_checks(api, started, server)
+            await check_nodes_pinned(api, kube_api, started, server)
         finally:
             for sc in started.values():
                 sc.stop()
@@ -252,3 +258,25 @@ def _status(sc: Started) -> dict[str, Any]:
         return doc
     except (OSError, ValueError):
         return {}
+
+
+async def check_nodes_pinned(
+    api: kmock.KubernetesEmulator, kube_api: str, started: dict[str, Started], server: RedisServer
+) -> None:
+    """Credentials given at admission are not sent to nodes the lock names later."""
+    spec = lock_spec(server)
+    spec["nodes"] = [*spec["nodes"], {"url": "redis://10.0.0.1:6379/0"}, {"url": "redis://x:1/0"}]
+    path = f"/apis/{RESOURCE.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/distributedlocks/orders"
+    headers = {"Content-Type": "application/merge-patch+json"}
+    async with (
+        aiohttp.ClientSession(kube_api) as http,
+        http.patch(path, json={"spec": spec}, headers=headers) as resp,
+    ):
+        assert resp.status == 200, await resp.text()
+    for name, sc in started.items():
+        await until(
+            lambda sc=sc: "not sending them to" in sc.log.read_text(), what=f"{name} refuses"
+        )
+        text = sc.log.read_text()
+        assert "10.0.0.1:6379" in text and "DistributedLock spec invalid" in text
+        assert _status(sc)["nodes"]["total"] == 1  # the settings it had stay

@@ -17,6 +17,7 @@ from dlock_harness import NAMESPACE
 from webhook_harness import Webhook, running_webhook
 
 from redlease.cli import SA_DIR
+from redlease.core.spec import ALLOWED_NODES_ANNOTATION
 from redlease.operator import inject
 from redlease.operator.inject import (
     HTTP_PORT_ANNOTATION,
@@ -257,12 +258,38 @@ async def test_unknown_annotation_and_leader_readiness_warn(webhook: Webhook) ->
     assert "--ready=leader" in sidecar["args"]
 
 
+@pytest.mark.parametrize(
+    ("consent", "annotations", "field"),
+    [
+        (False, None, "spec.auth.secretRef.name"),
+        (True, {ALLOWED_NODES_ANNOTATION: "redis.other:6379"}, "spec.nodes"),
+    ],
+    ids=["no-consent-label", "node-not-allowed"],
+)
+async def test_secret_without_consent_is_not_wired(
+    webhook: Webhook, consent: bool, annotations: dict[str, str] | None, field: str
+) -> None:
+    """Secrets only by consent: whoever writes the lock must not be able to route a Secret of
+    the namespace into a pod and on to nodes of their choosing."""
+    webhook.add_secret("other-auth", {"password": "x"}, consent=consent, annotations=annotations)
+    webhook.add_lock("shared", {**LOCK_SPEC, "auth": {"secretRef": {"name": "other-auth"}}})
+    pod = deployment_pod({LOCK_ANNOTATION: "shared"})
+    answer = await webhook.ask(pod)
+    assert answer.allowed
+    (warning,) = answer.warnings
+    assert warning.startswith(f"{LOCK_ANNOTATION}: ") and f"{field}: " in warning
+    assert "REDLEASE_PASSWORD" not in env_of(sidecar_of(check(pod, answer.patch)))
+
+
 async def test_require_lock_denies_a_missing_lock(tmp_path: Any) -> None:
     async with running_webhook(tmp_path, inject.InjectConfig(require_lock=True)) as hook:
         answer = await hook.ask(deployment_pod({LOCK_ANNOTATION: "payments"}))
         assert not answer.allowed and answer.code == 400
         assert answer.message.startswith(f"{LOCK_ANNOTATION}: ") and "'payments'" in answer.message
         hook.add_lock("payments", LOCK_SPEC)
+        answer = await hook.ask(deployment_pod({LOCK_ANNOTATION: "payments"}))
+        assert not answer.allowed and "Secret 'redis-auth'" in answer.message  # no Secret yet
+        hook.add_secret("redis-auth", {"password": "pw"})
         answer = await hook.ask(deployment_pod({LOCK_ANNOTATION: "payments"}))
         assert answer.allowed and answer.patch
 

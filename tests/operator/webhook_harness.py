@@ -25,6 +25,7 @@ import kubernetes.client
 import trustme
 from dlock_harness import NAMESPACE, RESOURCE, Emulator, KopfThread, declare, until, watching
 
+from redlease.core.spec import CREDENTIALS_LABEL
 from redlease.devtools.localredis import free_port
 from redlease.operator.handlers import OperatorConfig, Runtime, build_registry
 from redlease.operator.inject import InjectConfig
@@ -113,12 +114,25 @@ class Webhook:
             "spec": spec,
         }
 
-    def add_secret(self, name: str, data: dict[str, str], namespace: str = NAMESPACE) -> None:
+    def add_secret(
+        self,
+        name: str,
+        data: dict[str, str],
+        namespace: str = NAMESPACE,
+        consent: bool = True,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
+        """A Secret; ``consent``: labelled redlease.dev/credentials=true (docs/security.md)."""
         encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if consent:
+            meta["labels"] = {CREDENTIALS_LABEL: "true"}
+        if annotations:
+            meta["annotations"] = annotations
         self.api.objects["v1/secrets", namespace, name] = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": meta,
             "data": encoded,
         }
 

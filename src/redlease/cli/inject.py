@@ -5,6 +5,7 @@ pod template: Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, List
 it, using :mod:`redlease.operator.inject` -- the code the admission webhook runs. For GitOps
 without webhooks, and to see what the webhook would do. DistributedLocks in the input are used
 as the webhook uses the cluster's (credentials); a lock that is not in the input is "not found".
+A Secret in the input gets the webhook's consent check; one that is not is not checked.
 Warnings go to stderr; a denial prints one line naming the annotation and exits 2 with no output.
 """
 
@@ -189,12 +190,17 @@ def inject_documents(
 ) -> tuple[list[str], list[str]]:
     """Inject into every pod template of ``docs`` in place; returns (warnings, denials)."""
     objects = list(_flatten(docs))
-    locks = {
-        (str(meta.get("namespace") or namespace or "default"), str(meta.get("name"))): d
-        for d in objects
-        if d.get("kind") == KIND and d.get("apiVersion") == API_VERSION
-        for meta in [d.get("metadata") or {}]
-    }
+
+    def by_name(kind: str, api_version: str) -> dict[tuple[str, str], dict[str, Any]]:
+        return {
+            (str(meta.get("namespace") or namespace or "default"), str(meta.get("name"))): d
+            for d in objects
+            if d.get("kind") == kind and d.get("apiVersion") == api_version
+            for meta in [d.get("metadata") or {}]
+        }
+
+    locks = by_name(KIND, API_VERSION)
+    secrets = by_name("Secret", "v1")
     warnings: list[str] = []
     denials: list[str] = []
     for doc in objects:
@@ -207,7 +213,8 @@ def inject_documents(
                 if options is None:
                     continue
                 found = locks.get((ns, options.lock))
-                lookup = inject.LockLookup(obj=found) if found else inject.NOT_FOUND
+                secret = secrets.get((ns, str(inject.secret_name(found))))
+                lookup = inject.LockLookup(obj=found, secret=secret) if found else inject.NOT_FOUND
                 result = inject.plan(pod, ns, options, lookup, config)
             except ConfigError as exc:
                 denials.append(f"{where}: {exc}")

@@ -249,7 +249,7 @@ def build_registry(
 
     config = runtime.config
     if config.webhook is not None:
-        webhook.register(reg, config.webhook, runtime.locks)
+        webhook.register(reg, config.webhook, runtime.locks, runtime.secrets)
 
     @kopf.on.startup(registry=reg, id="redlease-startup")
     async def startup(**_: Any) -> None:

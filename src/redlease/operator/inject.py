@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redlease import __version__
-from redlease.core.spec import _K8S_NAME, GROUP, SecretRef, parse_spec
+from redlease.core.spec import _K8S_NAME, GROUP, SecretRef, check_consent, parse_spec
 from redlease.errors import ConfigError
 
 # --- the annotations (one place: webhook, CLI, chart tests and docs use these names) ----------
@@ -91,14 +91,29 @@ class Options:
 @dataclass(frozen=True, slots=True)
 class LockLookup:
     """What the caller found for the named DistributedLock: the object, nothing (``found``
-    false), or an error text (the API could not be asked)."""
+    false), or an error text (the API could not be asked); and for a lock with
+    ``spec.auth.secretRef``, that Secret (only its consent -- label and allowed nodes -- is
+    looked at; ``None``: not known, not checked) or why it could not be read."""
 
     obj: Mapping[str, Any] | None = None
     error: str | None = None
+    secret: Mapping[str, Any] | None = None
+    consent_error: str | None = None
 
     @property
     def found(self) -> bool:
         return self.obj is not None
+
+
+def secret_name(lock: Mapping[str, Any] | None) -> str | None:
+    """The Secret a lock object's ``spec.auth.secretRef`` names (None: none, or invalid)."""
+    if lock is None:
+        return None
+    try:
+        ref = parse_spec(lock.get("spec")).secret_ref
+    except ConfigError:
+        return None
+    return ref.name if ref is not None else None
 
 
 NOT_FOUND = LockLookup()
@@ -311,8 +326,14 @@ def _volumes() -> list[dict[str, Any]]:
 
 
 def _credentials(lock: LockLookup, where: str) -> tuple[SecretRef | None, str | None]:
-    """(the lock's ``spec.auth.secretRef`` or None, None) from a valid lock, or (None, the
-    problem)."""
+    """(the lock's ``spec.auth.secretRef`` or None, None) from a valid lock whose Secret
+    consents to the lock's nodes, or (None, the problem).
+
+    Secrets only by consent (docs/security.md): whoever writes a DistributedLock picks its
+    Secret and its nodes, so the injector wires a Secret into a pod only if it carries the
+    consent label and, if it lists allowed nodes, the lock's nodes are among them -- the one
+    check in :func:`redlease.core.spec.check_consent`, as the operator and the sidecar apply it.
+    """
     if lock.error is not None:
         return None, f"cannot read {where}: {lock.error}"
     if lock.obj is None:
@@ -321,7 +342,20 @@ def _credentials(lock: LockLookup, where: str) -> tuple[SecretRef | None, str | 
         spec = parse_spec(lock.obj.get("spec"))
     except ConfigError as exc:
         return None, f"{where} is invalid: {exc}"
-    return spec.secret_ref, None
+    ref = spec.secret_ref
+    if ref is None:
+        return None, None
+    if lock.consent_error is not None:
+        return None, (
+            f"cannot check the consent of Secret {ref.name!r} ({lock.consent_error}), so its "
+            "credentials are not wired into the pod"
+        )
+    if lock.secret is not None:
+        try:
+            check_consent(lock.secret, ref, spec.node_names)
+        except ConfigError as exc:
+            return None, f"{where}: {exc}; its credentials are not wired into the pod"
+    return ref, None
 
 
 def _automount_removals(spec: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -21,9 +21,10 @@ from typing import Any
 
 import kopf
 
-from redlease.core.spec import GROUP, PLURAL, VERSION
+from redlease.core.spec import GROUP, PLURAL, VERSION, SecretRef
 from redlease.errors import ConfigError
 from redlease.operator import inject
+from redlease.operator.secrets import SecretSource
 
 log = logging.getLogger("redlease.operator")
 HANDLER_ID = "inject"  # the webhook's URL path: https://<service>/inject
@@ -49,7 +50,7 @@ class LockSource:
 
     def __init__(self, configuration: Any = None, timeout: float = 2.0) -> None:
         self._configuration = configuration
-        self._timeout = timeout
+        self.timeout = timeout
         self._api: Any = None
 
     def _client(self) -> Any:
@@ -66,7 +67,7 @@ class LockSource:
 
         try:
             obj = self._client().get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self._timeout
+                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self.timeout
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -78,10 +79,10 @@ class LockSource:
 
     async def get(self, namespace: str, name: str) -> inject.LockLookup:
         try:
-            async with asyncio.timeout(self._timeout + 0.5):
+            async with asyncio.timeout(self.timeout + 0.5):
                 return await asyncio.to_thread(self._fetch, namespace, name)
         except TimeoutError:
-            return inject.LockLookup(error=f"no answer within {self._timeout:g}s")
+            return inject.LockLookup(error=f"no answer within {self.timeout:g}s")
 
 
 class InjectionServer(kopf.WebhookServer):
@@ -118,7 +119,31 @@ def _pod_name(meta: Mapping[str, Any]) -> str:
     return str(meta.get("name") or f"{meta.get('generateName') or ''}*")
 
 
-def register(registry: kopf.OperatorRegistry, config: WebhookConfig, locks: LockSource) -> None:
+async def lookup(
+    locks: LockSource, secrets: SecretSource, namespace: str, name: str
+) -> inject.LockLookup:
+    """The DistributedLock and, if it names one, its Secret (for the consent check)."""
+    found = await locks.get(namespace, name)
+    secret = inject.secret_name(found.obj)
+    if secret is None:
+        return found
+    try:
+        async with asyncio.timeout(locks.timeout + 0.5):
+            obj = await secrets.secret(namespace, SecretRef(secret))
+    except ConfigError as exc:
+        return inject.LockLookup(obj=found.obj, consent_error=exc.message)
+    except TimeoutError:
+        return inject.LockLookup(obj=found.obj, consent_error="no answer in time")
+    # only the consent (labels, annotations) is looked at; the values stay out of the pod
+    return inject.LockLookup(obj=found.obj, secret={"metadata": obj.get("metadata") or {}})
+
+
+def register(
+    registry: kopf.OperatorRegistry,
+    config: WebhookConfig,
+    locks: LockSource,
+    secrets: SecretSource,
+) -> None:
     """Add the mutating handler for pods to ``registry``."""
 
     @kopf.on.mutate("v1", "pods", registry=registry, id=HANDLER_ID, operations=["CREATE"])
@@ -134,7 +159,7 @@ def register(registry: kopf.OperatorRegistry, config: WebhookConfig, locks: Lock
             options = inject.read_options(raw)
             if options is None:
                 return
-            lock = await locks.get(namespace, options.lock)
+            lock = await lookup(locks, secrets, namespace, options.lock)
             result = inject.plan(raw, namespace, options, lock, config.inject)
         except ConfigError as exc:
             log.warning("pod %s denied: %s", where, exc)

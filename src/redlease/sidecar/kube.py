@@ -233,7 +233,10 @@ class LockRefFollower:
     uses; ``identity`` is this pod's own. Credentials given with the reference
     (``--username``/``--password``, i.e. ``REDLEASE_USERNAME``/``REDLEASE_PASSWORD``, which an
     injected pod takes from the Secret) are used as they are; only without them is the Secret
-    named by ``spec.auth.secretRef`` read through the API."""
+    named by ``spec.auth.secretRef`` read through the API. Given credentials are kept to the
+    nodes the lock named when they were first used: the Secret's consent was checked for those
+    (at admission, docs/security.md), so a lock that later names other nodes is refused until
+    the pod restarts (and is checked again)."""
 
     def __init__(
         self,
@@ -249,6 +252,7 @@ class LockRefFollower:
         self.on_config = on_config
         self.resync = resync
         self.generation: Any = None
+        self.pinned_nodes: frozenset[str] | None = None  # where given credentials may go
 
     async def read(self, obj: dict[str, Any] | None = None) -> ElectionConfig:
         """The settings the object's spec asks for (reads the object unless given)."""
@@ -258,6 +262,17 @@ class LockRefFollower:
             raise KubeError(f"DistributedLock {self.ref}: the API answered {obj!r}")
         spec = parse_spec(obj.get("spec"))
         credentials = self.ref.credentials
+        if credentials is not None:
+            nodes = frozenset(spec.node_names)
+            if self.pinned_nodes is None:
+                self.pinned_nodes = nodes
+            elif not nodes <= self.pinned_nodes:
+                raise ConfigError(
+                    "spec.nodes",
+                    f"the credentials this sidecar was given are for {sorted(self.pinned_nodes)}"
+                    f"; not sending them to {sorted(nodes - self.pinned_nodes)} (restart the pod "
+                    "to use the new nodes)",
+                )
         ref = spec.secret_ref
         if ref is not None and credentials is None:
             path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(ref.name)}"
