@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import helm_python as helm
 import pytest
-from k8s_helpers import crd
+from k8s_helpers import CHART, crd
 
 
 @pytest.fixture(scope="session")
 def crd_doc() -> dict[str, Any]:
     return crd()
+
+
+@pytest.fixture(scope="session")
+def chart() -> Iterator[helm.Chart]:
+    with helm.Chart.load(str(CHART)) as loaded:
+        yield loaded

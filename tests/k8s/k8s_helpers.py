@@ -17,6 +17,14 @@ CRD_FILE = ROOT / "crds" / "distributedlock.yaml"
 CHART = ROOT / "charts" / "redlease"
 EXAMPLES = ROOT / "examples"
 KUBE_VERSION = "1.29.0"  # the chart's minimum (native sidecars, CEL fieldPath)
+POLICY_KUBE_VERSION = "1.30.0"  # admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
+def render(chart: Any, values: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Every manifest the chart renders (release "rl" in namespace "ops")."""
+    out = chart.render(values, name="rl", namespace="ops", is_install=True)
+    return [d for name, text in out.items() if name.endswith(".yaml") for d in load_all(text)]
 
 
 def lock_object(spec: dict[str, Any]) -> dict[str, Any]:
@@ -153,5 +161,58 @@ def api_server_accepts(doc: dict[str, Any]) -> tuple[bool, str]:
     return (not failures, "; ".join(failures))
 
 
-def validate_builtin(doc: dict[str, Any]) -> None:
-    kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+def validate_builtin(doc: dict[str, Any], version: str | None = None) -> None:
+    kubernetes_validate.validate(doc, version or KUBE_VERSION, strict=True)
+
+
+# The restricted Pod Security Standard (https://kubernetes.io/docs/concepts/security/
+# pod-security-standards/#restricted), plus the chart's own rule: read-only root filesystems.
+_RESTRICTED_VOLUMES = {
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+    "projected", "secret",
+}  # fmt: skip
+
+
+def restricted_violations(pod: dict[str, Any], *, read_only_root: bool = True) -> list[str]:
+    """What in a pod spec breaks the restricted Pod Security level (empty list: nothing)."""
+    bad: list[str] = []
+    pod_sc = pod.get("securityContext") or {}
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(key):
+            bad.append(f"spec.{key}")
+    for volume in pod.get("volumes") or []:
+        kinds = set(volume) - {"name"}
+        if not kinds <= _RESTRICTED_VOLUMES:
+            bad.append(f"volume {volume['name']}: {sorted(kinds)}")
+    if pod_sc.get("runAsUser") == 0:
+        bad.append("spec.securityContext.runAsUser: 0")
+    containers = [
+        (kind, c)
+        for kind in ("initContainers", "containers", "ephemeralContainers")
+        for c in pod.get(kind) or []
+    ]
+    for kind, c in containers:
+        where = f"{kind}[{c['name']}]"
+        sc = c.get("securityContext") or {}
+        caps = sc.get("capabilities") or {}
+        if sc.get("privileged"):
+            bad.append(f"{where}: privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            bad.append(f"{where}: allowPrivilegeEscalation must be false")
+        if "ALL" not in (caps.get("drop") or []):
+            bad.append(f"{where}: capabilities must drop ALL")
+        if set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
+            bad.append(f"{where}: capabilities.add {caps['add']}")
+        if sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is not True:
+            bad.append(f"{where}: runAsNonRoot must be true")
+        if sc.get("runAsUser") == 0:
+            bad.append(f"{where}: runAsUser 0")
+        seccomp = (sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            bad.append(f"{where}: seccompProfile must be RuntimeDefault or Localhost")
+        if read_only_root and sc.get("readOnlyRootFilesystem") is not True:
+            bad.append(f"{where}: readOnlyRootFilesystem must be true")
+        for port in c.get("ports") or []:
+            if port.get("hostPort"):
+                bad.append(f"{where}: hostPort")
+    return bad

@@ -7,7 +7,15 @@ from typing import Any
 
 import helm_python as helm
 import pytest
-from k8s_helpers import CHART, CRD_FILE, load_all, validate_builtin
+from k8s_helpers import (
+    CHART,
+    CRD_FILE,
+    POLICY_KINDS,
+    POLICY_KUBE_VERSION,
+    render,
+    restricted_violations,
+    validate_builtin,
+)
 
 OTHER = {
     "replicaCount": 0,
@@ -24,7 +32,23 @@ OTHER = {
         "extraEnv": [{"name": "TZ", "value": "UTC"}],
     },
     "serviceAccount": {"create": True, "name": "lock-operator", "annotations": {"a": "b"}},
-    "sidecarRBAC": {"namespaces": ["team-a"], "secretNames": ["redis-auth"], "podLabel": False},
+    "sidecarRBAC": {
+        "namespaces": ["team-a"],
+        "secretNames": ["redis-auth"],
+        "podLabel": True,
+        "podLabelPolicy": True,
+    },
+    "injection": {
+        "failurePolicy": "Fail",
+        "timeoutSeconds": 3,
+        "requireLock": True,
+        "sidecarMode": "container",
+        "sidecarImage": {"repository": "registry.example/sidecar", "tag": "1.2.3"},
+        "sidecarResources": {"requests": {"cpu": "5m"}, "limits": {"memory": "64Mi"}},
+        "port": 10443,
+        "objectSelector": {"matchLabels": {"team": "a"}},
+        "certificates": {"certManager": True},
+    },
     "podAnnotations": {"prometheus.io/scrape": "false"},
     "podLabels": {"team": "platform"},
     "nodeSelector": {"kubernetes.io/os": "linux"},
@@ -33,19 +57,14 @@ OTHER = {
     "serviceMonitor": {"enabled": True, "port": 9095, "interval": "15s", "labels": {"r": "x"}},
     "devRedis": {"enabled": True},
 }
-CLUSTERWIDE = {"operator": {"watchAllNamespaces": True}, "sidecarRBAC": {"namespaces": ["a"]}}
+CLUSTERWIDE = {
+    "operator": {"watchAllNamespaces": True},
+    "sidecarRBAC": {"namespaces": ["a"]},
+    "injection": {
+        "certificates": {"certManager": True, "issuerRef": {"name": "ca", "kind": "ClusterIssuer"}}
+    },
+}
 VALUE_SETS = {"default": None, "other": OTHER, "clusterwide": CLUSTERWIDE}
-
-
-@pytest.fixture(scope="module")
-def chart() -> Iterator[helm.Chart]:
-    with helm.Chart.load(str(CHART)) as loaded:
-        yield loaded
-
-
-def render(chart: helm.Chart, values: dict[str, Any] | None) -> list[dict[str, Any]]:
-    out = chart.render(values, name="rl", namespace="ops", is_install=True)
-    return [d for name, text in out.items() if name.endswith(".yaml") for d in load_all(text)]
 
 
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
@@ -64,7 +83,9 @@ def test_rendered_manifests_validate(chart: helm.Chart, values: dict[str, Any] |
             spec = doc["spec"]  # no offline schema for the Prometheus Operator's CRD
             assert spec["selector"]["matchLabels"] and spec["endpoints"][0]["port"] == "metrics"
             continue
-        validate_builtin(doc)
+        if doc["apiVersion"].startswith("cert-manager.io/"):
+            continue  # no offline schema either: test_webhook_certificates checks them
+        validate_builtin(doc, POLICY_KUBE_VERSION if doc["kind"] in POLICY_KINDS else None)
 
 
 def pods(docs: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -77,14 +98,7 @@ def pods(docs: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 def test_restricted_pod_security(chart: helm.Chart, values: dict[str, Any] | None) -> None:
     for pod in pods(render(chart, values)):
         assert pod["securityContext"]["runAsNonRoot"] is True
-        assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
-        for c in pod["containers"] + pod.get("initContainers", []):
-            sc = c["securityContext"]
-            assert sc["allowPrivilegeEscalation"] is False, c["name"]
-            assert sc["readOnlyRootFilesystem"] is True, c["name"]
-            assert sc["capabilities"]["drop"] == ["ALL"], c["name"]
-            assert sc["seccompProfile"]["type"] == "RuntimeDefault", c["name"]
-            assert "add" not in sc["capabilities"] and not sc.get("privileged")
+        assert restricted_violations(pod) == []
 
 
 def rules_of(docs: list[dict[str, Any]], kind: str) -> dict[str, list[dict[str, Any]]]:
@@ -123,6 +137,39 @@ def test_rbac_least_privilege(chart: helm.Chart) -> None:
     assert rules_of(render(chart, CLUSTERWIDE), "ClusterRole")
 
 
+def grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+def test_sidecar_rbac_is_lock_reading_only_unless_asked(chart: helm.Chart) -> None:
+    """The sidecar reads and watches its DistributedLock; pods (podLabel) and Secrets (by name)
+    only when asked; podLabel is off by default because RBAC cannot narrow it to one pod."""
+    docs = render(chart, {"sidecarRBAC": {"namespaces": ["apps"]}})
+    sidecar = rules_of(docs, "Role")["apps/rl-redlease-sidecar"]
+    assert grants(sidecar) == {
+        ("redlease.dev", "distributedlocks", "get"),
+        ("redlease.dev", "distributedlocks", "watch"),
+    }
+    assert not [d for d in docs if d["kind"] in POLICY_KINDS]
+    other = rules_of(render(chart, OTHER), "Role")["team-a/rl-redlease-sidecar"]
+    assert ("", "pods", "patch") in grants(other) and ("", "pods", "get") not in grants(other)
+
+
+def test_operator_rbac_unchanged_by_injection(chart: helm.Chart) -> None:
+    """The webhook needs only `get` on DistributedLocks, which the operator has already."""
+    with_webhook = rules_of(render(chart, None), "Role")
+    without = rules_of(render(chart, {"injection": {"enabled": False}}), "Role")
+    assert with_webhook == without
+    (rules,) = with_webhook.values()
+    assert ("redlease.dev", "distributedlocks", "get") in grants(rules)
+
+
 def test_values_change_the_render(chart: helm.Chart) -> None:
     docs = render(chart, OTHER)
     deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
@@ -136,7 +183,17 @@ def test_values_change_the_render(chart: helm.Chart) -> None:
     kinds = {d["kind"] for d in docs}
     assert {"ServiceMonitor", "Service", "ServiceAccount", "Role", "RoleBinding"} <= kinds
     default = render(chart, None)
-    assert {d["kind"] for d in default} == {"Deployment", "ServiceAccount", "Role", "RoleBinding"}
+    assert {d["kind"] for d in default} == {
+        "Deployment",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Secret",
+        "MutatingWebhookConfiguration",
+    }
+    off = render(chart, {"injection": {"enabled": False}})
+    assert {d["kind"] for d in off} == {"Deployment", "ServiceAccount", "Role", "RoleBinding"}
     args = next(d for d in default if d["kind"] == "Deployment")["spec"]["template"]["spec"][
         "containers"
     ][0]["args"]
@@ -163,6 +220,21 @@ def test_chart_ships_crd_and_notes(chart: helm.Chart) -> None:
         {"image": {"repository": "x", "bogus": True}},
         {"serviceMonitor": {"interval": "soon"}},
         {"devRedis": {"enabled": "yes"}},
+        {"injection": {"timeoutSeconds": 10}},
+        {"injection": {"failurePolicy": "Maybe"}},
+        {"injection": {"sidecarMode": "sidecar"}},
+        {"injection": {"port": 80}},
+        {"injection": {"sidecarImage": {"repository": "has space"}}},
+        {"injection": {"sidecarResources": {"requests": {"cpu": ["1"]}}}},
+        {
+            "injection": {
+                "namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Is"}]}
+            }
+        },
+        {"injection": {"certificates": {"issuerRef": {"name": "x", "kind": "Secret"}}}},
+        {"injection": {"certificates": {"issuerRef": {"kind": "Issuer"}}}},
+        {"injection": {"certificates": {"validityDays": 0}}},
+        {"sidecarRBAC": {"podLabelPolicy": "yes"}},
     ],
 )
 def test_schema_violations_are_rejected(chart: helm.Chart, values: dict[str, Any]) -> None:

@@ -15,9 +15,13 @@ from k8s_helpers import (
     ROOT,
     load_all,
     lock_object,
+    restricted_violations,
     validate_builtin,
     validate_lock,
 )
+
+from redlease.cli.inject import inject_documents
+from redlease.operator.inject import LOCK_ANNOTATION, SIDECAR_NAME, InjectConfig
 
 BASE = {"keys": ["job"], "nodes": [{"url": "redis://redis:6379/0"}]}
 
@@ -62,12 +66,24 @@ def test_examples_validate(where: str, doc: dict[str, Any]) -> None:
 
 def test_example_kinds_cover_the_brief() -> None:
     docs = dict(example_docs())
-    deployment = next(d for d in docs.values() if d["kind"] == "Deployment")
+    deployment = docs["singleton-deployment.yaml#0"]
     pod = deployment["spec"]["template"]["spec"]
     (sidecar,) = pod["initContainers"]
     assert sidecar["restartPolicy"] == "Always"
     assert sidecar["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert sidecar["args"][0] == "sidecar"
+    # rollout-safe: readiness is "connected" (every pod Ready), the leader gets the traffic
+    assert "--ready=connected" in sidecar["args"] and "--pod-label" in sidecar["args"]
+    service = docs["singleton-deployment.yaml#1"]
+    assert service["kind"] == "Service"
+    assert service["spec"]["selector"]["redlease.dev/leader"] == "true"
+    assert restricted_violations(pod) == []
+    # the Kubernetes token only in the sidecar
+    assert pod["automountServiceAccountToken"] is False
+    (app,) = pod["containers"]
+    token = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert token in {m["mountPath"] for m in sidecar["volumeMounts"]}
+    assert token not in {m["mountPath"] for m in app["volumeMounts"]}
     shared = {m["name"] for m in sidecar["volumeMounts"]}
     (app,) = pod["containers"]
     assert shared & {m["name"] for m in app["volumeMounts"]}
@@ -94,6 +110,23 @@ def test_dockerfile_passes_hadolint() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert text.count("\nFROM ") + text.startswith("FROM ") >= 2  # multi-stage
     assert 'ENTRYPOINT ["redlease"]' in text and "\nUSER 10001" in text
+
+
+def test_injected_example_is_short_and_injects_cleanly() -> None:
+    path = EXAMPLES / "injected-deployment.yaml"
+    docs = load_all(path.read_text())
+    deployment, lock, service = docs
+    text = path.read_text().split("---")[0]
+    assert len([line for line in text.splitlines() if not line.startswith("#")]) <= 25
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[LOCK_ANNOTATION] == lock["metadata"]["name"]
+    assert service["spec"]["selector"]["redlease.dev/leader"] == "true"
+    warnings, denials = inject_documents(docs, InjectConfig())
+    assert (warnings, denials) == ([], [])
+    validate_builtin(deployment)
+    pod = deployment["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == [SIDECAR_NAME]
+    assert restricted_violations(pod) == []
 
 
 def test_image_supply_chain_is_pinned() -> None:

@@ -113,6 +113,9 @@ def declare(emulator: Emulator) -> None:
     emulator.resources["v1/secrets"] = kmock.ResourceInfo(
         kind="Secret", namespaced=True, verbs={"get", "list"}
     )
+    emulator.resources["v1/pods"] = kmock.ResourceInfo(
+        kind="Pod", namespaced=True, verbs={"get", "list", "create", "patch"}
+    )
     emulator.resources[RESOURCE] = kmock.ResourceInfo(
         kind="DistributedLock",
         singular="distributedlock",
@@ -127,8 +130,15 @@ def declare(emulator: Emulator) -> None:
 class KopfThread:
     """Run an operator registry in a thread with its own loop, against ``server``."""
 
-    def __init__(self, registry: kopf.OperatorRegistry, server: str, namespace: str) -> None:
+    def __init__(
+        self,
+        registry: kopf.OperatorRegistry,
+        server: str,
+        namespace: str,
+        config: OperatorConfig | None = None,
+    ) -> None:
         self.registry = registry
+        self.config = config
         self.server = server
         self.namespace = namespace
         self.stop_flag = threading.Event()
@@ -141,7 +151,7 @@ class KopfThread:
             return kopf.ConnectionInfo(server=server, default_namespace=namespace)
 
     def _run(self) -> None:
-        settings = operator_settings()
+        settings = operator_settings(self.config)
         settings.watching.connect_timeout = 5
         settings.networking.request_timeout = 10
         try:

@@ -77,3 +77,37 @@ seccompProfile:
   verbs: ["get"]
 {{- end }}
 {{- end }}
+
+{{/* Sidecar injection: names shared by the webhook objects and the operator Deployment. */}}
+{{- define "redlease.webhookName" -}}
+{{- printf "%s-webhook" (include "redlease.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "redlease.webhookSecret" -}}
+{{- printf "%s-webhook-tls" (include "redlease.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The image of injected sidecars (the chart's image unless injection.sidecarImage says). */}}
+{{- define "redlease.sidecarImage" -}}
+{{- $repo := .Values.injection.sidecarImage.repository | default .Values.image.repository }}
+{{- $tag := .Values.injection.sidecarImage.tag | default .Values.image.tag | default .Chart.AppVersion }}
+{{- printf "%s:%s" $repo $tag }}
+{{- end }}
+
+{{/* Which namespaces the webhook sees: the value, else the operator's namespaces (its RBAC
+covers exactly those), else (cluster-wide) all but the control plane's. */}}
+{{- define "redlease.injectionNamespaceSelector" -}}
+{{- if .Values.injection.namespaceSelector }}
+{{- toYaml .Values.injection.namespaceSelector }}
+{{- else if .Values.operator.watchAllNamespaces }}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values: ["kube-system", "kube-node-lease"]
+{{- else }}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: In
+    values: {{ include "redlease.watchNamespaces" . }}
+{{- end }}
+{{- end }}

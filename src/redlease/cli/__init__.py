@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from redlease import __version__
+from redlease.cli import inject as inject_cli
 from redlease.errors import ConfigError, RedleaseError
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--rounds", type=int, default=3)
     _add_operator(sub)
     _add_election_commands(sub)
+    _defer_defaults(inject_cli.add_command(sub))
     return parser
 
 
@@ -54,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from redlease.operator.runner import run_operator
 
             return run_operator(_operator_config(args, parser))
+        if args.command == "inject":
+            _fill_from_env(parser, args)
+            return inject_cli.run(args)
         if args.command in _ELECTION_COMMANDS:
             return _run_election_command(parser, args)
         parser.error(f"unknown command {args.command!r}")
@@ -92,6 +97,7 @@ def _add_operator(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="serve Prometheus /metrics on HOST:PORT, e.g. 127.0.0.1:9090 (default: off)",
     )
     op.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    inject_cli.add_webhook_flags(op)
     _defer_defaults(op)  # every flag also reads REDLEASE_<FLAG> (see _fill_from_env)
 
 
@@ -133,6 +139,7 @@ def _operator_config(
         node_timeout=_number(args.node_timeout, "--node-timeout", 0.05, 60),
         verbose=bool(args.verbose),
         metrics=_host_port(args.metrics, "--metrics") if args.metrics else None,
+        webhook=inject_cli.webhook_config(args, _host_port),
     )
 
 
@@ -384,7 +391,14 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
         if value:
             raise ConfigError(flag, "cannot be combined with --lock-ref (the DistributedLock "
                               "gives the keys and nodes)")  # fmt: skip
-    return sc.parse_lock_ref(args.lock_ref, kube.namespace)
+    ref = sc.parse_lock_ref(args.lock_ref, kube.namespace)
+    if args.password:  # given (injected pods: from the Secret via env): the Secret is not read
+        from dataclasses import replace
+
+        from redlease.core.spec import Credentials
+
+        ref = replace(ref, credentials=Credentials(args.username or None, args.password))
+    return ref
 
 
 def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

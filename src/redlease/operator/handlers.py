@@ -31,7 +31,7 @@ from redlease.core.spec import (
     parse_spec,
 )
 from redlease.errors import ConfigError
-from redlease.operator import metrics, reconcile
+from redlease.operator import metrics, reconcile, webhook
 from redlease.operator.reader import NodeReader
 from redlease.operator.refresher import Refresher
 from redlease.operator.secrets import SecretSource
@@ -52,16 +52,24 @@ class OperatorConfig:
     node_timeout: float = 3.0
     verbose: bool = False
     metrics: tuple[str, int] | None = None  # (host, port) of /metrics; None: not served
+    webhook: webhook.WebhookConfig | None = None  # sidecar injection; None: not served
 
 
 class Runtime:
     """What the handlers share: the node reader, the cycle batcher and the secret source."""
 
-    def __init__(self, config: OperatorConfig, secrets: SecretSource | None = None) -> None:
+    def __init__(
+        self,
+        config: OperatorConfig,
+        secrets: SecretSource | None = None,
+        locks: webhook.LockSource | None = None,
+    ) -> None:
         self.config = config
         self.reader = NodeReader(concurrency=config.concurrency, timeout=config.node_timeout)
         self.refresher = Refresher(self.reader.read, config.refresh)
         self.secrets = secrets or SecretSource()
+        timeout = config.webhook.lock_timeout if config.webhook else 2.0
+        self.locks = locks or webhook.LockSource(timeout=timeout)
         self.written: dict[str, dict[str, Any]] = {}  # uid -> the status we last wrote
         self.names: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name)
         self.seen: dict[str, float] = {}  # uid -> monotonic time of its last timer tick
@@ -212,9 +220,12 @@ class Runtime:
         return True
 
 
-def operator_settings() -> kopf.OperatorSettings:
-    """kopf settings: no cluster-wide scanning (least privilege), our own finalizer name."""
+def operator_settings(config: OperatorConfig | None = None) -> kopf.OperatorSettings:
+    """kopf settings: no cluster-wide scanning (least privilege), our own finalizer name, and the
+    injection webhook's HTTPS server when ``config`` asks for it."""
     settings = kopf.OperatorSettings()
+    if config is not None and config.webhook is not None:
+        settings.admission.server = webhook.server(config.webhook)
     # Serve exactly the namespaces given (no list/watch on namespaces or CRDs needed); the CRD
     # must exist when the operator starts (the Helm chart installs it first).
     settings.scanning.disabled = True
@@ -237,6 +248,8 @@ def build_registry(
             return info
 
     config = runtime.config
+    if config.webhook is not None:
+        webhook.register(reg, config.webhook, runtime.locks, runtime.secrets)
 
     @kopf.on.startup(registry=reg, id="redlease-startup")
     async def startup(**_: Any) -> None:

@@ -19,7 +19,7 @@ def run_operator(config: OperatorConfig) -> int:
     registry = build_registry(runtime)
     kopf.run(
         registry=registry,
-        settings=operator_settings(),
+        settings=operator_settings(config),
         standalone=True,
         clusterwide=config.clusterwide,
         namespaces=list(config.namespaces),

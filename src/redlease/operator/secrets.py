@@ -47,14 +47,17 @@ class SecretSource:
             "data": {str(k): str(v) for k, v in (secret.data or {}).items()},
         }
 
-    async def get(self, namespace: str, ref: SecretRef, nodes: Sequence[str] = ()) -> Credentials:
-        """The credentials for ``nodes`` (the Secret must consent: see
-        :func:`redlease.core.spec.credentials_from_secret`)."""
+    async def secret(self, namespace: str, ref: SecretRef) -> dict[str, Any]:
+        """The Secret (its labels, annotations and data), cached for ``ttl`` seconds."""
         key = (namespace, ref)
         hit = self._cache.get(key)
         if hit is not None and hit[0] > time.monotonic():
-            secret = hit[1]
-        else:
-            secret = await asyncio.to_thread(self._fetch, namespace, ref)
-            self._cache[key] = (time.monotonic() + self._ttl, secret)
-        return credentials_from_secret(secret, ref, nodes)
+            return hit[1]
+        secret = await asyncio.to_thread(self._fetch, namespace, ref)
+        self._cache[key] = (time.monotonic() + self._ttl, secret)
+        return secret
+
+    async def get(self, namespace: str, ref: SecretRef, nodes: Sequence[str] = ()) -> Credentials:
+        """The credentials for ``nodes`` (the Secret must consent: see
+        :func:`redlease.core.spec.credentials_from_secret`)."""
+        return credentials_from_secret(await self.secret(namespace, ref), ref, nodes)

@@ -72,10 +72,13 @@ def parse_http(value: str, field_name: str = "--http") -> HttpAddress | None:
 
 @dataclass(frozen=True, slots=True)
 class LockRef:
-    """A DistributedLock to read the configuration from."""
+    """A DistributedLock to read the configuration from, and the Redis credentials given on the
+    command line or in the environment (then its Secret is not read: injected pods get them
+    from the Secret as env vars, so the sidecar needs no access to Secrets)."""
 
     namespace: str
     name: str
+    credentials: Credentials | None = field(default=None, repr=False, compare=False)
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"

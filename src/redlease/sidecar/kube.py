@@ -1,6 +1,7 @@
 """A small Kubernetes API client on aiohttp: the pod label and the DistributedLock reference.
 
-Only three calls are needed (patch own pod, read/watch one DistributedLock, read one Secret), so
+Only three calls are needed (patch own pod, read/watch one DistributedLock, read one Secret --
+the last one only when no credentials were given), so
 this talks to the API directly instead of pulling in a full client. In a pod it uses the
 service-account token and CA (in-cluster config); ``--kube-api`` points it elsewhere (tests).
 """
@@ -229,7 +230,13 @@ class LockRefFollower:
     """Reads a DistributedLock (and its Secret) into election settings and follows changes.
 
     The spec is parsed by :func:`redlease.core.spec.parse_spec`, the same parser the operator
-    uses; ``identity`` is this pod's own."""
+    uses; ``identity`` is this pod's own. Credentials given with the reference
+    (``--username``/``--password``, i.e. ``REDLEASE_USERNAME``/``REDLEASE_PASSWORD``, which an
+    injected pod takes from the Secret) are used as they are; only without them is the Secret
+    named by ``spec.auth.secretRef`` read through the API. Given credentials are kept to the
+    nodes the lock named when they were first used: the Secret's consent was checked for those
+    (at admission, docs/security.md), so a lock that later names other nodes is refused until
+    the pod restarts (and is checked again)."""
 
     def __init__(
         self,
@@ -245,6 +252,7 @@ class LockRefFollower:
         self.on_config = on_config
         self.resync = resync
         self.generation: Any = None
+        self.pinned_nodes: frozenset[str] | None = None  # where given credentials may go
 
     async def read(self, obj: dict[str, Any] | None = None) -> ElectionConfig:
         """The settings the object's spec asks for (reads the object unless given)."""
@@ -253,9 +261,20 @@ class LockRefFollower:
         if not isinstance(obj, dict):
             raise KubeError(f"DistributedLock {self.ref}: the API answered {obj!r}")
         spec = parse_spec(obj.get("spec"))
-        credentials = None
+        credentials = self.ref.credentials
+        if credentials is not None:
+            nodes = frozenset(spec.node_names)
+            if self.pinned_nodes is None:
+                self.pinned_nodes = nodes
+            elif not nodes <= self.pinned_nodes:
+                raise ConfigError(
+                    "spec.nodes",
+                    f"the credentials this sidecar was given are for {sorted(self.pinned_nodes)}"
+                    f"; not sending them to {sorted(nodes - self.pinned_nodes)} (restart the pod "
+                    "to use the new nodes)",
+                )
         ref = spec.secret_ref
-        if ref is not None:
+        if ref is not None and credentials is None:
             path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(ref.name)}"
             secret = await self.client.request("GET", path)
             credentials = credentials_from_secret(secret or {}, ref, spec.node_names)

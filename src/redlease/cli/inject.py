@@ -1,0 +1,253 @@
+"""`redlease inject` and the injection flags it shares with `redlease operator`.
+
+``redlease inject -f FILE|-`` prints the manifests with the sidecar injected into every pod (or
+pod template: Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, List) that asks for
+it, using :mod:`redlease.operator.inject` -- the code the admission webhook runs. For GitOps
+without webhooks, and to see what the webhook would do. DistributedLocks in the input are used
+as the webhook uses the cluster's (credentials); a lock that is not in the input is "not found".
+A Secret in the input gets the webhook's consent check; one that is not is not checked.
+Warnings go to stderr; a denial prints one line naming the annotation and exits 2 with no output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from redlease.core.spec import API_VERSION, KIND
+from redlease.errors import ConfigError
+from redlease.operator import inject
+
+if TYPE_CHECKING:
+    from redlease.operator.webhook import WebhookConfig
+
+# Kinds whose pods come from ``spec.template``; CronJob nests it one level deeper.
+TEMPLATE_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job")
+
+
+def add_injection_flags(p: argparse.ArgumentParser) -> None:
+    """What to inject (the chart's ``injection.*`` values map onto these)."""
+    p.add_argument(
+        "--sidecar-image", default=inject.DEFAULT_IMAGE, help="image of the injected sidecar"
+    )
+    p.add_argument("--sidecar-pull-policy", choices=inject.PULL_POLICIES, default="IfNotPresent")
+    p.add_argument(
+        "--sidecar-mode",
+        choices=inject.SIDECAR_MODES,
+        default="native",
+        help="native: init container with restartPolicy Always (1.29+); container: plain",
+    )
+    p.add_argument(
+        "--sidecar-resources",
+        metavar="JSON",
+        help='resources of the sidecar, e.g. {"requests": {"cpu": "10m"}} (default: '
+        + json.dumps(inject.DEFAULT_RESOURCES)
+        + ")",
+    )
+    p.add_argument(
+        "--require-lock",
+        action="store_true",
+        help="deny pods whose DistributedLock does not exist (default: warn)",
+    )
+
+
+def add_webhook_flags(p: argparse.ArgumentParser) -> None:
+    """`redlease operator`: serve the injection webhook."""
+    p.add_argument(
+        "--webhook",
+        metavar="HOST:PORT",
+        help="serve the sidecar-injection webhook over HTTPS, e.g. 0.0.0.0:9443 (default: off)",
+    )
+    p.add_argument("--webhook-cert", metavar="PEM", help="the webhook's certificate (chain)")
+    p.add_argument("--webhook-key", metavar="PEM", help="the webhook's private key")
+    p.add_argument(
+        "--webhook-failure-policy",
+        choices=("Ignore", "Fail"),
+        default="Ignore",
+        help="as in the MutatingWebhookConfiguration: what an internal error does",
+    )
+    add_injection_flags(p)
+
+
+def add_command(sub: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "inject", help="print manifests with the redlease sidecar injected (as the webhook does)"
+    )
+    p.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        metavar="FILE",
+        help="YAML or JSON manifests; '-' for stdin (repeatable; default: stdin)",
+    )
+    p.add_argument(
+        "-n", "--namespace", help="namespace of objects that name none (default: default)"
+    )
+    add_injection_flags(p)
+    return p
+
+
+def _resources(raw: str | None) -> dict[str, Any]:
+    if raw is None or not raw.strip():
+        return copy.deepcopy(dict(inject.DEFAULT_RESOURCES))
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ConfigError("--sidecar-resources", f"not JSON: {exc}") from None
+    if not isinstance(value, dict) or not set(value) <= {"requests", "limits", "claims"}:
+        raise ConfigError("--sidecar-resources", "must be an object with requests and/or limits")
+    return value
+
+
+def inject_config(args: argparse.Namespace) -> inject.InjectConfig:
+    image = str(args.sidecar_image or "").strip()
+    if not image or any(c.isspace() for c in image):
+        raise ConfigError("--sidecar-image", f"not an image reference: {args.sidecar_image!r}")
+    return inject.InjectConfig(
+        image=image,
+        pull_policy=args.sidecar_pull_policy,
+        native=args.sidecar_mode == "native",
+        require_lock=bool(args.require_lock),
+        resources=_resources(args.sidecar_resources),
+    )
+
+
+def webhook_config(args: argparse.Namespace, host_port: Any) -> WebhookConfig | None:
+    """The webhook settings, or None without ``--webhook``; ``host_port`` parses HOST:PORT."""
+    inject_settings = inject_config(args)  # checked even without --webhook: a bad flag is bad
+    if not args.webhook:
+        return None
+    from redlease.operator.webhook import WebhookConfig
+
+    host, port = host_port(args.webhook, "--webhook")
+    cert, key = args.webhook_cert, args.webhook_key
+    for flag, path in (("--webhook-cert", cert), ("--webhook-key", key)):
+        if not path:
+            raise ConfigError(flag, "is required with --webhook (the API server needs HTTPS)")
+        if not Path(path).is_file():
+            raise ConfigError(flag, f"no such file: {path}")
+    return WebhookConfig(
+        host=host,
+        port=port,
+        certfile=cert,
+        keyfile=key,
+        failure_policy=args.webhook_failure_policy,
+        inject=inject_settings,
+    )
+
+
+# --- redlease inject ----------------------------------------------------------------------------
+
+
+def _read(sources: list[str]) -> list[Any]:
+    import yaml  # type: ignore[import-untyped]
+
+    docs: list[Any] = []
+    for source in sources:
+        try:
+            text = sys.stdin.read() if source == "-" else Path(source).read_text()
+        except OSError as exc:
+            raise ConfigError("--filename", f"{source}: {exc.strerror or exc}") from None
+        try:
+            docs += [d for d in yaml.safe_load_all(text) if d is not None]
+        except yaml.YAMLError as exc:
+            raise ConfigError("--filename", f"{source}: not YAML/JSON: {exc}") from None
+    return docs
+
+
+def _flatten(docs: list[Any]) -> Iterator[dict[str, Any]]:
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("kind") == "List":
+            yield from _flatten(doc.get("items") or [])
+        elif isinstance(doc, dict):
+            yield doc
+
+
+def pod_templates(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The pod (or pod templates) of a manifest, as mutable parts of ``doc``."""
+    kind = doc.get("kind")
+    spec = doc.get("spec")
+    if not isinstance(spec, dict):
+        return
+    if kind == "Pod":
+        yield doc
+    elif kind in TEMPLATE_KINDS and isinstance(spec.get("template"), dict):
+        yield spec["template"]
+    elif kind == "CronJob":
+        job = spec.get("jobTemplate") or {}
+        template = (job.get("spec") or {}).get("template")
+        if isinstance(template, dict):
+            yield template
+
+
+def inject_documents(
+    docs: list[Any], config: inject.InjectConfig, namespace: str | None = None
+) -> tuple[list[str], list[str]]:
+    """Inject into every pod template of ``docs`` in place; returns (warnings, denials)."""
+    objects = list(_flatten(docs))
+
+    def by_name(kind: str, api_version: str) -> dict[tuple[str, str], dict[str, Any]]:
+        return {
+            (str(meta.get("namespace") or namespace or "default"), str(meta.get("name"))): d
+            for d in objects
+            if d.get("kind") == kind and d.get("apiVersion") == api_version
+            for meta in [d.get("metadata") or {}]
+        }
+
+    locks = by_name(KIND, API_VERSION)
+    secrets = by_name("Secret", "v1")
+    warnings: list[str] = []
+    denials: list[str] = []
+    for doc in objects:
+        meta = doc.get("metadata") or {}
+        ns = str(meta.get("namespace") or namespace or "default")
+        where = f"{doc.get('kind')}/{meta.get('name') or meta.get('generateName') or '?'}"
+        for pod in pod_templates(doc):
+            try:
+                options = inject.read_options(pod)
+                if options is None:
+                    continue
+                found = locks.get((ns, options.lock))
+                secret = secrets.get((ns, str(inject.secret_name(found))))
+                lookup = inject.LockLookup(obj=found, secret=secret) if found else inject.NOT_FOUND
+                result = inject.plan(pod, ns, options, lookup, config)
+            except ConfigError as exc:
+                denials.append(f"{where}: {exc}")
+                continue
+            inject.apply_patch(pod, result.patch)
+            warnings += [f"{where}: {w}" for w in result.warnings]
+    return warnings, denials
+
+
+def run(args: argparse.Namespace) -> int:
+    config = inject_config(args)
+    docs = _read(args.filename or ["-"])
+    warnings, denials = inject_documents(docs, config, args.namespace)
+    for line in warnings:
+        sys.stderr.write(f"redlease inject: warning: {line}\n")
+    if denials:
+        for line in denials:
+            sys.stderr.write(f"redlease: error: {line}\n")
+        return 2
+    sys.stdout.write(dump_documents(docs))
+    return 0
+
+
+def dump_documents(docs: list[Any]) -> str:
+    """YAML, with multi-line strings (the probe scripts) as literal blocks."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):  # type: ignore[misc]
+        pass
+
+    def text(dumper: Any, value: str) -> Any:
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    return str(yaml.dump_all(docs, Dumper=Dumper, sort_keys=False))

@@ -1,0 +1,180 @@
+"""The sidecar-injection admission webhook: kopf's ``@kopf.on.mutate`` on pods, over HTTPS.
+
+Thin on purpose: read the pod's annotations (:func:`inject.read_options`), GET the named
+DistributedLock (:class:`LockSource`, in a worker thread so kopf's loop never blocks), then
+:func:`inject.plan` -- the same code ``redlease inject`` runs. Every operator replica serves it
+(no state, no leadership needed). The chart owns the MutatingWebhookConfiguration and the
+certificate (kopf's "managed" mode, which needs cluster-wide RBAC, stays off).
+
+Failures: a bad annotation or (with ``require_lock``) a missing lock is a denial naming it; an
+unexpected error follows the webhook's failure policy (``Ignore``: admitted without the sidecar
+and a warning, ``Fail``: denied), as the API server does when the webhook cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from redlease.core.spec import GROUP, PLURAL, VERSION, SecretRef
+from redlease.errors import ConfigError
+from redlease.operator import inject
+from redlease.operator.secrets import SecretSource
+
+log = logging.getLogger("redlease.operator")
+HANDLER_ID = "inject"  # the webhook's URL path: https://<service>/inject
+FAILURE_POLICIES = ("Ignore", "Fail")
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookConfig:
+    """Where the webhook listens, its certificate, and what it injects."""
+
+    host: str = "0.0.0.0"  # noqa: S104 - the API server reaches it through the Service
+    port: int = 9443
+    certfile: str | None = None  # PEM (the command line requires both)
+    keyfile: str | None = None
+    failure_policy: str = "Ignore"
+    lock_timeout: float = 2.0  # seconds for the DistributedLock GET (timeoutSeconds is <= 5)
+    inject: inject.InjectConfig = field(default_factory=inject.InjectConfig)
+
+
+class LockSource:
+    """GET one DistributedLock with the ``kubernetes`` client (one connection pool, no retries:
+    the API server's webhook timeout is the budget)."""
+
+    def __init__(self, configuration: Any = None, timeout: float = 2.0) -> None:
+        self._configuration = configuration
+        self.timeout = timeout
+        self._api: Any = None
+
+    def _client(self) -> Any:
+        import kubernetes.client
+
+        if self._api is None:
+            conf = self._configuration or kubernetes.client.Configuration.get_default_copy()
+            conf.retries = False
+            self._api = kubernetes.client.CustomObjectsApi(kubernetes.client.ApiClient(conf))
+        return self._api
+
+    def _fetch(self, namespace: str, name: str) -> inject.LockLookup:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            obj = self._client().get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self.timeout
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return inject.NOT_FOUND
+            return inject.LockLookup(error=f"HTTP {exc.status} {exc.reason}")
+        except Exception as exc:  # noqa: BLE001 - urllib3/socket errors: reported, not raised
+            return inject.LockLookup(error=f"{type(exc).__name__}: {exc}")
+        return inject.LockLookup(obj=obj)
+
+    async def get(self, namespace: str, name: str) -> inject.LockLookup:
+        try:
+            async with asyncio.timeout(self.timeout + 0.5):
+                return await asyncio.to_thread(self._fetch, namespace, name)
+        except TimeoutError:
+            return inject.LockLookup(error=f"no answer within {self.timeout:g}s")
+
+
+class InjectionServer(kopf.WebhookServer):
+    """kopf's HTTPS webhook server, plus the pod's namespace: pods created by controllers reach
+    admission without ``metadata.namespace``; the AdmissionReview's ``request.namespace`` has it."""
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        async def with_namespace(request: Any, **kwargs: Any) -> Any:
+            payload = request.get("request") if isinstance(request, dict) else None
+            if isinstance(payload, dict) and payload.get("namespace"):
+                obj = payload.get("object")
+                if isinstance(obj, dict):
+                    meta = obj.setdefault("metadata", {})
+                    if isinstance(meta, dict) and not meta.get("namespace"):
+                        meta["namespace"] = payload["namespace"]
+            return await fn(request, **kwargs)
+
+        async for client_config in super().__call__(with_namespace):
+            yield client_config
+
+
+def server(config: WebhookConfig) -> kopf.WebhookServer:
+    """The admission server for ``settings.admission.server``."""
+    return InjectionServer(
+        addr=config.host,
+        port=config.port,
+        certfile=config.certfile,
+        pkeyfile=config.keyfile,
+        file_check_interval=30.0,  # pick up a renewed certificate (cert-manager) within 30 s
+    )
+
+
+def _pod_name(meta: Mapping[str, Any]) -> str:
+    return str(meta.get("name") or f"{meta.get('generateName') or ''}*")
+
+
+async def lookup(
+    locks: LockSource, secrets: SecretSource, namespace: str, name: str
+) -> inject.LockLookup:
+    """The DistributedLock and, if it names one, its Secret (for the consent check)."""
+    found = await locks.get(namespace, name)
+    secret = inject.secret_name(found.obj)
+    if secret is None:
+        return found
+    try:
+        async with asyncio.timeout(locks.timeout + 0.5):
+            obj = await secrets.secret(namespace, SecretRef(secret))
+    except ConfigError as exc:
+        return inject.LockLookup(obj=found.obj, consent_error=exc.message)
+    except TimeoutError:
+        return inject.LockLookup(obj=found.obj, consent_error="no answer in time")
+    # only the consent (labels, annotations) is looked at; the values stay out of the pod
+    return inject.LockLookup(obj=found.obj, secret={"metadata": obj.get("metadata") or {}})
+
+
+def register(
+    registry: kopf.OperatorRegistry,
+    config: WebhookConfig,
+    locks: LockSource,
+    secrets: SecretSource,
+) -> None:
+    """Add the mutating handler for pods to ``registry``."""
+
+    @kopf.on.mutate("v1", "pods", registry=registry, id=HANDLER_ID, operations=["CREATE"])
+    async def inject_sidecar(**kwargs: Any) -> None:
+        body, patch, warnings = kwargs["body"], kwargs["patch"], kwargs["warnings"]
+        if kwargs.get("operation") != "CREATE":
+            return
+        meta = body.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        where = f"{namespace}/{_pod_name(meta)}"
+        raw = dict(body)
+        try:
+            options = inject.read_options(raw)
+            if options is None:
+                return
+            lock = await lookup(locks, secrets, namespace, options.lock)
+            result = inject.plan(raw, namespace, options, lock, config.inject)
+        except ConfigError as exc:
+            log.warning("pod %s denied: %s", where, exc)
+            raise kopf.AdmissionError(str(exc), code=400) from None
+        except Exception as exc:
+            log.exception("pod %s: injection failed", where)
+            message = f"redlease: sidecar injection failed: {type(exc).__name__}: {exc}"
+            if config.failure_policy == "Fail":
+                raise kopf.AdmissionError(message, code=500) from None
+            warnings.append(message + "; admitted without the sidecar")
+            return
+        warnings.extend(result.warnings)
+        for text in result.warnings:
+            log.warning("pod %s: %s", where, text)
+        if result.patch:
+            ops = result.patch
+            patch.fns.append(lambda pod: inject.apply_patch(pod, ops))
+            log.info("pod %s: sidecar injected (lock %s)", where, options.lock)

@@ -1,0 +1,202 @@
+"""The pure injection planner (what the webhook and `redlease inject` both run), case by case."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+from pods import pod_spec
+
+from redlease.cli import SA_DIR, build_parser
+from redlease.errors import ConfigError
+from redlease.operator import inject
+from redlease.operator.inject import (
+    INJECTED_ANNOTATION,
+    LOCK_ANNOTATION,
+    READY_ANNOTATION,
+    InjectConfig,
+    LockLookup,
+)
+from redlease.sidecar import config as sidecar_config
+from tests.k8s.k8s_helpers import restricted_violations, validate_builtin
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCK = {
+    "apiVersion": "redlease.dev/v1alpha1",
+    "kind": "DistributedLock",
+    "metadata": {"name": "orders", "namespace": "apps"},
+    "spec": {
+        "keys": ["orders"],
+        "nodes": [{"url": "redis://r:6379/0"}],
+        "auth": {"secretRef": {"name": "auth", "usernameKey": "user", "passwordKey": "pass"}},
+    },
+}
+FOUND = LockLookup(obj=LOCK)
+
+
+def pod(annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "orders-0",
+            "annotations": {LOCK_ANNOTATION: "orders"} if annotations is None else annotations,
+        },
+        "spec": pod_spec(**spec),
+    }
+
+
+def run(
+    p: dict[str, Any], lock: LockLookup = FOUND, config: InjectConfig | None = None
+) -> tuple[dict[str, Any], inject.Injection]:
+    options = inject.read_options(p)
+    assert options is not None
+    result = inject.plan(p, "apps", options, lock, config or InjectConfig())
+    out = inject.patched(p, result)
+    # our applier and the jsonpatch library agree on every patch we make
+    assert jsonpatch.apply_patch(p, result.patch) == out
+    validate_builtin(out)
+    assert restricted_violations(out["spec"]) == []
+    return out, result
+
+
+def sidecar(p: dict[str, Any], kind: str = "initContainers") -> dict[str, Any]:
+    (found,) = [c for c in p["spec"].get(kind, []) if c["name"] == inject.SIDECAR_NAME]
+    return found
+
+
+def test_credentials_come_from_the_locks_secret_by_reference() -> None:
+    out, result = run(pod())
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in sidecar(out)["env"][2:]}
+    assert env == {
+        "REDLEASE_USERNAME": {"name": "auth", "key": "user", "optional": True},
+        "REDLEASE_PASSWORD": {"name": "auth", "key": "pass"},
+    }
+    assert result.warnings == []
+    # no credentials anywhere else
+    assert "env" not in out["spec"]["containers"][0]
+
+
+def test_lock_without_auth_gets_no_credentials() -> None:
+    lock = copy.deepcopy(LOCK)
+    del lock["spec"]["auth"]
+    out, _ = run(pod(), LockLookup(obj=lock))
+    assert [e["name"] for e in sidecar(out)["env"]] == ["POD_NAME", "POD_NAMESPACE"]
+
+
+@pytest.mark.parametrize(
+    ("lookup", "problem"),
+    [
+        (inject.NOT_FOUND, "not found"),
+        (LockLookup(error="HTTP 403 Forbidden"), "cannot read"),
+        (LockLookup(obj={**LOCK, "spec": {"keys": []}}), "is invalid: spec.keys"),
+    ],
+    ids=["missing", "unreadable", "invalid"],
+)
+def test_unusable_lock_warns_or_with_require_lock_denies(lookup: LockLookup, problem: str) -> None:
+    _, result = run(pod(), lookup)
+    (warning,) = result.warnings
+    assert warning.startswith(f"{LOCK_ANNOTATION}: ") and problem in warning
+    with pytest.raises(ConfigError) as denied:
+        run(pod(), lookup, InjectConfig(require_lock=True))
+    assert denied.value.field == LOCK_ANNOTATION and "'orders'" in str(denied.value)
+
+
+def test_plain_container_mode() -> None:
+    out, result = run(pod(), config=InjectConfig(native=False))
+    assert "initContainers" not in out["spec"]
+    side = sidecar(out, "containers")
+    assert "restartPolicy" not in side and result.warnings == []
+    _, job = run(pod(restartPolicy="Never"), config=InjectConfig(native=False))
+    assert [w.split(":")[0] for w in job.warnings] == ["spec.restartPolicy"]
+
+
+def test_leader_readiness_starts_on_healthz() -> None:
+    out, _ = run(pod({LOCK_ANNOTATION: "orders", READY_ANNOTATION: "leader"}))
+    side = sidecar(out)
+    assert "/healthz" in side["startupProbe"]["exec"]["command"][-1]
+    assert "/readyz" in side["readinessProbe"]["exec"]["command"][-1]
+    default = sidecar(run(pod())[0])
+    assert "/readyz" in default["startupProbe"]["exec"]["command"][-1]
+
+
+def test_config_reaches_the_container() -> None:
+    config = InjectConfig(
+        image="registry.example/rl:2", pull_policy="Always", resources={"limits": {"cpu": "1"}}
+    )
+    side = sidecar(run(pod(), config=config)[0])
+    assert side["image"] == "registry.example/rl:2" and side["imagePullPolicy"] == "Always"
+    assert side["resources"] == {"limits": {"cpu": "1"}}
+
+
+def test_existing_sidecar_container_is_left_alone() -> None:
+    existing = pod(initContainers=[{"name": inject.SIDECAR_NAME, "image": "mine"}])
+    options = inject.read_options(existing)
+    assert options is not None
+    result = inject.plan(existing, "apps", options, FOUND, InjectConfig())
+    assert result.patch == [] and "already has a container" in result.warnings[0]
+    existing["metadata"]["annotations"][INJECTED_ANNOTATION] = "0.1.0"
+    assert inject.plan(existing, "apps", options, FOUND, InjectConfig()) == inject.Injection([], [])
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"volumes": [{"name": inject.STATE_VOLUME, "emptyDir": {}}]}, "spec.volumes"),
+        ({"hostNetwork": True}, "spec.hostNetwork"),
+    ],
+)
+def test_pods_the_sidecar_cannot_work_in_are_denied(spec: dict[str, Any], field: str) -> None:
+    p = pod(**spec)
+    options = inject.read_options(p)
+    assert options is not None
+    with pytest.raises(ConfigError) as denied:
+        inject.plan(p, "apps", options, FOUND, InjectConfig())
+    assert denied.value.field == field
+
+
+def test_app_that_mounts_the_state_dir_itself_is_not_touched() -> None:
+    p = pod()
+    p["spec"]["volumes"] = [{"name": "mine", "emptyDir": {}}]
+    p["spec"]["containers"][0]["volumeMounts"] = [{"name": "mine", "mountPath": inject.STATE_DIR}]
+    out, result = run(p)
+    assert out["spec"]["containers"][0] == p["spec"]["containers"][0]
+    assert result.warnings[0].startswith("spec.containers[0]")
+
+
+def test_opt_out_and_case() -> None:
+    assert inject.read_options(pod({})) is None
+    assert (
+        inject.read_options(pod({LOCK_ANNOTATION: "x", inject.INJECT_ANNOTATION: "False"})) is None
+    )
+    assert inject.read_options(pod({LOCK_ANNOTATION: "x", inject.INJECT_ANNOTATION: "TRUE"}))
+
+
+# --- the injector's constants are the sidecar's defaults ------------------------------------
+
+
+def test_constants_match_the_sidecar() -> None:
+    assert inject.READY_MODES == sidecar_config.READY_MODES
+    assert inject.DEFAULT_READY == sidecar_config.DEFAULT_READY
+    assert inject.KUBE_API_DIR == SA_DIR
+    sub = build_parser()._subparsers._group_actions[0].choices["sidecar"]  # type: ignore[union-attr]
+    defaults = {a.dest: getattr(a, "real_default", a.default) for a in sub._actions}
+    assert defaults["state_dir"] == inject.STATE_DIR
+    assert defaults["http"] == f"127.0.0.1:{inject.DEFAULT_HTTP_PORT}"
+    assert f"USER {inject.SIDECAR_USER}:" in (ROOT / "Dockerfile").read_text()
+    chart = yaml.safe_load((ROOT / "charts/redlease/Chart.yaml").read_text())
+    values = yaml.safe_load((ROOT / "charts/redlease/values.yaml").read_text())
+    assert f"{values['image']['repository']}:{chart['appVersion']}" == inject.DEFAULT_IMAGE
+    assert values["injection"]["sidecarResources"] == dict(inject.DEFAULT_RESOURCES)
+
+
+def test_probe_script_is_plain_python() -> None:
+    command = inject.probe_command(4040, "/readyz")
+    assert command[:4] == ["python", "-I", "-S", "-c"]
+    compile(command[4], "<probe>", "exec")
+    assert re.search(r"connect\(\('127\.0\.0\.1', 4040\)\)", command[4])

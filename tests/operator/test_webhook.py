@@ -1,0 +1,311 @@
+"""The injection webhook end to end: real AdmissionReview requests over HTTPS to the operator's
+kopf webhook server (KMock as the API server behind it). Every returned JSON patch is applied
+with the `jsonpatch` library and the pod checked with kubernetes-validate (strict) and the
+restricted Pod Security rules."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+import jsonpatch
+import pods
+import pytest
+import pytest_asyncio
+from dlock_harness import NAMESPACE
+from webhook_harness import Webhook, running_webhook
+
+from redlease.cli import SA_DIR
+from redlease.core.spec import ALLOWED_NODES_ANNOTATION
+from redlease.operator import inject
+from redlease.operator.inject import (
+    HTTP_PORT_ANNOTATION,
+    INJECT_ANNOTATION,
+    INJECTED_ANNOTATION,
+    LOCK_ANNOTATION,
+    POD_LABEL_ANNOTATION,
+    READY_ANNOTATION,
+    SIDECAR_NAME,
+    STATE_DIR,
+    STATE_VOLUME,
+)
+from redlease.operator.webhook import LockSource
+from tests.k8s.k8s_helpers import restricted_violations, validate_builtin
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+LOCK_SPEC = {
+    "keys": ["orders"],
+    "nodes": [{"url": "redis://redis.infra:6379/0"}],
+    "auth": {"secretRef": {"name": "redis-auth"}},
+}
+API_ACCESS = "kube-api-access-x7k2p"  # what the service-account admission plugin adds
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def webhook(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Webhook]:
+    async with running_webhook(tmp_path_factory.mktemp("webhook")) as hook:
+        hook.add_lock("orders", LOCK_SPEC)
+        hook.add_secret("redis-auth", {"password": "pw"})
+        yield hook
+
+
+def app_container(name: str = "app", **extra: Any) -> dict[str, Any]:
+    defaults: dict[str, Any] = {
+        "image": "example/app:1.4",
+        "args": ["serve", "--port=8080"],
+        "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+        "env": [{"name": "MODE", "value": "prod"}],
+    }
+    return pods.app_container(name, **{**defaults, **extra})
+
+
+def deployment_pod(annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod as a Deployment's ReplicaSet creates it, after the built-in admission plugins: no
+    name or namespace yet, and the service-account token volume mounted into every container."""
+    token_mount = {"name": API_ACCESS, "mountPath": SA_DIR, "readOnly": True}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "orders-7d9f8c6b5-",
+            "labels": {"app": "orders", "pod-template-hash": "7d9f8c6b5"},
+            "annotations": {LOCK_ANNOTATION: "orders"} if annotations is None else annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "orders-7d9f8c6b5",
+                    "uid": "5c1b2f8e-0000-4000-8000-000000000001",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "serviceAccountName": "redlease-sidecar",
+            "securityContext": copy.deepcopy(pods.RESTRICTED_POD),
+            "containers": [app_container(volumeMounts=[token_mount])],
+            "volumes": [
+                {
+                    "name": API_ACCESS,
+                    "projected": {
+                        "defaultMode": 420,
+                        "sources": [
+                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}
+                        ],
+                    },
+                }
+            ],
+        },
+    }
+
+
+def check(pod: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
+    """Apply the webhook's patch as the API server would and validate the result."""
+    result: dict[str, Any] = jsonpatch.apply_patch(pod, patch)
+    validate_builtin(result)
+    assert restricted_violations(result["spec"]) == []
+    return result
+
+
+def sidecar_of(pod: dict[str, Any]) -> dict[str, Any]:
+    (found,) = [c for c in pod["spec"].get("initContainers", []) if c["name"] == SIDECAR_NAME]
+    return found
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+async def test_deployment_pod_gets_the_sidecar(webhook: Webhook) -> None:
+    pod = deployment_pod()
+    answer = await webhook.ask(pod)
+    assert answer.allowed and answer.warnings == [], answer
+    result = check(pod, answer.patch)
+
+    # the same code `redlease inject` runs gives the same pod
+    local = inject.plan(
+        pod,
+        NAMESPACE,
+        inject.read_options(pod),  # type: ignore[arg-type]
+        inject.LockLookup(
+            obj=webhook.api.objects[
+                ("redlease.dev/v1alpha1/distributedlocks", NAMESPACE, "orders")
+            ].raw
+        ),
+        inject.InjectConfig(),
+    )
+    assert inject.patched(pod, local) == result
+
+    sidecar = sidecar_of(result)
+    assert sidecar["restartPolicy"] == "Always"
+    assert sidecar["args"] == [
+        "sidecar",
+        "--lock-ref=orders",
+        "--ready=connected",
+        "--http=127.0.0.1:4040",
+        f"--state-dir={STATE_DIR}",
+    ]
+    env = env_of(sidecar)
+    assert env["POD_NAME"] == {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}
+    assert env["REDLEASE_PASSWORD"] == {"secretKeyRef": {"name": "redis-auth", "key": "password"}}
+    assert env["REDLEASE_USERNAME"]["secretKeyRef"]["optional"] is True
+    # the token only in the sidecar: the plugin-added volume and mount are gone
+    spec = result["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert API_ACCESS not in {v["name"] for v in spec["volumes"]}
+    (app,) = spec["containers"]
+    assert app["volumeMounts"] == [{"name": STATE_VOLUME, "mountPath": STATE_DIR, "readOnly": True}]
+    assert {m["mountPath"] for m in sidecar["volumeMounts"]} == {STATE_DIR, SA_DIR}
+    original = pod["spec"]["containers"][0]
+    assert {k: v for k, v in app.items() if k != "volumeMounts"} == {
+        k: v for k, v in original.items() if k != "volumeMounts"
+    }
+    assert result["metadata"]["annotations"][INJECTED_ANNOTATION]
+    # re-invocation (the API server may call again): nothing twice, no warning
+    again = await webhook.ask(result)
+    assert again.allowed and again.patch == [] and again.warnings == []
+
+
+async def test_existing_init_containers_and_volumes_stay(webhook: Webhook) -> None:
+    pod = deployment_pod()
+    spec = pod["spec"]
+    spec["automountServiceAccountToken"] = True  # the app needs its own token: kept, warned
+    spec["initContainers"] = [
+        app_container("migrate", args=["migrate"], ports=[]),
+        app_container("proxy", restartPolicy="Always", ports=[]),
+    ]
+    spec["volumes"] += [
+        {"name": "cache", "emptyDir": {}},
+        {"name": "cfg", "configMap": {"name": "c"}},
+    ]
+    spec["containers"].append(app_container("worker", ports=[]))
+    answer = await webhook.ask(pod)
+    assert answer.allowed
+    assert [w.split(":")[0] for w in answer.warnings] == ["spec.automountServiceAccountToken"]
+    result = check(pod, answer.patch)
+    new = result["spec"]
+    assert new["initContainers"][:2] == spec["initContainers"]
+    assert new["initContainers"][2]["name"] == SIDECAR_NAME and len(new["initContainers"]) == 3
+    assert new["volumes"][:3] == spec["volumes"]
+    assert [v["name"] for v in new["volumes"][3:]] == [STATE_VOLUME, inject.KUBE_API_VOLUME]
+    assert new["automountServiceAccountToken"] is True
+    for before, after in zip(spec["containers"], new["containers"], strict=True):
+        assert after["volumeMounts"][:-1] == before.get("volumeMounts", [])
+        assert after["volumeMounts"][-1]["readOnly"] is True
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [{}, {LOCK_ANNOTATION: "orders", INJECT_ANNOTATION: "false"}, {"team": "a"}],
+    ids=["none", "opted-out", "other"],
+)
+async def test_pods_not_asking_are_untouched(webhook: Webhook, annotations: dict[str, str]) -> None:
+    answer = await webhook.ask(deployment_pod(annotations))
+    assert answer.allowed and answer.patch == [] and answer.warnings == []
+
+
+async def test_missing_lock_is_admitted_with_a_warning(webhook: Webhook) -> None:
+    pod = deployment_pod({LOCK_ANNOTATION: "payments"})
+    answer = await webhook.ask(pod)
+    assert answer.allowed
+    (warning,) = answer.warnings
+    assert warning.startswith(f"{LOCK_ANNOTATION}: ") and "'payments'" in warning
+    assert "not found" in warning
+    sidecar = sidecar_of(check(pod, answer.patch))
+    assert "REDLEASE_PASSWORD" not in env_of(sidecar)  # nothing known to wire
+
+
+async def test_lock_is_looked_up_in_the_request_namespace(webhook: Webhook) -> None:
+    answer = await webhook.ask(deployment_pod(), namespace="elsewhere")
+    assert answer.allowed and "'elsewhere'" in answer.warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("annotations", "field"),
+    [
+        ({LOCK_ANNOTATION: "Not_A_Name"}, LOCK_ANNOTATION),
+        ({LOCK_ANNOTATION: "other-ns/orders"}, LOCK_ANNOTATION),
+        ({LOCK_ANNOTATION: "orders", INJECT_ANNOTATION: "nope"}, INJECT_ANNOTATION),
+        ({LOCK_ANNOTATION: "orders", READY_ANNOTATION: "sometimes"}, READY_ANNOTATION),
+        ({LOCK_ANNOTATION: "orders", HTTP_PORT_ANNOTATION: "80"}, HTTP_PORT_ANNOTATION),
+        ({LOCK_ANNOTATION: "orders", HTTP_PORT_ANNOTATION: "8080"}, HTTP_PORT_ANNOTATION),
+        ({LOCK_ANNOTATION: "orders", POD_LABEL_ANNOTATION: "yes"}, POD_LABEL_ANNOTATION),
+    ],
+    ids=["lock", "lock-ns", "inject", "ready", "port-low", "port-taken", "pod-label"],
+)
+async def test_bad_annotations_are_denied_naming_them(
+    webhook: Webhook, annotations: dict[str, str], field: str
+) -> None:
+    answer = await webhook.ask(deployment_pod(annotations))
+    assert not answer.allowed and answer.patch == []
+    assert answer.code == 400 and answer.message.startswith(f"{field}: "), answer
+
+
+async def test_unknown_annotation_and_leader_readiness_warn(webhook: Webhook) -> None:
+    pod = deployment_pod(
+        {LOCK_ANNOTATION: "orders", READY_ANNOTATION: "leader", "redlease.dev/readiness": "x"}
+    )
+    answer = await webhook.ask(pod)
+    assert answer.allowed
+    assert {w.split(":")[0] for w in answer.warnings} == {
+        READY_ANNOTATION,
+        "redlease.dev/readiness",
+    }
+    sidecar = sidecar_of(check(pod, answer.patch))
+    assert "--ready=leader" in sidecar["args"]
+
+
+@pytest.mark.parametrize(
+    ("consent", "annotations", "field"),
+    [
+        (False, None, "spec.auth.secretRef.name"),
+        (True, {ALLOWED_NODES_ANNOTATION: "redis.other:6379"}, "spec.nodes"),
+    ],
+    ids=["no-consent-label", "node-not-allowed"],
+)
+async def test_secret_without_consent_is_not_wired(
+    webhook: Webhook, consent: bool, annotations: dict[str, str] | None, field: str
+) -> None:
+    """Secrets only by consent: whoever writes the lock must not be able to route a Secret of
+    the namespace into a pod and on to nodes of their choosing."""
+    webhook.add_secret("other-auth", {"password": "x"}, consent=consent, annotations=annotations)
+    webhook.add_lock("shared", {**LOCK_SPEC, "auth": {"secretRef": {"name": "other-auth"}}})
+    pod = deployment_pod({LOCK_ANNOTATION: "shared"})
+    answer = await webhook.ask(pod)
+    assert answer.allowed
+    (warning,) = answer.warnings
+    assert warning.startswith(f"{LOCK_ANNOTATION}: ") and f"{field}: " in warning
+    assert "REDLEASE_PASSWORD" not in env_of(sidecar_of(check(pod, answer.patch)))
+
+
+async def test_require_lock_denies_a_missing_lock(tmp_path: Any) -> None:
+    async with running_webhook(tmp_path, inject.InjectConfig(require_lock=True)) as hook:
+        answer = await hook.ask(deployment_pod({LOCK_ANNOTATION: "payments"}))
+        assert not answer.allowed and answer.code == 400
+        assert answer.message.startswith(f"{LOCK_ANNOTATION}: ") and "'payments'" in answer.message
+        hook.add_lock("payments", LOCK_SPEC)
+        answer = await hook.ask(deployment_pod({LOCK_ANNOTATION: "payments"}))
+        assert not answer.allowed and "Secret 'redis-auth'" in answer.message  # no Secret yet
+        hook.add_secret("redis-auth", {"password": "pw"})
+        answer = await hook.ask(deployment_pod({LOCK_ANNOTATION: "payments"}))
+        assert answer.allowed and answer.patch
+
+
+class BrokenLocks(LockSource):
+    async def get(self, namespace: str, name: str) -> inject.LockLookup:
+        raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("policy", ["Ignore", "Fail"])
+async def test_internal_errors_follow_the_failure_policy(tmp_path: Any, policy: str) -> None:
+    async with running_webhook(tmp_path, failure_policy=policy, locks=BrokenLocks) as hook:
+        answer = await hook.ask(deployment_pod())
+    assert answer.patch == []
+    if policy == "Ignore":
+        assert answer.allowed and "RuntimeError: boom" in answer.warnings[0]
+        assert "admitted without the sidecar" in answer.warnings[0]
+    else:
+        assert not answer.allowed and answer.code == 500 and "RuntimeError: boom" in answer.message
