@@ -22,7 +22,6 @@ from redlease.operator.inject import (
     InjectConfig,
     LockLookup,
 )
-from redlease.sidecar import config as sidecar_config
 from tests.k8s.k8s_helpers import restricted_violations, validate_builtin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,8 +180,6 @@ def test_opt_out_and_case() -> None:
 
 
 def test_constants_match_the_sidecar() -> None:
-    assert inject.READY_MODES == sidecar_config.READY_MODES
-    assert inject.DEFAULT_READY == sidecar_config.DEFAULT_READY
     assert inject.KUBE_API_DIR == SA_DIR
     sub = build_parser()._subparsers._group_actions[0].choices["sidecar"]  # type: ignore[union-attr]
     defaults = {a.dest: getattr(a, "real_default", a.default) for a in sub._actions}

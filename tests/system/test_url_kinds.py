@@ -95,7 +95,12 @@ async def test_every_command_takes_every_url_kind(cluster: Cluster, kind: Kind) 
     sc = Sidecar("pod-0", lock, kind.urls, ttl=3, renew_deadline=2, retry_period=0.2).start()
     try:
         await asyncio.to_thread(sc.wait_up)
-        doc = await until(lambda: asyncio.to_thread(lambda: sc.is_leader() and sc.status()))
+
+        def led_and_read() -> dict[str, Any] | None:
+            doc = sc.status()  # leading, and the observer's first read is in
+            return doc if doc and doc["leader"] and doc["nodes"]["healthy"] else None
+
+        doc = await until(lambda: asyncio.to_thread(led_and_read))
         assert doc["nodes"] == {"total": kind.total, "healthy": kind.total,
                                 "quorum": kind.total // 2 + 1}  # fmt: skip
         held: dict[str, Any] = await until(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from redlease import __version__
 from redlease.cli import inject as inject_cli
+from redlease.core.spec import DEFAULT_READY, READY_MODES
 from redlease.errors import ConfigError, RedleaseError
 
 if TYPE_CHECKING:
@@ -217,8 +218,8 @@ def _add_election_commands(sub: Any) -> None:
     side.add_argument("--state-dir", default="/var/run/redlease", help="'' for no state file")
     side.add_argument(
         "--ready",
-        choices=("connected", "leader", "always"),
-        default="connected",
+        choices=READY_MODES,
+        default=DEFAULT_READY,
         help="/readyz: 'connected' (default: up and reaching a quorum of nodes), 'leader', "
         "'always'",
     )

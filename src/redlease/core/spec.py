@@ -35,12 +35,24 @@ LEADER_LABEL = f"{GROUP}/leader"
 CREDENTIALS_LABEL = f"{GROUP}/credentials"
 ALLOWED_NODES_ANNOTATION = f"{GROUP}/allowed-nodes"
 
+# How a sidecar answers /readyz (`--ready`, the `redlease.dev/ready` annotation): connected
+# (up and reaching a quorum; the default), leader, always. See docs/sidecar.md.
+READY_MODES = ("connected", "leader", "always")
+DEFAULT_READY = "connected"
+
 MAX_KEYS = 16
 MAX_NODES = 15
 MAX_SECONDS = 3600
 DEFAULT_TTL = 15
-_K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS-1123 subdomain
 _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
+
+
+def validate_object_name(value: object, field: str) -> str:
+    """A Kubernetes object or namespace name (DNS-1123 subdomain), else :class:`ConfigError`."""
+    if not isinstance(value, str) or not _K8S_NAME.fullmatch(value):
+        raise ConfigError(field, f"not a valid Kubernetes name: {value!r}")
+    return value
 
 
 # --- timing ----------------------------------------------------------------------------------
@@ -268,9 +280,7 @@ def _secret_ref(spec: Mapping[str, Any]) -> SecretRef | None:
         return None
     auth = _object(spec.get("auth"), "spec.auth")
     ref = _object(auth.get("secretRef"), "spec.auth.secretRef", required=True)
-    name = ref.get("name")
-    if not isinstance(name, str) or not _K8S_NAME.fullmatch(name):
-        raise ConfigError("spec.auth.secretRef.name", f"not a Secret name: {name!r}")
+    name = validate_object_name(ref.get("name"), "spec.auth.secretRef.name")
     values = {}
     for key, default in (("usernameKey", "username"), ("passwordKey", "password")):
         value = ref.get(key, default)

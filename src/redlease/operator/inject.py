@@ -25,7 +25,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redlease import __version__
-from redlease.core.spec import _K8S_NAME, GROUP, SecretRef, check_consent, parse_spec
+from redlease.core.spec import (
+    DEFAULT_READY,
+    GROUP,
+    READY_MODES,
+    SecretRef,
+    check_consent,
+    parse_spec,
+    validate_object_name,
+)
 from redlease.errors import ConfigError
 
 # --- the annotations (one place: webhook, CLI, chart tests and docs use these names) ----------
@@ -50,8 +58,6 @@ STATE_VOLUME = "redlease-state"
 KUBE_API_VOLUME = "redlease-kube-api-access"
 STATE_DIR = "/var/run/redlease"
 KUBE_API_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster config looks
-READY_MODES = ("connected", "leader", "always")
-DEFAULT_READY = "connected"
 DEFAULT_HTTP_PORT = 4040
 DEFAULT_IMAGE = f"ghcr.io/redlease/redlease:{__version__}"
 DEFAULT_RESOURCES: Mapping[str, Any] = {
@@ -160,8 +166,7 @@ def read_options(pod: Mapping[str, Any]) -> Options | None:
             LOCK_ANNOTATION,
             f"name a DistributedLock in the pod's own namespace (no NAMESPACE/), got {lock!r}",
         )
-    if not _K8S_NAME.fullmatch(lock):
-        raise ConfigError(LOCK_ANNOTATION, f"not a DistributedLock name: {lock!r}")
+    validate_object_name(lock, LOCK_ANNOTATION)
     ready = str(annotations.get(READY_ANNOTATION, DEFAULT_READY)).strip()
     if ready not in READY_MODES:
         raise ConfigError(

@@ -9,23 +9,21 @@ own: its HTTP address, readiness mode, state directory and Kubernetes settings.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from redlease.core.connect import Target
 from redlease.core.spec import (
+    DEFAULT_READY,
     LEADER_LABEL,
+    READY_MODES,
     Credentials,
     LockSpec,
     Timing,
+    validate_object_name,
     validate_timing,
 )
 from redlease.errors import ConfigError
-
-READY_MODES = ("connected", "leader", "always")
-DEFAULT_READY = "connected"
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 __all__ = [
     "DEFAULT_READY",
@@ -91,8 +89,7 @@ def parse_lock_ref(value: str, namespace: str | None, field_name: str = "--lock-
     if not ns:
         raise ConfigError(field_name, "needs NAMESPACE/NAME or the POD_NAMESPACE env var")
     for part in (ns, name):
-        if not _DNS_LABEL.fullmatch(part):
-            raise ConfigError(field_name, f"not a valid Kubernetes name: {part!r}")
+        validate_object_name(part, field_name)
     return LockRef(ns, name)
 
 
