@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 import redlease
-from redlease import ConfigError, LockContention, LockTimeout, NotOwned, aio
+from redlease import ConfigError, LockContention, LockTimeout, LockUnavailable, NotOwned, aio
 from redlease.core import protocol
+from redlease.core.keys import LockKeys
+from redlease.core.multi import OrderedState, abort
 
 from .multikey_util import spread
 from .util import async_wait_until, wait_until
@@ -212,3 +214,26 @@ async def test_async_hold_renews_every_name(any_aclient: Any, lock_name: str) ->
         assert lease.valid
         assert {s.holder for s in (await multi.states()).values()} == {"r"}
     assert all(s.holder is None for s in (await multi.states()).values())
+
+
+# --- the ordered flows without a server ----------------------------------------------------------
+
+
+def test_abort_undoes_every_name_the_unanswered_one_last() -> None:
+    a, b, c = (protocol.Primitive(LockKeys.for_name(n), protocol.Options(), "mutex") for n in "abc")
+    state = OrderedState(taken=[a, b], in_flight=c, registered=[b])
+    flow = abort("tok", state)
+    sent = [next(flow)]
+    # the first undo fails (node down): the others are still sent, the error comes at the end
+    sent.append(flow.throw(LockUnavailable("b", "down")))
+    with pytest.raises(LockUnavailable):
+        while True:
+            sent.append(flow.send([1, 0]))
+    assert [(r.script.name, r.keys[0]) for r in sent] == [
+        ("release", "redlease:{b}"),
+        ("release", "redlease:{a}"),
+        ("release", "redlease:{c}"),  # its acquire got no reply: undone behind it, last
+        ("leave", "redlease:{b}"),
+        ("leave", "redlease:{c}"),
+    ]
+    assert all(r.owner == "tok" for r in sent)  # each is ordered behind the owner's requests

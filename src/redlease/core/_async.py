@@ -68,13 +68,16 @@ class AsyncNode(_redis.NodeBase):
         home = self._home(req.keys[0]) if req.keys else None
         if home is None:
             return await self._routed(req)
-        reply = await self._exchange(home, req, req.evalsha())
-        if isinstance(reply, rex.NoScriptError):
-            reply = await self._exchange(home, req, req.eval())
+        try:
+            reply = await self._exchange(home, req, req.evalsha())
+            if isinstance(reply, rex.NoScriptError):
+                reply = await self._exchange(home, req, req.eval())
+        except rex.RedisError as exc:
+            raise self.error(exc, home if self.cluster else None) from exc
         if isinstance(reply, rex.MovedError | rex.AskError):  # resharded or failed over
             return await self._routed(req)
         if isinstance(reply, rex.ResponseError):
-            raise reply
+            raise self.error(reply, home if self.cluster else None) from reply
         return reply
 
     async def _exchange(self, home: Any, req: Call, args: tuple[Any, ...]) -> Any:

@@ -56,13 +56,16 @@ class SyncNode(_redis.NodeBase):
         pool = self._pool(req.keys[0]) if req.keys else None
         if pool is None:
             return self._routed(req)
-        reply = self._exchange(pool, req, req.evalsha())
-        if isinstance(reply, rex.NoScriptError):
-            reply = self._exchange(pool, req, req.eval())
+        try:
+            reply = self._exchange(pool, req, req.evalsha())
+            if isinstance(reply, rex.NoScriptError):
+                reply = self._exchange(pool, req, req.eval())
+        except rex.RedisError as exc:
+            raise self.error(exc, pool if self.cluster else None) from exc
         if isinstance(reply, rex.MovedError | rex.AskError):  # resharded or failed over
             return self._routed(req)
         if isinstance(reply, rex.ResponseError):
-            raise reply
+            raise self.error(reply, pool if self.cluster else None) from reply
         return reply
 
     def _exchange(self, pool: Any, req: Call, args: tuple[Any, ...]) -> Any:

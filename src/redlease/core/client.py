@@ -42,9 +42,10 @@ class NodeBase:
         self.cluster = not hasattr(client, "connection_pool")
         self.pins = Pins()
 
-    def error(self, exc: rex.RedisError) -> BaseException:
-        """The redlease exception to raise for a redis-py error on this node."""
-        mapped = translate(exc, self.lock, self.name)
+    def error(self, exc: rex.RedisError, home: Any = None) -> BaseException:
+        """The redlease exception to raise for a redis-py error on this node (``home``: the
+        pool or cluster node it happened on, named instead of the whole cluster)."""
+        mapped = translate(exc, self.lock, self.name if home is None else home_name(home))
         return exc if mapped is None else mapped
 
 
@@ -116,6 +117,18 @@ def describe(client: Any) -> str:
         kwargs = client.connection_pool.connection_kwargs
     except AttributeError:
         return type(client).__name__
+    return _address(kwargs)
+
+
+def home_name(home: Any) -> str:
+    """``host:port`` (or ``unix:path``) of a connection pool or a cluster node."""
+    name = getattr(home, "name", None)  # redis.asyncio.cluster.ClusterNode
+    if isinstance(name, str):
+        return name
+    return _address(getattr(home, "connection_kwargs", {}))
+
+
+def _address(kwargs: dict[str, Any]) -> str:
     if kwargs.get("path"):
         return f"unix:{kwargs['path']}"
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
