@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -20,17 +21,26 @@ from tests.core.multikey_util import After, acquire_of, fence_of, lease_of
 from tests.core.util import async_wait_until, wait_until
 
 
-def nodeset(servers: list[RedisServer]) -> NodeSet:
-    return NodeSet([s.client(socket_timeout=5) for s in servers])
+@pytest.fixture
+def ns(redis_nodes: list[RedisServer]) -> Iterator[NodeSet]:
+    nodes = NodeSet([s.client(socket_timeout=5) for s in redis_nodes])
+    yield nodes
+    nodes.close()
+
+
+@pytest.fixture
+def pair(lock_name: str) -> tuple[str, str]:
+    return f"{lock_name}-a", f"{lock_name}-b"
 
 
 def holders(servers: list[RedisServer], name: str) -> list[bytes | None]:
     return [lease_of(s, name).get(b"holder") for s in servers if s.alive]
 
 
-def test_all_or_nothing_and_fencing(redis_nodes: list[RedisServer], lock_name: str) -> None:
-    a, b = f"{lock_name}-a", f"{lock_name}-b"
-    ns = nodeset(redis_nodes)
+def test_all_or_nothing_and_fencing(
+    redis_nodes: list[RedisServer], ns: NodeSet, pair: tuple[str, str]
+) -> None:
+    a, b = pair
     other = redlease.Lock(ns, b, ttl=30, identity="other")
     for _ in range(3):  # b's counters run ahead of a's
         before = other.acquire()
@@ -53,12 +63,12 @@ def test_all_or_nothing_and_fencing(redis_nodes: list[RedisServer], lock_name: s
     multi.release()
     after = redlease.Lock(ns, a, ttl=5).acquire()
     assert after.fencing_token > lease.fencing_token  # a's counter was raised on a quorum
-    ns.close()
 
 
-def test_waiter_is_woken_by_release(redis_nodes: list[RedisServer], lock_name: str) -> None:
-    a, b = f"{lock_name}-a", f"{lock_name}-b"
-    ns = nodeset(redis_nodes)
+def test_waiter_is_woken_by_release(
+    redis_nodes: list[RedisServer], ns: NodeSet, pair: tuple[str, str]
+) -> None:
+    a, b = pair
     holder = redlease.Lock(ns, b, ttl=30)
     holder.acquire()
     multi = redlease.MultiLock(ns, [a, b], ttl=30)
@@ -76,14 +86,12 @@ def test_waiter_is_woken_by_release(redis_nodes: list[RedisServer], lock_name: s
     t.join(20)
     assert got_at and got_at[0] - released_at < 2.5  # not the 5 s fallback step
     multi.release()
-    ns.close()
 
 
 def test_paused_node_mid_acquire_leaves_nothing(
-    redis_nodes: list[RedisServer], lock_name: str
+    redis_nodes: list[RedisServer], ns: NodeSet, pair: tuple[str, str]
 ) -> None:
-    a, b = f"{lock_name}-a", f"{lock_name}-b"
-    ns = nodeset(redis_nodes)
+    a, b = pair
     warm = redlease.MultiLock(ns, [a, b], ttl=30)
     warm.acquire()  # the nodes know the scripts; a's counters are at 1
     warm.release()
@@ -101,14 +109,12 @@ def test_paused_node_mid_acquire_leaves_nothing(
     wait_until(lambda: fence_of(paused.client(), a) == 2)  # its late acquire of a ran,
     wait_until(lambda: holders(redis_nodes, a) == [None, None, None])  # then the undo
     assert holders(redis_nodes, b) == [b"other"] * 3
-    ns.close()
 
 
 def test_nodes_killed_mid_acquire_leave_nothing(
-    redis_nodes: list[RedisServer], lock_name: str
+    redis_nodes: list[RedisServer], ns: NodeSet, pair: tuple[str, str]
 ) -> None:
-    a, b = f"{lock_name}-a", f"{lock_name}-b"
-    ns = nodeset(redis_nodes)
+    a, b = pair
     multi = redlease.MultiLock(ns, [a, b], ttl=30)
 
     def kill_two() -> None:
@@ -119,11 +125,10 @@ def test_nodes_killed_mid_acquire_leave_nothing(
     with pytest.raises(LockUnavailable):
         multi.acquire(blocking=False)  # b: no quorum left
     assert holders(redis_nodes, a) == [None] and holders(redis_nodes, b) == [None]
-    ns.close()
 
 
-async def test_async_all_or_nothing(redis_nodes: list[RedisServer], lock_name: str) -> None:
-    a, b = f"{lock_name}-a", f"{lock_name}-b"
+async def test_async_all_or_nothing(redis_nodes: list[RedisServer], pair: tuple[str, str]) -> None:
+    a, b = pair
     ns = NodeSet([aioredis.Redis(host="127.0.0.1", port=s.port) for s in redis_nodes])
     other = redlease.aio.Lock(ns, b, ttl=30, identity="other")
     before = await other.acquire()
