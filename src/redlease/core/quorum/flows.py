@@ -20,6 +20,7 @@ from redlease.core import scripts
 from redlease.core.protocol import Call, Outcome, Primitive, Replicate, Request, decode_acquire
 from redlease.core.rules import (
     LATE,
+    AcquireDecision,
     Down,
     Late,
     Probe,
@@ -134,6 +135,8 @@ def run(cfg: Settings, req: Request) -> QFlow:
         return [0]
     if script is scripts.STATUS:
         return (yield from read_status(cfg, members, req))
+    if script is scripts.RAISE_FENCE:
+        return (yield from raise_fence(cfg, members, req))
     return (yield from _any(cfg, members, req))
 
 
@@ -386,6 +389,21 @@ def read_status(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
         reply[1], reply[2] = -2, []
     reply[3] = kv.last_fence
     return reply
+
+
+def raise_fence(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
+    """A multi-key lease puts its token on a lock (counter and lease record) before the grant:
+    ``[fence, 1]`` once a quorum confirms it, ``[fence, 0]`` if a quorum answered but the lease
+    was gone, else QuorumUnavailable."""
+    fence = int(call.args[0])
+    results = yield FanOut(dict.fromkeys(members, call), cfg.node_timeout)
+    everyone = AcquireDecision(True, raise_on=tuple(members), granted_nodes=tuple(members))
+    if raise_confirmed(everyone, results, fence, cfg.quorum):
+        return [fence, 1]
+    if sum(isinstance(r, Reply) for r in results.values()) >= cfg.quorum:
+        return [fence, 0]
+    failed = [i for i in range(cfg.n) if not isinstance(results.get(i, LATE), Reply)]
+    raise unavailable(cfg, "cannot raise the fencing token", failed, results)
 
 
 def _replicate(cfg: Settings, members: Sequence[int], req: Replicate) -> QFlow:
