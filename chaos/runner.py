@@ -386,6 +386,10 @@ def run_scenario(
                 run.spawn_client()
         if sidecars:
             observer.start()
+        # faults start once somebody holds the lock: on a busy machine starting the processes
+        # alone can take seconds, and a fault that finds no holder is skipped
+        if run.wait_for_holder(timeout=60) is None:
+            raise RuntimeError(f"{sc.name}: nobody acquired the lock within 60 s")
         sc.inject(run, quick)
         if sidecars:
             time.sleep(1.0)  # keep sampling the last leader for a while
