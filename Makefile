@@ -9,7 +9,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 
 help:
 	@echo "make demo        run the demo on a local redis-server"
-	@echo "make test        lint, type-check and run the whole test suite"
+	@echo "make test        lint, type-check, chaos-quick, the whole suite, core+quorum on every server"
 	@echo "make test-quick  the same without tests marked slow"
 	@echo "make test-matrix tests/core and tests/quorum on Redis 7, Redis 6.2 and Valkey 8"
 	@echo "make chaos       the safety check under faults (< 5 min); chaos-quick < 1 min"
@@ -40,8 +40,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# the suites on the default server, then tests/core and tests/quorum on the other flavours
 test: lint typecheck chaos-quick
 	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) tests/matrix.py --others
 
 test-quick: lint typecheck
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"

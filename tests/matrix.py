@@ -1,8 +1,10 @@
 """`make test-matrix`: the core behaviour and quorum suites on every server flavour this machine
 has (Redis 7, Redis 6.2, Valkey 8; docs/servers.md), then a RedLock set mixing all three.
 
-Usage: python tests/matrix.py [--markdown PATH] [--features] [PYTEST_ARGS...]. Each cell is one
-pytest run with ``--server=FLAVOUR``; a flavour that cannot be had is reported, not failed.
+Usage: python tests/matrix.py [--markdown PATH] [--others] [--features] [PYTEST_ARGS...]. Each
+cell is one pytest run with ``--server=FLAVOUR``; a flavour that cannot be had is reported, not
+failed. ``--others`` (used by ``make test``) leaves out what the main pytest run of ``make test``
+already covers: the default server's flavour and the mixed set.
 Prints a Markdown table (server x suite x result x time); exit status 1 if any run failed.
 ``--features`` instead asks every server about the behaviours that differ between them and
 prints that table (the one in docs/servers.md).
@@ -25,6 +27,8 @@ from redlease.devtools.localredis import (
     RedisServer,
     ServerBinary,
     available_flavours,
+    describe,
+    find_redis_server,
     tls_unsupported,
 )
 
@@ -32,6 +36,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SUITES = {"core": ["tests/core"], "quorum": ["tests/quorum"]}
 MIXED = "tests/quorum/test_servers.py"
 SUMMARY = re.compile(r"^=* ?(\d+ (passed|failed|skipped|error|errors|deselected).*?)(?: =*)?$")
+
+
+TOTALS = {"passed": 0, "failed": 0, "skipped": 0}
+
+
+def _count(summary: str) -> None:
+    """Add pytest's counts (``3 passed, 1 skipped``) to TOTALS; errors count as failures."""
+    for number, word in re.findall(r"(\d+) (passed|failed|skipped|errors?)", summary):
+        TOTALS["failed" if word.startswith("error") else word] += int(number)
 
 
 def run(args: list[str]) -> tuple[str, float, bool]:
@@ -47,6 +60,9 @@ def run(args: list[str]) -> tuple[str, float, bool]:
     )
     if proc.returncode not in (0, 5):
         sys.stdout.write("\n".join(lines[-40:]) + "\n")
+    _count(summary)
+    if proc.returncode not in (0, 1, 5):  # interrupted, internal or usage error: no counts
+        TOTALS["failed"] += 1
     return re.sub(r" in [\d.]+s.*$", "", summary), seconds, proc.returncode in (0, 5)
 
 
@@ -121,15 +137,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(prog="test-matrix")
     ap.add_argument("--markdown", help="also write the table here")
     ap.add_argument("--features", action="store_true", help="the server feature table only")
+    ap.add_argument("--others", action="store_true", help="skip the default server and mixed set")
     args, extra = ap.parse_known_args()
     if args.features:
         print(feature_table())
         return 0
     found = available_flavours()
+    default = describe(find_redis_server()).flavour
     rows = ["| server | suite | result | time |", "|---|---|---|---|"]
     ok = True
     for name, flavour in FLAVOURS.items():
         binary = found.get(name)
+        if args.others and name == default:
+            rows.append(f"| {name} | all | in the main run (the default server) | |")
+            print(rows[-1], flush=True)
+            continue
         if binary is None:
             rows.append(f"| {name} | all | not available here ({flavour.install}) | |")
             print(rows[-1], flush=True)
@@ -140,11 +162,16 @@ def main() -> int:
             rows.append(f"| {name}: {binary.label} | {suite} | {result} | {seconds:.0f} s |")
             print(rows[-1], flush=True)
     labels = " + ".join(found[n].label for n in FLAVOURS if n in found)
-    result, seconds, passed = run([MIXED, *extra])
-    ok &= passed
-    rows.append(f"| mixed: {labels} | quorum | {result} | {seconds:.0f} s |")
+    if args.others:
+        rows.append(f"| mixed: {labels} | quorum | in the main run | |")
+    else:
+        result, seconds, passed = run([MIXED, *extra])
+        ok &= passed
+        rows.append(f"| mixed: {labels} | quorum | {result} | {seconds:.0f} s |")
     table = "\n".join(rows) + "\n"
     print("\n" + table)
+    passed, failed, skipped = TOTALS.values()
+    print(f"matrix: {passed} passed, {failed} failed, {skipped} skipped")  # a CI-readable last line
     if args.markdown:
         Path(args.markdown).write_text(table)
     return 0 if ok else 1
