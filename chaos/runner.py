@@ -361,9 +361,10 @@ def run_scenario(
     """
     if sc.nodes > 1 and not quorum_available():
         return {"name": sc.name, "skipped": "redlease.quorum is not available"}
+    resource = RedisServer()  # finds the binary first: no work directory if there is none
     workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{sc.name}-"))
     nodes: list[RedisServer] = []
-    run = Run(sc.name, nodes, RedisServer(), workdir, sc.ttl, seconds, fenced=sc.fenced)
+    run = Run(sc.name, nodes, resource, workdir, sc.ttl, seconds, fenced=sc.fenced)
     started = now()
     stop = threading.Event()
     observer = threading.Thread(target=run.observe, args=(stop,), daemon=True)
