@@ -22,9 +22,9 @@ Counted per scenario:
   (each would have corrupted an unfenced resource).
 * ``overlapping_pairs``: pairs of critical sections of different tokens that certainly ran at
   the same time; ``sections_overlapped``: sections in at least one such pair. A section is
-  taken from when its acquire returned to its holder's last act (last write sent, or the start
-  of its release, or noticing the loss): a sub-interval of the time the holder really acted, so
-  an intersection is proven. Pauses cause these; they are what fencing is for, not a failure.
+  taken from when its acquire returned to when its last write was sent: a sub-interval of the
+  time its holder really believed it held the lock, so an intersection is proven. Pauses cause
+  these; they are what fencing is for, not a failure.
 """
 
 from __future__ import annotations
@@ -110,7 +110,12 @@ def count_dual_leaders(samples: Iterable[Sample]) -> int:
 
 
 def intervals(events: Iterable[dict[str, Any]]) -> list[tuple[float, float, int, str]]:
-    """Critical sections as (start, end, token, client) from client history events."""
+    """Critical sections as (start, end, token, client) from client history events.
+
+    From the acquire's return to the moment the holder's last write was sent: the holder
+    certainly believed it held the lock all that time. Events written down later (``releasing``,
+    ``lost``) are not used, because a pause before writing them would stretch the section.
+    """
     spans: dict[tuple[str, int], list[float]] = {}
     for e in events:
         if "token" not in e:
@@ -118,10 +123,8 @@ def intervals(events: Iterable[dict[str, Any]]) -> list[tuple[float, float, int,
         key = (e["client"], e["token"])
         if e["event"] == "acquired":
             spans[key] = [e["returned"], e["returned"]]
-        elif key in spans and e["event"] in ("write", "releasing", "lost"):
-            # a section ends when its holder stops acting: its last write, or when it starts
-            # to release (a release returns later, after the lock is already free)
-            spans[key][1] = max(spans[key][1], e.get("sent", e["mono"]))
+        elif key in spans and e["event"] == "write":
+            spans[key][1] = max(spans[key][1], e["sent"])
     return sorted((s, t, tok, c) for (c, tok), (s, t) in spans.items())
 
 

@@ -66,7 +66,7 @@ def main(cfg: dict[str, Any]) -> None:
                     record("write_error", token=token, error=str(exc))
                     continue
                 record("write", token=token, accepted=ok, sent=sent)
-            record("releasing", token=token)  # the critical section ends here
+            record("releasing", token=token)
             try:
                 lock.release()
                 record("released", token=token)

@@ -103,6 +103,19 @@ def test_overlap_and_stale_write_counting() -> None:
     assert v.safe
 
 
+def test_a_pause_before_writing_an_event_down_does_not_stretch_a_section() -> None:
+    events = [
+        acquired("a", 0.0, 0.1, 1),
+        ev("a", "write", 0.2, 1, sent=0.2),
+        ev("a", "releasing", 3.0, 1),  # paused after its last write, before noting this
+        ev("a", "lost", 3.0, 1),
+        acquired("b", 1.0, 1.1, 2),  # a's lease had expired: b holds
+        ev("b", "write", 1.2, 2, sent=1.2),
+    ]
+    v = check(events, [])
+    assert v.overlapping_pairs == 0 and v.token_regressions == 0
+
+
 def test_unfenced_stale_write_is_counted() -> None:
     attempts = [
         {"client": "b", "token": 2, "accepted": 1, "max_before": 1},
