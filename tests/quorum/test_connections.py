@@ -11,10 +11,12 @@ from redlease.quorum import NodeSet
 from tests.quorum.conftest import round_trip_over
 
 
-def test_acl_and_unix_nodes(acl_node: RedisServer, unix_node: str) -> None:
-    round_trip_over(
-        [f"redis://locker:s3cret-pw@127.0.0.1:{acl_node.port}/0", unix_node], "acl-unix"
-    )
+def test_acl_and_unix_nodes(
+    acl_node: RedisServer, unix_node: str, redis_server: RedisServer
+) -> None:
+    # three nodes: the node-set rule refuses two (no fault tolerance)
+    urls = [f"redis://locker:s3cret-pw@127.0.0.1:{acl_node.port}/0", redis_server.url, unix_node]
+    round_trip_over(urls, "acl-unix")
 
 
 def test_wrong_password_names_the_node(acl_node: RedisServer) -> None:
