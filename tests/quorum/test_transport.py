@@ -160,6 +160,29 @@ async def test_failed_connect_fails_fast_asyncio(monkeypatch: pytest.MonkeyPatch
     await ch.close()
 
 
+def test_pinned_request_never_reaches_a_new_server(redis_server: RedisServer) -> None:
+    """A request pinned to the connection a decision was made on fails once the node was
+    reconnected (to a server that restarted without its data, here) instead of running there."""
+    ch = _blocking.Channel(redis_server.client(), "node", dead_after=10)
+    first = ch.submit(("PING",))
+    _blocking.collect([(ch, first)], far())
+    probe, epoch = ch.view
+    assert probe is not None
+    redis_server.restart()
+    lost = ch.submit(("PING",), epoch=epoch)  # the old connection is gone: fails, no reconnect
+    _blocking.collect([(ch, lost)], far())
+    assert isinstance(lost.value, redis.ConnectionError)
+    again = ch.submit(("PING",))  # unpinned (a release, say): reconnects
+    _blocking.collect([(ch, again)], far())
+    assert again.value is True or again.value == b"PONG"
+    new_probe, new_epoch = ch.view
+    assert new_probe is not None and new_probe.run_id != probe.run_id and new_epoch != epoch
+    pinned = ch.submit(("PING",), epoch=epoch)
+    assert pinned.done and isinstance(pinned.value, redis.ConnectionError)
+    assert "reconnected" in str(pinned.value)
+    ch._close()
+
+
 async def test_paused_node_does_not_stall_asyncio(
     redis_nodes: list[RedisServer], lock_name: str
 ) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
 import redis.exceptions as rex
@@ -88,7 +89,9 @@ class Channel:
         self.client = client
         self.name = name
         self.dead_after = dead_after
-        self.probe: Probe | None = None
+        # (probe, epoch): what the server said on the current connection (None: not connected)
+        # and which connection that is; replaced as a whole, so it is read without the lock
+        self.view: tuple[Probe | None, int] = (None, 0)
         self._lock = lock
         self._conn: Any = None
         self._connecting = False
@@ -128,18 +131,27 @@ class Channel:
             self._start_locked()
 
     def submit(
-        self, args: tuple[Any, ...], after: Slot | None = None, memo: Memo | None = None
+        self,
+        args: tuple[Any, ...],
+        after: Slot | None = None,
+        memo: Memo | None = None,
+        epoch: int | None = None,
     ) -> Slot:
         """Write ``args`` (or queue it until connected); the slot gets the raw reply.
 
         The bytes are on their way, in order, when it returns. ``after``: the previous request
         of the same batch; if it was lost with its connection, this one is not sent (it must
         not run on a new connection without its predecessor). ``memo``: see :func:`pack`.
+        ``epoch``: send only on that connection (see :attr:`view`), else fail at once: a
+        decision made on one server's probe must not be carried out by a server that replaced
+        it (restarted without its data, say).
         """
         slot = Slot()
         with self._lock:
             if after is not None and lost(after):
                 slot.set(after.value)
+            elif epoch is not None and (self._conn is None or epoch != self.view[1]):
+                slot.set(rex.ConnectionError(f"{self.name} was reconnected since its probe"))
             elif self._conn is not None:
                 self._send_locked(args, slot, memo)
             elif self._closed:
@@ -151,9 +163,17 @@ class Channel:
                 slot.set(self._error or rex.ConnectionError("not connected"))
         return slot
 
-    def settled(self) -> Probe | None:
-        """The probe of the current connection (None: not connected)."""
-        return self.probe if self._conn is not None else None
+    @property
+    def probe(self) -> Probe | None:
+        """What the server said on the current connection (None: not connected)."""
+        return self.view[0]
+
+    def remark(self, epoch: int, probe: Probe) -> None:
+        """The node's marker now reads as in ``probe`` (if still on connection ``epoch``)."""
+        with self._lock:
+            current, now = self.view
+            if now == epoch and current is not None and current.run_id == probe.run_id:
+                self.view = (replace(current, marker=probe.marker, born=probe.born), epoch)
 
     @property
     def queued(self) -> int:
@@ -242,7 +262,8 @@ class Channel:
                 self._notify()
                 self._dispose(conn)
                 return
-            self._conn, self.probe, self._error = conn, probe, None
+            self._conn, self._error = conn, None
+            self.view = (probe, self.view[1] + 1)
             backlog, self._backlog = self._backlog, []
             for args, slot in backlog:
                 if self._conn is None:  # the connection broke while writing the backlog
@@ -297,7 +318,8 @@ class Channel:
 
     def _drop_locked(self, error: BaseException) -> None:
         """Close the connection; every request in flight on it fails with ``error``."""
-        conn, self._conn, self.probe = self._conn, None, None
+        conn, self._conn = self._conn, None
+        self.view = (None, self.view[1])
         self._error = error
         pending = list(self._inflight)
         self._inflight.clear()

@@ -85,43 +85,55 @@ class QuorumExecutor:
         if isinstance(req, Wait):
             return (yield from self._wait(req))
         flow = run(self.settings, req)
+        pins: list[int | None] = []  # per node: the connection this flow's decisions are for
         try:
             step = next(flow)
             while True:
-                step = flow.send((yield from self._serve(step)))
+                step = flow.send((yield from self._serve(step, pins)))
         except StopIteration as stop:  # the flow is done: ``stop.value`` is the reply
             return stop.value
 
-    def _serve(self, step: QRequest) -> Steps:
+    def _serve(self, step: QRequest, pins: list[int | None]) -> Steps:
         """Carry out one request of a quorum flow; return its reply."""
         if isinstance(step, FanOut):
-            return (yield from self._fan_out(step))
+            return (yield from self._fan_out(step, pins if step.pinned else None))
         if isinstance(step, Ready):
-            return (yield from self._ready(step.timeout))
-        self.nodeset.marked(step)
+            return (yield from self._ready(step.timeout, pins))
+        pin = pins[step.index]
+        if pin is not None:
+            self.nodeset.channels()[step.index].remark(pin, step.probe)
         return None
 
-    def _ready(self, timeout: float) -> Generator[Step, Any, list[Probe | Down | None]]:
+    def _ready(
+        self, timeout: float, pins: list[int | None]
+    ) -> Generator[Step, Any, list[Probe | Down | None]]:
+        """Every node's probe (or why it has none); ``pins`` gets the connections probed."""
         channels: list[Channel] = self.nodeset.channels()
-        probes = [ch.probe for ch in channels]
-        if None not in probes:  # all connected: nothing to wait for
-            return list(probes)
-        first_use = all(p is None for p in probes)
-        for ch in channels:
-            ch.start()
-        # the first contact needs a handshake and a probe: give it more than one round trip
-        wait = max(timeout, FIRST_CONTACT) if first_use else timeout
-        yield Settle(channels, time.monotonic() + wait)
-        return [settled(self.lock, ch) for ch in channels]
+        views = [ch.view for ch in channels]
+        if any(p is None for p, _ in views):
+            first_use = all(p is None for p, _ in views)
+            for ch in channels:
+                ch.start()
+            # the first contact needs a handshake and a probe: give it more than one round trip
+            wait = max(timeout, FIRST_CONTACT) if first_use else timeout
+            yield Settle(channels, time.monotonic() + wait)
+            views = [ch.view for ch in channels]
+        pins[:] = [epoch if p is not None else None for p, epoch in views]
+        return [
+            p if p is not None else failed(self.lock, ch)
+            for (p, _), ch in zip(views, channels, strict=True)
+        ]
 
-    def _fan_out(self, step: FanOut) -> Generator[Step, Any, dict[int, Result]]:
+    def _fan_out(
+        self, step: FanOut, pins: list[int | None] | None
+    ) -> Generator[Step, Any, dict[int, Result]]:
         """Write to every node first, then collect the replies up to one shared deadline."""
         channels: list[Channel] = self.nodeset.channels()
         memo: Memo = {}
-        slots = {
-            i: submit_all(channels[i], req if isinstance(req, tuple) else (req,), memo)
-            for i, req in step.calls.items()
-        }
+        slots = {}
+        for i, req in step.calls.items():
+            reqs = req if isinstance(req, tuple) else (req,)
+            slots[i] = submit_all(channels[i], reqs, memo, pins[i] if pins else None)
         if step.timeout > 0:
             order = sorted(slots, key=lambda i: channels[i].queued)  # slow nodes last
             pairs = [(channels[i], slots[i][-1]) for i in order]
@@ -159,11 +171,8 @@ def to_result(lock: str, node: str, slots: list[Slot], batch: bool) -> Result:
     return Reply(values if batch else values[0])
 
 
-def settled(lock: str, channel: Channel) -> Probe | Down | None:
-    """A channel's probe, or why it has none (None: still connecting)."""
-    probe = channel.settled()
-    if probe is not None:
-        return probe
+def failed(lock: str, channel: Channel) -> Down | None:
+    """Why a channel has no probe (None: still connecting)."""
     error = channel.last_error
     return Down(node_error(error, lock, channel.name)) if error is not None else None
 
@@ -180,12 +189,13 @@ def call_args(req: Any) -> tuple[Any, ...]:
     return ("EVALSHA", req.script.sha, len(req.keys), *req.keys, *req.args)
 
 
-def submit_all(channel: Channel, reqs: Batch, memo: Memo) -> list[Slot]:
-    """Write a node's requests in order; after a lost one the rest are not sent."""
+def submit_all(channel: Channel, reqs: Batch, memo: Memo, epoch: int | None) -> list[Slot]:
+    """Write a node's requests in order (on connection ``epoch`` if given); after a lost one
+    the rest are not sent."""
     slots: list[Slot] = []
     for r in reqs:
         args = memo.get(id(r))
         if args is None:
             args = memo[id(r)] = call_args(r)
-        slots.append(channel.submit(args, slots[-1] if slots else None, memo))
+        slots.append(channel.submit(args, slots[-1] if slots else None, memo, epoch))
     return slots

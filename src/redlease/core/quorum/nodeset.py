@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from redlease.core import client as _redis
 from redlease.core.quorum import _aio, _blocking
 from redlease.core.quorum.channel import Channel
-from redlease.core.quorum.flows import Marked, Settings
+from redlease.core.quorum.flows import Settings
 from redlease.core.rules import check_quorum, membership
 from redlease.errors import ConfigError
 
@@ -132,13 +131,6 @@ class NodeSet:
 
     def _make_channels(self, kind: Any) -> list[Channel]:
         return [kind(c, n, self.dead_after) for c, n in zip(self.clients, self.names, strict=True)]
-
-    def marked(self, step: Marked) -> None:
-        """Node ``step.index`` was (re-)seeded: count it from now on."""
-        chans = self._channels or []
-        probe = chans[step.index].probe if step.index < len(chans) else None
-        if probe is not None:
-            chans[step.index].probe = replace(probe, marker=step.run_id)
 
     # -- health and life cycle ------------------------------------------------------------------
 
