@@ -299,7 +299,8 @@ def birth_list(probes: Sequence[Probe | None]) -> frozenset[str]:
 
 def births(probes: Sequence[Probe | None]) -> frozenset[str]:
     """Every server named on a birth list that some node's marker carries."""
-    return frozenset[str]().union(*(p.born for p in probes if p is not None))
+    none: frozenset[str] = frozenset()
+    return none.union(*(p.born for p in probes if p is not None))
 
 
 def born_members(probes: Sequence[Probe | None]) -> tuple[int, ...]:

@@ -85,7 +85,7 @@ class QuorumExecutor:
         if isinstance(req, Wait):
             return (yield from self._wait(req))
         flow = run(self.settings, req)
-        pins: list[int | None] = []  # per node: the connection this flow's decisions are for
+        pins: list[int] = []  # per node: the connection this flow's decisions are for
         try:
             step = next(flow)
             while True:
@@ -93,39 +93,38 @@ class QuorumExecutor:
         except StopIteration as stop:  # the flow is done: ``stop.value`` is the reply
             return stop.value
 
-    def _serve(self, step: QRequest, pins: list[int | None]) -> Steps:
+    def _serve(self, step: QRequest, pins: list[int]) -> Steps:
         """Carry out one request of a quorum flow; return its reply."""
         if isinstance(step, FanOut):
             return (yield from self._fan_out(step, pins if step.pinned else None))
         if isinstance(step, Ready):
             return (yield from self._ready(step.timeout, pins))
-        pin = pins[step.index]
-        if pin is not None:
-            self.nodeset.channels()[step.index].remark(pin, step.probe)
+        self.nodeset.channels()[step.index].remark(pins[step.index], step.probe)
         return None
 
     def _ready(
-        self, timeout: float, pins: list[int | None]
+        self, timeout: float, pins: list[int]
     ) -> Generator[Step, Any, list[Probe | Down | None]]:
         """Every node's probe (or why it has none); ``pins`` gets the connections probed."""
         channels: list[Channel] = self.nodeset.channels()
         views = [ch.view for ch in channels]
-        if any(p is None for p, _ in views):
-            first_use = all(p is None for p, _ in views)
+        probes: list[Probe | Down | None] = [p for p, _ in views]
+        if None in probes:
+            first_use = all(p is None for p in probes)
             for ch in channels:
                 ch.start()
             # the first contact needs a handshake and a probe: give it more than one round trip
             wait = max(timeout, FIRST_CONTACT) if first_use else timeout
             yield Settle(channels, time.monotonic() + wait)
             views = [ch.view for ch in channels]
-        pins[:] = [epoch if p is not None else None for p, epoch in views]
-        return [
-            p if p is not None else failed(self.lock, ch)
-            for (p, _), ch in zip(views, channels, strict=True)
-        ]
+            probes = [
+                p or failed(self.lock, ch) for (p, _), ch in zip(views, channels, strict=True)
+            ]
+        pins[:] = [epoch for _, epoch in views]  # without a probe: no connection to rely on
+        return probes
 
     def _fan_out(
-        self, step: FanOut, pins: list[int | None] | None
+        self, step: FanOut, pins: list[int] | None
     ) -> Generator[Step, Any, dict[int, Result]]:
         """Write to every node first, then collect the replies up to one shared deadline."""
         channels: list[Channel] = self.nodeset.channels()

@@ -187,12 +187,14 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
     """
     reasons = [p.error.message if isinstance(p, Down) else "not reachable" for p in replies]
     probes = [p if isinstance(p, Probe) else None for p in replies]
-    if brand_new(probes):
-        probes = yield from _bootstrap(cfg, probes)
-    born = born_members(probes)
-    if born:
-        probes = yield from _mark(cfg, probes, born, births(probes))
     states = [membership(p) for p in probes]
+    if "fresh" in states:
+        if brand_new(probes):
+            probes = yield from _bootstrap(cfg, probes)
+        born = born_members(probes)
+        if born:
+            probes = yield from _mark(cfg, probes, born, births(probes))
+        states = [membership(p) for p in probes]
     members = tuple(i for i, s in enumerate(states) if s == "member")
     fresh = [i for i, s in enumerate(states) if s == "fresh"]
     cfg.outside = {
