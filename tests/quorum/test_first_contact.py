@@ -195,12 +195,16 @@ def test_restarted_node_is_not_on_the_birth_list(redis_nodes: list[RedisServer])
     runs a new server, which the birth list does not name, so it waits out the restart rule."""
     _mark_first_only(redis_nodes)
     redis_nodes[2].restart()
-    ns = NodeSet([s.client() for s in redis_nodes], restart_delay=1.0)
+    ns = NodeSet([s.client() for s in redis_nodes])  # restart_delay 60 s
     lock = redlease.Lock(ns, "interrupted", ttl=0.5)
     lock.acquire(blocking=False)  # nodes 0 and 1 form the quorum
     lock.release()
     assert ns.health()["healthy"] == 2
     assert _marker(redis_nodes[2]) == [None, None]
+    ns.close()
+
+    ns = NodeSet([s.client() for s in redis_nodes], restart_delay=1.0)
+    lock = redlease.Lock(ns, "interrupted", ttl=0.5)
 
     def rejoined() -> bool:  # after restart_delay, re-seeded from the two intact nodes
         lock.acquire(blocking=False)
