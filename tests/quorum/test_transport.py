@@ -40,32 +40,36 @@ def far() -> float:
 # --- a reply that arrives after its caller gave up --------------------------------------------
 
 
-def test_late_reply_is_consumed_in_order(proxy: DelayProxy) -> None:
-    ch = _blocking.Channel(redis.Redis(port=proxy.port), "slow", dead_after=10)
+def test_late_reply_is_consumed_in_order(redis_server: RedisServer) -> None:
+    ch = _blocking.Channel(redis_server.client(), "slow", dead_after=10)
     warm = ch.submit(("PING",))
     _blocking.collect([(ch, warm)], far())
-    proxy.delay = 0.3
-    first = ch.submit(("ECHO", "first"))
-    _blocking.collect(
-        [(ch, first)], time.monotonic() + 0.01
-    )  # the caller gives up: the reply is late
-    assert not first.done and ch.queued == 1
-    second = ch.submit(("ECHO", "second"))
-    _blocking.collect([(ch, second)], far())  # reads the late reply first, hands it to its own slot
+    redis_server.pause()  # SIGSTOP: the request waits in the socket
+    try:
+        first = ch.submit(("ECHO", "first"))
+        _blocking.collect([(ch, first)], time.monotonic() + 0.01)  # the caller gives up
+        assert not first.done and ch.queued == 1
+        second = ch.submit(("ECHO", "second"))
+    finally:
+        redis_server.resume()
+    _blocking.collect([(ch, second)], far())  # reads the late reply first, into its own slot
     assert (first.value, second.value) == (b"first", b"second")
     ch._close()
 
 
-async def test_late_reply_is_consumed_in_order_asyncio(proxy: DelayProxy) -> None:
-    client = aioredis.Redis(port=proxy.port)
+async def test_late_reply_is_consumed_in_order_asyncio(redis_server: RedisServer) -> None:
+    client = aioredis.Redis(port=redis_server.port)
     ch = _aio.Channel(client, "slow", dead_after=10)
     warm = ch.submit(("PING",))
     await _aio.collect([(ch, warm)], far())
-    proxy.delay = 0.3
-    first = ch.submit(("ECHO", "first"))
-    await _aio.collect([(ch, first)], time.monotonic() + 0.01)
-    assert not first.done and ch.queued == 1
-    second = ch.submit(("ECHO", "second"))
+    redis_server.pause()
+    try:
+        first = ch.submit(("ECHO", "first"))
+        await _aio.collect([(ch, first)], time.monotonic() + 0.01)
+        assert not first.done and ch.queued == 1
+        second = ch.submit(("ECHO", "second"))
+    finally:
+        redis_server.resume()
     await _aio.collect([(ch, second)], far())
     assert (first.value, second.value) == (b"first", b"second")
     await ch.close()
