@@ -30,33 +30,29 @@ _SCHEME_HINT = "use redis://, rediss://, unix:// or redis+sentinel://"
 def redact(url: str) -> str:
     """``url`` safe to print: a password (userinfo or query) becomes ``***``.
 
-    A URL that does not parse shows only its scheme and host, since a password with an unencoded
-    ``/``, ``#`` or ``?`` is exactly what breaks parsing.
+    The userinfo is taken up to the last ``@``, so a password with an unencoded ``/``, ``#``,
+    ``?`` or ``@`` (what usually breaks URL parsing) is hidden too; a URL that still does not
+    parse shows only its scheme and host.
     """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "<unparsable URL>"
+    userinfo, at, hostpart = rest.rpartition("@")
+    shown = ""
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        if any(c in user for c in "/?#"):
+            user = "***"
+        shown = f"{user}:***@" if colon else f"{user}@"
     try:
-        parts = urlsplit(url)
-        if parts.scheme not in SENTINEL_SCHEMES:  # h1:p1,h2:p2 is not one port
-            _ = parts.port
+        parts = urlsplit(f"{scheme}://{hostpart}")
     except ValueError:
-        return _scheme_and_host(url)
-    netloc = parts.netloc
-    if parts.password is not None or "@" in netloc:
-        userinfo, _, hostpart = netloc.rpartition("@")
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{hostpart}" if ":" in userinfo else f"{user}@{hostpart}"
+        return f"{scheme}://{shown}<unparsable>"
     query = parts.query
     if query:
         items = parse_qsl(query, keep_blank_values=True)
         query = "&".join(f"{k}={'***' if k.lower() in CREDENTIAL_PARAMS else v}" for k, v in items)
-    return parts._replace(netloc=netloc, query=query).geturl()
-
-
-def _scheme_and_host(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return "<unparsable URL>"
-    host = rest.split("/", 1)[0].rpartition("@")[2].split("?", 1)[0]
-    return f"{scheme}://{host or '?'}/<unparsable>"
+    return parts._replace(netloc=shown + parts.netloc, query=query).geturl()
 
 
 def validate_url(url: object, field: str = "--redis", *, credentials: bool = True) -> str:
@@ -68,6 +64,12 @@ def validate_url(url: object, field: str = "--redis", *, credentials: bool = Tru
     """
     if not isinstance(url, str) or not url:
         raise ConfigError(field, "must be a non-empty URL string")
+    if "@" in url.partition("://")[2] and "@" not in urlsplit(url).netloc:
+        raise ConfigError(
+            field,
+            f"not a valid URL: {redact(url)} (percent-encode a password's special characters: "
+            "%2F for /, %23 for #, %3F for ?, %40 for @)",
+        )
     try:
         parts = urlsplit(url)
         port = None if parts.scheme in SENTINEL_SCHEMES else parts.port
@@ -112,7 +114,7 @@ def sentinel_hosts(url: str, field: str = "--redis") -> list[tuple[str, int]]:
             if not sep:
                 host, port = item, "26379"
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(field, f"bad Sentinel address {item!r} in {redact(url)}")
+            raise ConfigError(field, f"bad Sentinel address in {redact(url)}")
         hosts.append((host, int(port)))
     return hosts
 
