@@ -38,6 +38,7 @@ from redlease.operator.handlers import (
 from redlease.operator.secrets import SecretSource
 
 RESOURCE = f"{GROUP}/{VERSION}/{PLURAL}"
+LEASES = "coordination.k8s.io/v1/leases"
 _rv = itertools.count(1)
 
 
@@ -115,6 +116,9 @@ def declare(emulator: Emulator) -> None:
     )
     emulator.resources["v1/pods"] = kmock.ResourceInfo(
         kind="Pod", namespaced=True, verbs={"get", "list", "create", "patch"}
+    )
+    emulator.resources[LEASES] = kmock.ResourceInfo(
+        kind="Lease", namespaced=True, verbs={"get", "list", "watch", "create", "patch", "update"}
     )
     emulator.resources[RESOURCE] = kmock.ResourceInfo(
         kind="DistributedLock",

@@ -98,6 +98,20 @@ def _add_operator(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="serve Prometheus /metrics on HOST:PORT, e.g. 127.0.0.1:9090 (default: off)",
     )
     op.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    op.add_argument(
+        "--leader-election",
+        action="store_true",
+        help="run several replicas: one active (holds a coordination.k8s.io Lease), the others "
+        "standing by and serving the webhook",
+    )
+    op.add_argument("--lease-name", default="redlease-operator", help="the operator's Lease")
+    op.add_argument(
+        "--lease-namespace", help="namespace of the Lease (default: $POD_NAMESPACE, in-cluster)"
+    )
+    op.add_argument("--lease-duration", default="15", help="Lease duration, s (15)")
+    op.add_argument("--lease-renew-deadline", help="stop leading after, s (2/3 of the duration)")
+    op.add_argument("--lease-retry-period", help="renew / retry every, s (2/15 of the duration)")
+    op.add_argument("--identity", help="this replica's identity ($POD_NAME, else hostname-random)")
     inject_cli.add_webhook_flags(op)
     _defer_defaults(op)  # every flag also reads REDLEASE_<FLAG> (see _fill_from_env)
 
@@ -141,6 +155,40 @@ def _operator_config(
         verbose=bool(args.verbose),
         metrics=_host_port(args.metrics, "--metrics") if args.metrics else None,
         webhook=inject_cli.webhook_config(args, _host_port),
+        election=_operator_election(args) if args.leader_election else None,
+    )
+
+
+def _operator_election(args: argparse.Namespace) -> Any:
+    """The operator's Lease: name, namespace, identity and client-go's timing rules."""
+    import secrets as _secrets
+
+    from redlease.core.keys import validate_identity
+    from redlease.core.spec import validate_object_name, validate_timing
+    from redlease.operator.leadership import ElectionConfig
+
+    namespace = args.lease_namespace or os.environ.get("POD_NAMESPACE")
+    ns_file = os.path.join(SA_DIR, "namespace")
+    if not namespace and os.path.exists(ns_file):
+        with open(ns_file) as fh:
+            namespace = fh.read().strip()
+    if not namespace:
+        raise ConfigError("--lease-namespace", "needed outside a pod (or set POD_NAMESPACE)")
+    identity = args.identity or os.environ.get("POD_NAME")
+    if not identity:  # two processes on one host must never share an identity
+        identity = f"{socket.gethostname()}-{_secrets.token_hex(3)}"
+    names = ("--lease-duration", "--lease-renew-deadline", "--lease-retry-period")
+    given = (args.lease_duration, args.lease_renew_deadline, args.lease_retry_period)
+    ttl, deadline, retry = (
+        _number(value, flag, 0.01, 86400) if value else None
+        for value, flag in zip(given, names, strict=True)
+    )
+    timing = validate_timing(ttl or 15.0, deadline, retry, names=names)
+    return ElectionConfig(
+        namespace=validate_object_name(namespace, "--lease-namespace"),
+        name=validate_object_name(args.lease_name, "--lease-name"),
+        identity=validate_identity(identity, "--identity"),
+        timing=timing,
     )
 
 
