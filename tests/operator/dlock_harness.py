@@ -43,7 +43,11 @@ _rv = itertools.count(1)
 
 
 class Emulator(kmock.KubernetesEmulator):
-    """KubernetesEmulator plus the metadata and status codes kopf relies on."""
+    """KubernetesEmulator plus the metadata and status codes kopf relies on, and an outage
+    switch: ``outage = "refuse"`` answers every request 503, ``"hang"`` answers none until the
+    outage is over (``outage = None``)."""
+
+    outage: str | None = None
 
     def _current(self, request: kmock.Request) -> dict[str, Any] | None:
         key = (request.resource, request.namespace, request.name)
@@ -78,6 +82,13 @@ class Emulator(kmock.KubernetesEmulator):
                 data.append({"op": "add", "path": "/metadata/resourceVersion", "value": rv})
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        while self.outage == "hang":  # noqa: ASYNC110 - a switch set by plain assignment
+            await asyncio.sleep(0.05)
+        if self.outage == "refuse":
+            return aiohttp.web.json_response(
+                {"kind": "Status", "status": "Failure", "code": 503, "message": "outage"},
+                status=503,
+            )
         if request.resource is not None:
             self._stamp(request)
         try:

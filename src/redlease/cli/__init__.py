@@ -273,6 +273,12 @@ def _add_election_commands(sub: Any) -> None:
     )
     _add_lock_ref_flags(side)
     side.add_argument("--pod-label", action="store_true", help="label own pod redlease.dev/leader")
+    side.add_argument(
+        "--lease-mirror",
+        action="store_true",
+        help="while leading, keep a coordination.k8s.io Lease named after the lock",
+    )
+    side.add_argument("--events", action="store_true", help="post became/stopped-leading Events")
     _add_log_flags(side)
 
     run = sub.add_parser("run", help="run COMMAND only while holding the lease")
@@ -482,6 +488,8 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
             pod_label=args.pod_label,
             lock_ref=lock_ref,
             kube=kube,
+            lease_mirror=args.lease_mirror,
+            events=args.events,
         )
         logs.configure(args.log_level, args.log_format)
         from redlease.sidecar.daemon import run_sidecar

@@ -42,6 +42,8 @@ INJECT_ANNOTATION = f"{GROUP}/inject"  # "false": opt out
 READY_ANNOTATION = f"{GROUP}/ready"  # connected (default) | leader | always
 POD_LABEL_ANNOTATION = f"{GROUP}/pod-label"  # "true": keep redlease.dev/leader on the pod
 HTTP_PORT_ANNOTATION = f"{GROUP}/http-port"  # the sidecar's loopback port (4040)
+LEASE_MIRROR_ANNOTATION = f"{GROUP}/lease-mirror"  # "true": keep a coordination.k8s.io Lease
+EVENTS_ANNOTATION = f"{GROUP}/events"  # "true": post became/stopped-leading Events
 INJECTED_ANNOTATION = f"{GROUP}/injected"  # set by the injector: the redlease version
 OPTION_ANNOTATIONS = (
     LOCK_ANNOTATION,
@@ -49,6 +51,8 @@ OPTION_ANNOTATIONS = (
     READY_ANNOTATION,
     POD_LABEL_ANNOTATION,
     HTTP_PORT_ANNOTATION,
+    LEASE_MIRROR_ANNOTATION,
+    EVENTS_ANNOTATION,
     INJECTED_ANNOTATION,
 )
 
@@ -92,6 +96,8 @@ class Options:
     ready: str = DEFAULT_READY
     http_port: int = DEFAULT_HTTP_PORT
     pod_label: bool = False
+    lease_mirror: bool = False
+    events: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +188,8 @@ def read_options(pod: Mapping[str, Any]) -> Options | None:
         ready=ready,
         http_port=int(raw_port),
         pod_label=_boolean(annotations, POD_LABEL_ANNOTATION, False),
+        lease_mirror=_boolean(annotations, LEASE_MIRROR_ANNOTATION, False),
+        events=_boolean(annotations, EVENTS_ANNOTATION, False),
     )
 
 
@@ -263,6 +271,10 @@ def sidecar_container(
     ]
     if options.pod_label:
         args.append("--pod-label")
+    if options.lease_mirror:
+        args.append("--lease-mirror")
+    if options.events:
+        args.append("--events")
     env = [
         _env_field("POD_NAME", "metadata.name"),
         _env_field("POD_NAMESPACE", "metadata.namespace"),

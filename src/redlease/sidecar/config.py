@@ -154,3 +154,24 @@ class SidecarConfig:
     pod_label: bool = False
     lock_ref: LockRef | None = None
     kube: KubeSettings = KubeSettings()
+    lease_mirror: bool = False  # keep a coordination.k8s.io Lease named after the lock
+    events: bool = False  # post became/stopped-leading Events
+
+    def lock_object(self, lock: str) -> tuple[str, str]:
+        """(namespace, name) of the Kubernetes object named after the lock, for the Lease
+        mirror and the Events: the DistributedLock's name with ``--lock-ref``, else the lock
+        name itself, which must then be a valid object name."""
+        flag = "--lease-mirror" if self.lease_mirror else "--events"
+        if self.lock_ref is not None:
+            return self.lock_ref.namespace, self.lock_ref.name
+        if not self.kube.namespace:
+            raise ConfigError(flag, "needs the POD_NAMESPACE env var (or --lock-ref NS/NAME)")
+        try:
+            name = validate_object_name(lock, flag)
+        except ConfigError:
+            raise ConfigError(
+                flag,
+                f"the lock name {lock!r} is not a valid Kubernetes object name (lowercase "
+                "letters, digits, '-' and '.'): use such a lock name, or --lock-ref",
+            ) from None
+        return self.kube.namespace, name

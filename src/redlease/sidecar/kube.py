@@ -1,7 +1,7 @@
 """A small Kubernetes API client on aiohttp: the pod label and the DistributedLock reference.
 
-Only three calls are needed (patch own pod, read/watch one DistributedLock, read one Secret --
-the last one only when no credentials were given), so
+Only a few calls are needed (patch own pod, read/watch one DistributedLock, read a Secret --
+only when no credentials were given --, and, opt-in, a Lease and Events: :mod:`.mirror`), so
 this talks to the API directly instead of pulling in a full client. In a pod it uses the
 service-account token and CA (in-cluster config); ``--kube-api`` points it elsewhere (tests).
 """
@@ -20,6 +20,7 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 import structlog
 
+from redlease import __version__
 from redlease.core.spec import (
     GROUP,
     LEADER_LABEL,
@@ -35,7 +36,12 @@ log = structlog.get_logger("redlease.sidecar")
 
 
 class KubeError(RedleaseError):
-    """The Kubernetes API refused or could not be reached; names the object."""
+    """The Kubernetes API refused or could not be reached; names the object. ``status`` is the
+    HTTP status of a refusal (None: no answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class KubeClient:
@@ -61,7 +67,9 @@ class KubeClient:
         return ssl.create_default_context()
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+        # who is calling, in the API server's audit log (as client-go's user agent says it)
+        agent = f"redlease-sidecar/{__version__} ({self.settings.pod_name or 'unknown pod'})"
+        headers = {"Accept": "application/json", "User-Agent": agent}
         token_file = self.settings.token_file
         if self.send_token and token_file is not None and token_file.exists():
             # bound service-account tokens rotate: read the file on every request
@@ -102,7 +110,9 @@ class KubeClient:
             ) as resp:
                 text = await resp.text()
                 if resp.status >= 400:
-                    raise KubeError(f"{method} {path}: HTTP {resp.status}: {_reason(text)}")
+                    raise KubeError(
+                        f"{method} {path}: HTTP {resp.status}: {_reason(text)}", resp.status
+                    )
                 return json.loads(text) if text else None
         except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
             raise KubeError(f"{method} {path}: {type(exc).__name__}: {exc}") from None
