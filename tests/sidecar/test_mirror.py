@@ -13,7 +13,6 @@ import asyncio
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
 
 import kmock
 import pytest
@@ -21,22 +20,11 @@ import pytest
 from redlease.core.k8slease import LeaseRecord
 from redlease.devtools.localredis import RedisServer
 from tests.operator.dlock_harness import LEASES, Emulator, declare
-from tests.sidecar.procs import Observer, Sidecar, env
+from tests.sidecar.procs import Observer, Sidecar, env, until
 
 NS = "shop"
 LOCK = "mirror-lock"
 RETRY = 0.1  # the sidecars' retry period (procs.Sidecar's default)
-
-
-async def until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await asyncio.to_thread(predicate)
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        await asyncio.sleep(0.02)
 
 
 def record(api: Emulator) -> LeaseRecord | None:
