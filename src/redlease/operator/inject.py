@@ -29,7 +29,9 @@ from redlease.core.spec import (
     DEFAULT_READY,
     GROUP,
     READY_MODES,
+    LockSpec,
     SecretRef,
+    TlsRefs,
     check_consent,
     parse_spec,
     validate_object_name,
@@ -61,6 +63,9 @@ SIDECAR_NAME = "redlease"
 STATE_VOLUME = "redlease-state"
 KUBE_API_VOLUME = "redlease-kube-api-access"
 STATE_DIR = "/var/run/redlease"
+TLS_DIR = "/var/run/redlease-tls"  # spec.tls Secrets, mounted into the sidecar only
+TLS_CA_VOLUME = "redlease-tls-ca"
+TLS_CLIENT_VOLUME = "redlease-tls-client"
 KUBE_API_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster config looks
 DEFAULT_HTTP_PORT = 4040
 DEFAULT_IMAGE = f"ghcr.io/redlease/redlease:{__version__}"
@@ -105,12 +110,14 @@ class LockLookup:
     """What the caller found for the named DistributedLock: the object, nothing (``found``
     false), or an error text (the API could not be asked); and for a lock with
     ``spec.auth.secretRef``, that Secret (only its consent -- label and allowed nodes -- is
-    looked at; ``None``: not known, not checked) or why it could not be read."""
+    looked at; ``None``: not known, not checked) or why it could not be read; ``secrets``: the
+    same for every Secret the lock names (``spec.tls`` too), by name."""
 
     obj: Mapping[str, Any] | None = None
     error: str | None = None
     secret: Mapping[str, Any] | None = None
     consent_error: str | None = None
+    secrets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # by name (spec.tls)
 
     @property
     def found(self) -> bool:
@@ -126,6 +133,18 @@ def secret_name(lock: Mapping[str, Any] | None) -> str | None:
     except ConfigError:
         return None
     return ref.name if ref is not None else None
+
+
+def secret_names(lock: Mapping[str, Any] | None) -> list[str]:
+    """Every Secret a lock object names (auth, then spec.tls), each once; [] if invalid."""
+    if lock is None:
+        return []
+    try:
+        spec = parse_spec(lock.get("spec"))
+    except ConfigError:
+        return []
+    names = [spec.secret_ref.name] if spec.secret_ref is not None else []
+    return list(dict.fromkeys([*names, *spec.tls_refs.names()]))
 
 
 NOT_FOUND = LockLookup()
@@ -258,8 +277,51 @@ def _probe(port: int, path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
+def _tls_volumes(refs: TlsRefs) -> list[dict[str, Any]]:
+    """The Secret volumes of ``spec.tls`` (the kubelet reads the Secrets, not the sidecar)."""
+    volumes = []
+    if refs.ca is not None:
+        items = [{"key": refs.ca.key, "path": "ca.crt"}]
+        volumes.append((TLS_CA_VOLUME, refs.ca.name, items))
+    if refs.client is not None:
+        items = [
+            {"key": refs.client.cert_key, "path": "tls.crt"},
+            {"key": refs.client.key_key, "path": "tls.key"},
+        ]
+        volumes.append((TLS_CLIENT_VOLUME, refs.client.name, items))
+    # 0444: the sidecar runs as a non-root user; only the sidecar container mounts these
+    return [
+        {"name": name, "secret": {"secretName": secret, "items": items, "defaultMode": 0o444}}
+        for name, secret, items in volumes
+    ]
+
+
+def _tls_mounts(refs: TlsRefs) -> list[dict[str, Any]]:
+    """``redlease-tls-ca`` at TLS_DIR/ca, ``redlease-tls-client`` at TLS_DIR/client."""
+    return [
+        {"name": v["name"], "mountPath": f"{TLS_DIR}/{v['name'].rsplit('-', 1)[1]}",
+         "readOnly": True}
+        for v in _tls_volumes(refs)
+    ]  # fmt: skip
+
+
+def _tls_args(refs: TlsRefs) -> list[str]:
+    args = []
+    if refs.ca is not None:
+        args.append(f"--tls-ca-file={TLS_DIR}/ca/ca.crt")
+    if refs.client is not None:
+        args += [
+            f"--tls-cert-file={TLS_DIR}/client/tls.crt",
+            f"--tls-key-file={TLS_DIR}/client/tls.key",
+        ]
+    return args
+
+
 def sidecar_container(
-    options: Options, config: InjectConfig, credentials: SecretRef | None
+    options: Options,
+    config: InjectConfig,
+    credentials: SecretRef | None,
+    tls: TlsRefs | None = None,
 ) -> dict[str, Any]:
     """The sidecar container exactly as injected."""
     args = [
@@ -275,6 +337,8 @@ def sidecar_container(
         args.append("--lease-mirror")
     if options.events:
         args.append("--events")
+    tls = tls or TlsRefs()
+    args += _tls_args(tls)
     env = [
         _env_field("POD_NAME", "metadata.name"),
         _env_field("POD_NAMESPACE", "metadata.namespace"),
@@ -315,6 +379,7 @@ def sidecar_container(
             "volumeMounts": [
                 {"name": STATE_VOLUME, "mountPath": STATE_DIR},
                 {"name": KUBE_API_VOLUME, "mountPath": KUBE_API_DIR, "readOnly": True},
+                *_tls_mounts(tls),
             ],
         }
     )
@@ -342,12 +407,12 @@ def _volumes() -> list[dict[str, Any]]:
     ]
 
 
-def _credentials(lock: LockLookup, where: str) -> tuple[SecretRef | None, str | None]:
-    """(the lock's ``spec.auth.secretRef`` or None, None) from a valid lock whose Secret
-    consents to the lock's nodes, or (None, the problem).
+def _credentials(lock: LockLookup, where: str) -> tuple[LockSpec | None, str | None]:
+    """(the lock's spec, None) from a valid lock whose Secrets (``spec.auth.secretRef`` and
+    ``spec.tls``) consent to the lock's nodes, or (None, the problem).
 
     Secrets only by consent (docs/security.md): whoever writes a DistributedLock picks its
-    Secret and its nodes, so the injector wires a Secret into a pod only if it carries the
+    Secrets and its nodes, so the injector wires a Secret into a pod only if it carries the
     consent label and, if it lists allowed nodes, the lock's nodes are among them -- the one
     check in :func:`redlease.core.spec.check_consent`, as the operator and the sidecar apply it.
     """
@@ -359,20 +424,22 @@ def _credentials(lock: LockLookup, where: str) -> tuple[SecretRef | None, str | 
         spec = parse_spec(lock.obj.get("spec"))
     except ConfigError as exc:
         return None, f"{where} is invalid: {exc}"
-    ref = spec.secret_ref
-    if ref is None:
-        return None, None
-    if lock.consent_error is not None:
-        return None, (
-            f"cannot check the consent of Secret {ref.name!r} ({lock.consent_error}), so its "
-            "credentials are not wired into the pod"
-        )
-    if lock.secret is not None:
-        try:
-            check_consent(lock.secret, ref, spec.node_names)
-        except ConfigError as exc:
-            return None, f"{where}: {exc}; its credentials are not wired into the pod"
-    return ref, None
+    refs = [r for r in (spec.secret_ref, spec.tls_refs.ca, spec.tls_refs.client) if r is not None]
+    for ref in refs:
+        if lock.consent_error is not None:
+            return None, (
+                f"cannot check the consent of Secret {ref.name!r} ({lock.consent_error}), so "
+                "its credentials are not wired into the pod"
+            )
+        secret = lock.secrets.get(ref.name)
+        if secret is None and ref is spec.secret_ref:
+            secret = lock.secret
+        if secret is not None:
+            try:
+                check_consent(secret, ref, spec.node_names)
+            except ConfigError as exc:
+                return None, f"{where}: {exc}; its credentials are not wired into the pod"
+    return spec, None
 
 
 def _automount_removals(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -453,7 +520,8 @@ def plan(
             )
         return Injection([], warnings)  # injected before (re-invocation): nothing twice
 
-    taken = _names(_list(spec, "volumes")) & {STATE_VOLUME, KUBE_API_VOLUME}
+    ours = {STATE_VOLUME, KUBE_API_VOLUME, TLS_CA_VOLUME, TLS_CLIENT_VOLUME}
+    taken = _names(_list(spec, "volumes")) & ours
     if taken:
         raise ConfigError("spec.volumes", f"volume name {sorted(taken)[0]!r} is already used")
     if spec.get("hostNetwork") is True:
@@ -470,7 +538,9 @@ def plan(
         )
 
     where = f"DistributedLock {options.lock!r} in namespace {namespace!r}"
-    credentials, problem = _credentials(lock, where)
+    lock_spec, problem = _credentials(lock, where)
+    credentials = lock_spec.secret_ref if lock_spec is not None else None
+    tls = lock_spec.tls_refs if lock_spec is not None else TlsRefs()
     if problem is not None:
         if config.require_lock:
             raise ConfigError(LOCK_ANNOTATION, problem)
@@ -519,9 +589,9 @@ def plan(
         mount = {"name": STATE_VOLUME, "mountPath": STATE_DIR, "readOnly": True}
         _append(ops, container, ("spec", "containers", i), "volumeMounts", [mount])
 
-    sidecar = sidecar_container(options, config, credentials)
+    sidecar = sidecar_container(options, config, credentials, tls)
     _append(ops, spec, ("spec",), "initContainers" if config.native else "containers", [sidecar])
-    _append(ops, spec, ("spec",), "volumes", _volumes())
+    _append(ops, spec, ("spec",), "volumes", [*_volumes(), *_tls_volumes(tls)])
     meta = pod.get("metadata") or {}
     if isinstance(meta.get("annotations"), Mapping):
         ops.append(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from redlease.core.connect import Target
+from redlease.core.connect import Target, Tls
 from redlease.core.spec import (
     DEFAULT_READY,
     LEADER_LABEL,
@@ -70,13 +70,15 @@ def parse_http(value: str, field_name: str = "--http") -> HttpAddress | None:
 
 @dataclass(frozen=True, slots=True)
 class LockRef:
-    """A DistributedLock to read the configuration from, and the Redis credentials given on the
-    command line or in the environment (then its Secret is not read: injected pods get them
-    from the Secret as env vars, so the sidecar needs no access to Secrets)."""
+    """A DistributedLock to read the configuration from, and the Redis credentials and TLS files
+    given on the command line or in the environment (then its Secrets are not read: injected
+    pods get them from the Secrets as env vars and volumes, so the sidecar needs no access to
+    Secrets)."""
 
     namespace: str
     name: str
     credentials: Credentials | None = field(default=None, repr=False, compare=False)
+    tls: Tls | None = field(default=None, compare=False)  # from flags (injected: Secret volumes)
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"

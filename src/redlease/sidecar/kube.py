@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import json
 import ssl
@@ -26,8 +27,11 @@ from redlease.core.spec import (
     LEADER_LABEL,
     PLURAL,
     VERSION,
+    LockSpec,
     credentials_from_secret,
     parse_spec,
+    tls_material,
+    with_tls_material,
 )
 from redlease.errors import ConfigError, RedleaseError
 from redlease.sidecar.config import ElectionConfig, KubeSettings, LockRef, election_from_spec
@@ -243,7 +247,8 @@ class LockRefFollower:
     uses; ``identity`` is this pod's own. Credentials given with the reference
     (``--username``/``--password``, i.e. ``REDLEASE_USERNAME``/``REDLEASE_PASSWORD``, which an
     injected pod takes from the Secret) are used as they are; only without them is the Secret
-    named by ``spec.auth.secretRef`` read through the API. Given credentials are kept to the
+    named by ``spec.auth.secretRef`` read through the API (the same for TLS files and the Secrets
+    of ``spec.tls``). Given credentials (and a given client certificate) are kept to the
     nodes the lock named when they were first used: the Secret's consent was checked for those
     (at admission, docs/security.md), so a lock that later names other nodes is refused until
     the pod restarts (and is checked again)."""
@@ -272,7 +277,8 @@ class LockRefFollower:
             raise KubeError(f"DistributedLock {self.ref}: the API answered {obj!r}")
         spec = parse_spec(obj.get("spec"))
         credentials = self.ref.credentials
-        if credentials is not None:
+        given_tls = self.ref.tls
+        if credentials is not None or (given_tls is not None and given_tls.client_certificate):
             nodes = frozenset(spec.node_names)
             if self.pinned_nodes is None:
                 self.pinned_nodes = nodes
@@ -285,10 +291,32 @@ class LockRefFollower:
                 )
         ref = spec.secret_ref
         if ref is not None and credentials is None:
-            path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(ref.name)}"
-            secret = await self.client.request("GET", path)
-            credentials = credentials_from_secret(secret or {}, ref, spec.node_names)
+            secret = await self._secret(ref.name)
+            credentials = credentials_from_secret(secret, ref, spec.node_names)
+        spec = await self._tls(spec)
         return election_from_spec(spec, self.identity, credentials)
+
+    async def _secret(self, name: str) -> dict[str, Any]:
+        path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(name)}"
+        secret = await self.client.request("GET", path)
+        return secret if isinstance(secret, dict) else {}
+
+    async def _tls(self, spec: LockSpec) -> LockSpec:
+        """TLS files given with the reference (flags) win; else ``spec.tls``'s Secrets are read
+        (they must consent, as credentials must)."""
+        given = self.ref.tls
+        if given is not None:
+            tls = dataclasses.replace(
+                given,
+                insecure_skip_verify=given.insecure_skip_verify
+                or spec.target.tls.insecure_skip_verify,
+            )
+            return dataclasses.replace(spec, target=spec.target.with_tls(tls))
+        refs = spec.tls_refs
+        if not refs:
+            return spec
+        secrets = {name: await self._secret(name) for name in refs.names()}
+        return with_tls_material(spec, tls_material(refs, secrets, spec.node_names))
 
     async def initial(self) -> ElectionConfig:
         """Read the object, retrying with back-off until it exists and its spec is valid."""
