@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp.web
@@ -246,6 +247,19 @@ def iter_reasons(items: list[dict[str, Any]]) -> Iterator[str]:
 
 NAMESPACE = "apps"
 REFRESH = 0.3
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{{name: kmock, cluster: {{server: "{url}"}}}}]
+users: [{{name: op, user: {{token: "{token}"}}}}]
+contexts: [{{name: kmock, context: {{cluster: kmock, user: op, namespace: {ns}}}}}]
+current-context: kmock
+"""
+
+
+def kubeconfig(path: Path, url: str, token: str = "test-token") -> Path:
+    """A kubeconfig for a real `redlease operator` process talking to KMock at ``url``."""
+    path.write_text(KUBECONFIG.format(url=url, token=token, ns=NAMESPACE))
+    return path
 
 
 @dataclass

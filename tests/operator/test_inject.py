@@ -212,3 +212,19 @@ def test_lease_mirror_and_events_are_opt_in_by_annotation() -> None:
     with pytest.raises(ConfigError) as bad:
         inject.read_options(pod({LOCK_ANNOTATION: "orders", inject.EVENTS_ANNOTATION: "yes"}))
     assert bad.value.field == inject.EVENTS_ANNOTATION
+
+
+def test_metrics_port_serves_metrics_alone_on_a_named_port() -> None:
+    asked = {LOCK_ANNOTATION: "orders", inject.METRICS_PORT_ANNOTATION: "9464"}
+    out, result = run(pod(asked))
+    container = sidecar(out)
+    assert "--metrics=0.0.0.0:9464" in container["args"] and result.warnings == []
+    assert container["ports"] == [
+        {"name": inject.METRICS_PORT_NAME, "containerPort": 9464, "protocol": "TCP"}
+    ]
+    for bad in ("4040", "80", "x"):
+        with pytest.raises(ConfigError) as info:
+            inject.read_options(
+                pod({LOCK_ANNOTATION: "orders", inject.METRICS_PORT_ANNOTATION: bad})
+            )
+        assert info.value.field == inject.METRICS_PORT_ANNOTATION

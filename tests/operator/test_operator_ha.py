@@ -25,7 +25,16 @@ import kmock
 import pytest
 import trustme
 import yaml
-from dlock_harness import LEASES, NAMESPACE, Cluster, Emulator, declare, events, until
+from dlock_harness import (
+    LEASES,
+    NAMESPACE,
+    Cluster,
+    Emulator,
+    declare,
+    events,
+    kubeconfig,
+    until,
+)
 from webhook_harness import parse_answer, review
 
 import redlease
@@ -35,14 +44,6 @@ from redlease.operator.inject import LOCK_ANNOTATION, SIDECAR_NAME
 
 LEASE_NS, LEASE_NAME = "ops", "redlease-operator"
 DURATION = 5.0  # the Lease duration: takeover must come within twice this
-
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters: [{{name: kmock, cluster: {{server: "{url}"}}}}]
-users: [{{name: op, user: {{token: "{token}"}}}}]
-contexts: [{{name: kmock, context: {{cluster: kmock, user: op, namespace: {ns}}}}}]
-current-context: kmock
-"""
 
 
 @dataclass
@@ -61,10 +62,9 @@ class Replica:
 
 async def start_replica(identity: str, url: str, tmp: Path, certs: dict[str, str]) -> Replica:
     token = f"token-{identity}"
-    kubeconfig = tmp / f"kubeconfig-{identity}"
-    kubeconfig.write_text(KUBECONFIG.format(url=url, token=token, ns=NAMESPACE))
+    config = kubeconfig(tmp / f"kubeconfig-{identity}", url, token)
     webhook, metrics, health = free_port(), free_port(), free_port()
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "REDLEASE_REFRESH": "0.3"}
+    env = {**os.environ, "KUBECONFIG": str(config), "REDLEASE_REFRESH": "0.3"}
     for name in ("KUBERNETES_SERVICE_HOST", "POD_NAME", "POD_NAMESPACE"):
         env.pop(name, None)
     log = tmp / f"{identity}.log"

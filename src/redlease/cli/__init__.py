@@ -269,6 +269,9 @@ def _add_election_commands(sub: Any) -> None:
     _add_connection_flags(side)
     _add_timing_flags(side)
     side.add_argument("--http", default="127.0.0.1:4040", help="HOST:PORT, or 'off'")
+    side.add_argument(
+        "--metrics", default="off", help="also serve /metrics alone on HOST:PORT (for scrapers)"
+    )
     side.add_argument("--state-dir", default="/var/run/redlease", help="'' for no state file")
     side.add_argument(
         "--ready",
@@ -510,6 +513,7 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
             identity=identity,
             election=election,
             http=sc.parse_http(args.http),
+            metrics=sc.parse_http(args.metrics, "--metrics"),
             state_dir=Path(args.state_dir) if args.state_dir else None,
             ready=args.ready,
             pod_label=args.pod_label,

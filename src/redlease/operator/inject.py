@@ -46,6 +46,8 @@ POD_LABEL_ANNOTATION = f"{GROUP}/pod-label"  # "true": keep redlease.dev/leader 
 HTTP_PORT_ANNOTATION = f"{GROUP}/http-port"  # the sidecar's loopback port (4040)
 LEASE_MIRROR_ANNOTATION = f"{GROUP}/lease-mirror"  # "true": keep a coordination.k8s.io Lease
 EVENTS_ANNOTATION = f"{GROUP}/events"  # "true": post became/stopped-leading Events
+METRICS_PORT_ANNOTATION = f"{GROUP}/metrics-port"  # /metrics alone on the pod IP, for scrapers
+METRICS_PORT_NAME = "redlease-metrics"  # the container port a PodMonitor selects
 INJECTED_ANNOTATION = f"{GROUP}/injected"  # set by the injector: the redlease version
 OPTION_ANNOTATIONS = (
     LOCK_ANNOTATION,
@@ -55,6 +57,7 @@ OPTION_ANNOTATIONS = (
     HTTP_PORT_ANNOTATION,
     LEASE_MIRROR_ANNOTATION,
     EVENTS_ANNOTATION,
+    METRICS_PORT_ANNOTATION,
     INJECTED_ANNOTATION,
 )
 
@@ -103,6 +106,7 @@ class Options:
     pod_label: bool = False
     lease_mirror: bool = False
     events: bool = False
+    metrics_port: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,19 +201,28 @@ def read_options(pod: Mapping[str, Any]) -> Options | None:
         raise ConfigError(
             READY_ANNOTATION, f"must be one of {', '.join(READY_MODES)}, got {ready!r}"
         )
-    raw_port = str(annotations.get(HTTP_PORT_ANNOTATION, DEFAULT_HTTP_PORT)).strip()
-    if not raw_port.isdigit() or not 1024 <= int(raw_port) <= 65535:
-        raise ConfigError(
-            HTTP_PORT_ANNOTATION, f"must be a port number from 1024 to 65535, got {raw_port!r}"
-        )
+    http_port = _port(annotations, HTTP_PORT_ANNOTATION, DEFAULT_HTTP_PORT)
+    metrics_port = _port(annotations, METRICS_PORT_ANNOTATION, None)
+    if metrics_port == http_port:
+        raise ConfigError(METRICS_PORT_ANNOTATION, f"must differ from the http port {http_port}")
     return Options(
         lock=lock,
         ready=ready,
-        http_port=int(raw_port),
+        http_port=http_port or DEFAULT_HTTP_PORT,
         pod_label=_boolean(annotations, POD_LABEL_ANNOTATION, False),
         lease_mirror=_boolean(annotations, LEASE_MIRROR_ANNOTATION, False),
         events=_boolean(annotations, EVENTS_ANNOTATION, False),
+        metrics_port=metrics_port,
     )
+
+
+def _port(annotations: Mapping[str, str], key: str, default: int | None) -> int | None:
+    if key not in annotations:
+        return default
+    raw = str(annotations[key]).strip()
+    if not raw.isdigit() or not 1024 <= int(raw) <= 65535:
+        raise ConfigError(key, f"must be a port number from 1024 to 65535, got {raw!r}")
+    return int(raw)
 
 
 # --- step 2: the patch ------------------------------------------------------------------------
@@ -337,6 +350,8 @@ def sidecar_container(
         args.append("--lease-mirror")
     if options.events:
         args.append("--events")
+    if options.metrics_port is not None:
+        args.append(f"--metrics=0.0.0.0:{options.metrics_port}")  # noqa: S104 - for scrapers
     tls = tls or TlsRefs()
     args += _tls_args(tls)
     env = [
@@ -359,6 +374,10 @@ def sidecar_container(
     }
     if config.native:
         container["restartPolicy"] = "Always"
+    if options.metrics_port is not None:
+        container["ports"] = [
+            {"name": METRICS_PORT_NAME, "containerPort": options.metrics_port, "protocol": "TCP"}
+        ]
     container.update(
         {
             "args": args,
@@ -529,13 +548,16 @@ def plan(
             "spec.hostNetwork",
             "the sidecar listens on 127.0.0.1, which a host-network pod shares with the node",
         )
-    owner = _existing_port(spec, options.http_port)
-    if owner is not None:
-        raise ConfigError(
-            HTTP_PORT_ANNOTATION,
-            f"port {options.http_port} is already declared by container {owner!r}; "
-            "choose another port",
-        )
+    for annotation, port in (
+        (HTTP_PORT_ANNOTATION, options.http_port),
+        (METRICS_PORT_ANNOTATION, options.metrics_port),
+    ):
+        owner = None if port is None else _existing_port(spec, port)
+        if owner is not None:
+            raise ConfigError(
+                annotation,
+                f"port {port} is already declared by container {owner!r}; choose another port",
+            )
 
     where = f"DistributedLock {options.lock!r} in namespace {namespace!r}"
     lock_spec, problem = _credentials(lock, where)

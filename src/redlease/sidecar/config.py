@@ -156,6 +156,7 @@ class SidecarConfig:
     pod_label: bool = False
     lock_ref: LockRef | None = None
     kube: KubeSettings = KubeSettings()
+    metrics: HttpAddress | None = None  # /metrics alone on another address (for scrapers)
     lease_mirror: bool = False  # keep a coordination.k8s.io Lease named after the lock
     events: bool = False  # post became/stopped-leading Events
 

@@ -18,7 +18,7 @@ import structlog
 
 from redlease.core.connect import redact
 from redlease.errors import ConfigError
-from redlease.sidecar.config import ElectionConfig, SidecarConfig
+from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
 from redlease.sidecar.election import Transition
 from redlease.sidecar.elector import Elector, Hooks
 from redlease.sidecar.kube import KubeClient, LockRefFollower, PodLabeller
@@ -94,6 +94,7 @@ class Sidecar(Hooks):
                 log.error("state file write failed", path=str(self.state_file.path), error=str(exc))
                 self.metrics_.error("StateFileError")
         self.metrics_.update(doc)
+        self.metrics_.timing(self.elector.config.timing)
         if self.labeller is not None:
             self.labeller.set(bool(doc["leader"]))
         if self.mirror is not None:
@@ -131,6 +132,7 @@ class Sidecar(Hooks):
             loop.add_signal_handler(sig, self.stop)
         background: list[asyncio.Task[None]] = []
         runner: HttpServer | None = None
+        scrape: HttpServer | None = None
         try:
             election_cfg = cfg.election
             follower = None
@@ -159,7 +161,8 @@ class Sidecar(Hooks):
                 self.state_file = StateFile(cfg.state_dir, election_cfg.lock)
             self.metrics_ = Metrics(election_cfg.lock)
             self.elector = Elector(election_cfg, hooks=self)
-            runner = await self._serve()
+            runner = await self._serve(cfg.http)
+            scrape = await self._serve(cfg.metrics, "--metrics", metrics_only=True)
             _log_start(election_cfg, cfg)
             if self.labeller is not None:
                 background.append(asyncio.create_task(self.labeller.run()))
@@ -190,8 +193,9 @@ class Sidecar(Hooks):
                     self.state_file.remove_marker()
                 except OSError as exc:  # its `until` runs out by itself
                     log.error("leader marker not removed", error=str(exc))
-            if runner is not None:
-                await runner.close()
+            for server in (runner, scrape):
+                if server is not None:
+                    await server.close()
             if kube is not None:
                 await kube.close()
             log.info("sidecar stopped", identity=self.config.identity)
@@ -213,14 +217,15 @@ class Sidecar(Hooks):
         if self.elector is not None:
             self.elector.reconfigure(config)
 
-    async def _serve(self) -> HttpServer | None:
-        address = self.config.http
+    async def _serve(
+        self, address: HttpAddress | None, flag: str = "--http", metrics_only: bool = False
+    ) -> HttpServer | None:
         if address is None:
             return None
         try:
-            return await serve(self, address.host, address.port)
+            return await serve(self, address.host, address.port, metrics_only=metrics_only)
         except OSError as exc:
-            raise ConfigError("--http", f"cannot listen on {address}: {exc.strerror}") from None
+            raise ConfigError(flag, f"cannot listen on {address}: {exc.strerror}") from None
 
 
 def _log_start(election: ElectionConfig, cfg: SidecarConfig) -> None:
@@ -233,6 +238,7 @@ def _log_start(election: ElectionConfig, cfg: SidecarConfig) -> None:
         renew_deadline=election.timing.renew_deadline,
         retry_period=election.timing.retry_period,
         http=str(cfg.http) if cfg.http else None,
+        metrics=str(cfg.metrics) if cfg.metrics else None,
         state_dir=str(cfg.state_dir) if cfg.state_dir else None,
         lock_ref=str(cfg.lock_ref) if cfg.lock_ref else None,
         pod_label=cfg.pod_label,
