@@ -13,9 +13,11 @@ import asyncio
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import kmock
 import pytest
+import yaml
 
 from redlease.core.k8slease import LeaseRecord
 from redlease.devtools.localredis import RedisServer
@@ -56,7 +58,7 @@ def leader_events(api: Emulator) -> list[str]:
 
 
 @pytest.mark.slow
-async def test_lease_mirror_and_events(redis_server: RedisServer) -> None:
+async def test_lease_mirror_and_events(redis_server: RedisServer, tmp_path: Path) -> None:
     async with Emulator() as api, kmock.Server(api) as srv:
         declare(api)
         base = f"http://127.0.0.1:{srv.port}"
@@ -72,13 +74,15 @@ async def test_lease_mirror_and_events(redis_server: RedisServer) -> None:
             return sc
 
         try:
-            await scenario(api, start, scs)
+            await scenario(api, start, scs, tmp_path)
         finally:
             for sc in scs.values():
                 sc.stop()
 
 
-async def scenario(api: Emulator, start: Callable[[str], Sidecar], scs: dict[str, Sidecar]) -> None:
+async def scenario(
+    api: Emulator, start: Callable[[str], Sidecar], scs: dict[str, Sidecar], tmp_path: Path
+) -> None:
     a = start("pod-a")
     await until(a.is_leader, what="pod-a leads")
     b = start("pod-b")
@@ -108,6 +112,8 @@ async def scenario(api: Emulator, start: Callable[[str], Sidecar], scs: dict[str
             lambda: (r := record(api)) and r.holder == "pod-b" and r, what="pod-b in the mirror"
         )
         took_at = time.monotonic()
+        lease = api.objects[LEASES, NS, LOCK].raw
+        (tmp_path / "lease.yaml").write_text(yaml.safe_dump(dict(lease), sort_keys=False))
         assert took.transitions == first.transitions + 1
         assert took.acquire_time > first.acquire_time  # type: ignore[operator]
         assert not [i for i, w in writes(api) if w == "pod-b" and i < killed_at]

@@ -227,11 +227,18 @@ class Replica:
 
 def load_client_configuration(kubernetes: Any) -> Any:
     """The ``kubernetes`` client's configuration as kopf's login builds it: in-cluster service
-    account, else $KUBECONFIG / ~/.kube/config."""
+    account, else $KUBECONFIG / ~/.kube/config (neither: one line naming the flag)."""
+    from redlease.errors import ConfigError
+
     try:
         kubernetes.config.load_incluster_config()
     except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config()
+        try:
+            kubernetes.config.load_kube_config()
+        except (kubernetes.config.ConfigException, OSError) as exc:
+            raise ConfigError(
+                "--leader-election", f"no Kubernetes API to hold the Lease in: {exc}"
+            ) from None
     return kubernetes.client.Configuration.get_default_copy()
 
 
