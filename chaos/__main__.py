@@ -1,16 +1,18 @@
 """`python -m chaos [--quick] [--report PATH]`: run the scenarios, print a summary, write JSON.
 
-Exit status 1 if a scenario that must be safe accepted a stale write or saw a token regression.
+Exit status 1 if a scenario that must be safe accepted a stale write, saw a token regression or
+two leaders; its histories are then kept beside the report (``<report>-<scenario>.jsonl``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
-from chaos.runner import SCENARIOS, run_scenario
+from chaos.runner import SCENARIOS, remove_orphaned_workdirs, run_scenario
 
 COLUMNS = (
     ("clients", "clients"),
@@ -42,6 +44,11 @@ def markdown(results: list[dict[str, object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    """SIGTERM/SIGHUP unwind like Ctrl-C, so every scenario's cleanup runs."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(prog="chaos")
     ap.add_argument("--quick", action="store_true", help="the < 60 s subset run by make test")
@@ -49,6 +56,10 @@ def main() -> int:
     ap.add_argument("--only", action="append", help="run only these scenarios")
     ap.add_argument("--markdown", help="also write the results as a Markdown table here")
     args = ap.parse_args()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+    remove_orphaned_workdirs()
+    report = Path(args.report)
     chosen = [
         s
         for s in SCENARIOS
@@ -58,7 +69,8 @@ def main() -> int:
     results = []
     for sc in chosen:
         print(f"== {sc.name}: {sc.description}", flush=True)
-        res = run_scenario(sc, args.quick, seconds)
+        evidence = report.with_name(f"{report.stem}-{sc.name}.jsonl")
+        res = run_scenario(sc, args.quick, seconds, evidence)
         results.append(res)
         if "skipped" in res:
             print(f"   skipped: {res['skipped']}")
@@ -66,16 +78,20 @@ def main() -> int:
         faults = ", ".join(f"{k} {v}" for k, v in res["faults"].items()) or "none"
         print(f"   faults: {faults}")
         print("   " + "  ".join(f"{label} {res[key]}" for key, label in COLUMNS))
-    Path(args.report).write_text(json.dumps({"quick": args.quick, "scenarios": results}, indent=2))
+    report.write_text(json.dumps({"quick": args.quick, "scenarios": results}, indent=2))
     if args.markdown:
         Path(args.markdown).write_text(markdown(results))
     bad = [r["name"] for r in results if r.get("expected_safe") and not r.get("safe", True)]
     if bad:
-        print(f"UNSAFE: {', '.join(bad)}")
+        print(f"UNSAFE: {', '.join(bad)} (histories kept beside {report})")
         return 1
     print(f"all {len(results)} scenarios as expected; report in {args.report}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:  # every scenario has cleaned up on the way out
+        print(f"interrupted ({exc or 'SIGINT'}): no report written", file=sys.stderr)
+        sys.exit(130)

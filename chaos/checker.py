@@ -1,26 +1,38 @@
 """Reads chaos histories and counts violations (pure: no I/O).
 
+Every observation is an *interval* of one shared clock (:func:`chaos.clock.now`): an acquire
+happened somewhere between the moment it was *called* and the moment it *returned*; a sidecar's
+``/status`` answer was computed somewhere between the request being *sent* and the answer being
+*received*. A process can be paused anywhere (that is what chaos does to it), so the moment it
+writes an observation down proves nothing about when the observed thing happened. Every rule
+below therefore only counts what the intervals *prove*: "B happened after A" means B's interval
+starts after A's interval ends.
+
 Counted per scenario:
-* ``overlapping_pairs``: pairs of critical sections of different fencing tokens whose
-  monotonic-time intervals (acquired → last write/release) intersect; ``sections_overlapped``:
-  critical sections in at least one such pair. Pauses cause these; they are what fencing is
-  for, not a failure of the lock.
+
+* ``token_regressions``: acquisitions that started after another acquisition had returned and
+  got a fencing token that is not greater. Must be 0 under the documented assumptions.
+* ``dual_leader_samples``: ``/status`` answers of ``leader: true`` whose request was sent after
+  another sidecar's ``leader: true`` answer with a *higher* token had been received: that
+  newer leadership was granted only after this one's lease had ended, so this claim came too
+  late. Must be 0 (the sidecar steps down at its local deadline, before the lease ends).
 * ``stale_writes_accepted``: resource writes accepted with a token lower than one it had
-  already seen. Must be 0 with fencing.
-* ``stale_writes_refused``: stale writes the fenced resource turned away (each would have
-  corrupted an unfenced resource).
-* ``token_regressions``: acquisitions whose token was not above every token acquired before
-  (in monotonic time). Must be 0 under the documented assumptions.
-* ``dual_leader_samples``: ``/status`` answers of ``leader: true`` with a fencing token lower than
-  that of a ``leader: true`` answer another sidecar had already given (received before this
-  request was sent): two leaders at once, proven by the order of the samples alone.
+  already seen (the resource decides this atomically in Lua, so no timing is involved). Must be
+  0 with fencing. ``stale_writes_refused``: the stale writes the fenced resource turned away
+  (each would have corrupted an unfenced resource).
+* ``overlapping_pairs``: pairs of critical sections of different tokens that certainly ran at
+  the same time; ``sections_overlapped``: sections in at least one such pair. A section is
+  taken from when its acquire returned to when its last write was sent: a sub-interval of the
+  time its holder really believed it held the lock, so an intersection is proven. Pauses cause
+  these; they are what fencing is for, not a failure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass
@@ -36,27 +48,87 @@ class Verdict:
     dual_leader_samples: int = 0
     leader_samples: int = 0
 
+    @property
+    def safe(self) -> bool:
+        """No violation of a guarantee (overlaps are expected under pauses: fencing covers them)."""
+        return not (
+            self.stale_writes_accepted or self.token_regressions or self.dual_leader_samples
+        )
+
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
+class Observed(NamedTuple):
+    """Something that happened at an unknown moment in ``[start, end]`` and carried ``token``."""
+
+    start: float
+    end: float
+    token: int
+
+
+def count_late(observations: Iterable[Observed], *, strict: bool) -> int:
+    """Observations that began after another one had ended and carry a lower token.
+
+    ``strict``: an *equal* token counts too (two acquisitions must never share a token; two
+    ``/status`` answers of the same leadership do). Only real-time order proven by the intervals
+    is used: overlapping intervals can have happened in either order and are never compared.
+    """
+    obs = list(observations)
+    ends = sorted((o.end, o.token) for o in obs)
+    # best_before[i]: the highest token among the first i observations to end
+    best_before = [-1]
+    for _end, token in ends:
+        best_before.append(max(best_before[-1], token))
+    late = 0
+    for o in obs:
+        ended_before = bisect.bisect_left(ends, (o.start, -1))  # ends strictly before o.start
+        best = best_before[ended_before]
+        if o.token < best or (strict and o.token == best):
+            late += 1
+    return late
+
+
+def acquisitions(events: Iterable[dict[str, Any]]) -> list[Observed]:
+    """Each successful acquire as [called, returned]."""
+    return [
+        Observed(e["called"], e["returned"], e["token"]) for e in events if e["event"] == "acquired"
+    ]
+
+
+def count_regressions(events: Iterable[dict[str, Any]]) -> int:
+    return count_late(acquisitions(events), strict=True)
+
+
+Sample = tuple[float, float, str, bool, int | None]  # (sent, received, who, leader, token)
+
+
+def count_dual_leaders(samples: Iterable[Sample]) -> int:
+    """Leader claims made after a higher-token leader had already claimed (see module doc)."""
+    claims = [Observed(t0, t1, tok) for t0, t1, _who, leader, tok in samples if leader and tok]
+    return count_late(claims, strict=False)
+
+
 def intervals(events: Iterable[dict[str, Any]]) -> list[tuple[float, float, int, str]]:
-    """Critical sections as (start, end, token, client) from client history events."""
+    """Critical sections as (start, end, token, client) from client history events.
+
+    From the acquire's return to the moment the holder's last write was sent: the holder
+    certainly believed it held the lock all that time. Events written down later (``releasing``,
+    ``lost``) are not used, because a pause before writing them would stretch the section.
+    """
     spans: dict[tuple[str, int], list[float]] = {}
     for e in events:
         if "token" not in e:
             continue
         key = (e["client"], e["token"])
         if e["event"] == "acquired":
-            spans[key] = [e["mono"], e["mono"]]
-        elif key in spans and e["event"] in ("write", "releasing", "lost"):
-            # a section ends when its holder stops acting: its last write, or when it starts
-            # to release (a release returns later, after the lock is already free)
-            spans[key][1] = max(spans[key][1], e.get("sent", e["mono"]))
+            spans[key] = [e["returned"], e["returned"]]
+        elif key in spans and e["event"] == "write":
+            spans[key][1] = max(spans[key][1], e["sent"])
     return sorted((s, t, tok, c) for (c, tok), (s, t) in spans.items())
 
 
-def count_overlaps(spans: list[tuple[float, float, int, str]]) -> tuple[int, int]:
+def count_overlaps(spans: Sequence[tuple[float, float, int, str]]) -> tuple[int, int]:
     """(overlapping pairs, sections in at least one pair) of time-sorted critical sections."""
     pairs = 0
     involved: set[int] = set()
@@ -69,36 +141,6 @@ def count_overlaps(spans: list[tuple[float, float, int, str]]) -> tuple[int, int
                 pairs += 1
                 involved.update((i, j))
     return pairs, len(involved)
-
-
-def count_regressions(events: Iterable[dict[str, Any]]) -> int:
-    acquired = sorted((e["mono"], e["token"]) for e in events if e["event"] == "acquired")
-    best = -1
-    regressions = 0
-    for _mono, token in acquired:
-        if token <= best:
-            regressions += 1
-        best = max(best, token)
-    return regressions
-
-
-Sample = tuple[float, float, str, bool, int | None]  # (sent, received, who, leader, token)
-
-
-def count_dual_leaders(samples: Iterable[Sample]) -> int:
-    """Leader claims made after a higher-token leader had already claimed (see module doc)."""
-    claims = sorted((t1, token) for _t0, t1, _w, leader, token in samples if leader and token)
-    by_sent = sorted(s for s in samples if s[3] and s[4])
-    best = -1
-    i = 0
-    dual = 0
-    for t0, _t1, _who, _leader, token in by_sent:
-        while i < len(claims) and claims[i][0] < t0:
-            best = max(best, claims[i][1])
-            i += 1
-        if token is not None and token < best:
-            dual += 1
-    return dual
 
 
 def check(

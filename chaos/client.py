@@ -3,6 +3,10 @@
 Usage: python -m chaos.client CONFIG_JSON. Appends one JSON line per event to its history file.
 Checks ``lease.valid`` before each write, like a careful application; a pause between the check
 and the write is exactly what fencing exists for.
+
+Times come from :func:`chaos.clock.now`. An ``acquired`` event carries ``called`` and
+``returned``: the lock was granted somewhere in between, and the process may have been paused
+for any length of time anywhere in that interval (or before it wrote the event down).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import redis
 
 import redlease
+from chaos.clock import now
 from chaos.resource import Resource
 from redlease.core.connect import connect
 
@@ -26,37 +31,42 @@ def main(cfg: dict[str, Any]) -> None:
     lock_client = connect(cfg["urls"], socket_timeout=cfg.get("socket_timeout", 0.5))
     lock = redlease.Lock(lock_client, cfg["lock"], ttl=cfg["ttl"], identity=who)
     resource = Resource(redis.Redis(port=cfg["resource_port"]), fenced=cfg["fenced"])
-    end = time.monotonic() + cfg["duration"]
+    end = now() + cfg["duration"]
     with open(cfg["history"], "a", buffering=1) as out:
 
         def record(event: str, **fields: Any) -> None:
-            out.write(json.dumps({"client": who, "event": event, "mono": time.monotonic(),
+            out.write(json.dumps({"client": who, "event": event, "mono": now(),
                                   "wall": time.time(), **fields}) + "\n")  # fmt: skip
 
-        while time.monotonic() < end:
+        while now() < end:
+            called = now()
             try:
                 lease = lock.acquire(timeout=1.0)
             except redlease.LockError as exc:
-                record("acquire_failed", error=type(exc).__name__)
-                time.sleep(0.05)
+                record("acquire_failed", error=type(exc).__name__, called=called)
+                time.sleep(0.05)  # back off after a failure (not a synchronisation)
                 continue
+            returned = now()
             token = lease.fencing_token
-            record("acquired", token=token, deadline_in=lease.remaining())
+            record(
+                "acquired", token=token, called=called, returned=returned,
+                deadline_in=lease.remaining(),
+            )  # fmt: skip
             for _ in range(cfg["writes"]):
                 if not lease.valid:
                     record("lost", token=token)
                     break
-                busy = time.monotonic() + cfg["work"]  # the "work" between check and write
-                while time.monotonic() < busy:
+                busy = now() + cfg["work"]  # the "work" between check and write
+                while now() < busy:
                     pass
-                sent = time.monotonic()
+                sent = now()
                 try:
                     ok = resource.write(token, who, sent)
                 except redis.RedisError as exc:
                     record("write_error", token=token, error=str(exc))
                     continue
                 record("write", token=token, accepted=ok, sent=sent)
-            record("releasing", token=token)  # the critical section ends here
+            record("releasing", token=token)
             try:
                 lock.release()
                 record("released", token=token)

@@ -1,5 +1,12 @@
 """Runs chaos scenarios: starts Redis nodes, the resource and the clients, injects faults,
-collects the histories and checks them."""
+collects the histories and checks them.
+
+Everything a scenario starts is stopped and its work directory removed when it ends, also when
+it fails or is interrupted (Ctrl-C; SIGTERM is turned into the same by ``python -m chaos``).
+Child processes die with the runner even when it is SIGKILLed (Linux ``PDEATHSIG``), and the
+work directories such a run leaves behind (``chaos-<pid>-*`` of a process that no longer
+exists) are removed by the next run.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import http.client
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,8 +29,9 @@ from typing import Any
 import redis
 
 from chaos.checker import Sample, Verdict, check
+from chaos.clock import now
 from chaos.resource import Resource
-from redlease.devtools.localredis import RedisServer, free_port
+from redlease.devtools.localredis import RedisServer, die_with_parent, free_port
 from redlease.devtools.netfault import DelayProxy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,8 +74,9 @@ class Run:
         }
         env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'src'}")
         self.procs[who] = subprocess.Popen(
-            [sys.executable, "-m", "chaos.client", json.dumps(cfg)], env=env, cwd=ROOT
-        )
+            [sys.executable, "-m", "chaos.client", json.dumps(cfg)],
+            env=env, cwd=ROOT, preexec_fn=die_with_parent(),
+        )  # fmt: skip
         return who
 
     def spawn_sidecar(self) -> str:
@@ -84,12 +94,17 @@ class Run:
             args += ["--redis", url]
         env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'src'}")
         self.procs[who] = subprocess.Popen(
-            args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+            args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent(),
+        )  # fmt: skip
         return who
 
     def observe(self, stop: threading.Event) -> None:
-        """Sample every sidecar's /status in turn until ``stop``; a paused one just times out."""
+        """Sample every sidecar's /status in turn until ``stop``; a paused one just times out.
+
+        Each sample is stamped with the interval [request sent, answer received]: the sidecar
+        computed its answer somewhere inside it (see :mod:`chaos.checker`).
+        """
         conns: dict[str, http.client.HTTPConnection] = {}
         while not stop.is_set():
             for who, port in list(self.ports.items()):
@@ -97,7 +112,7 @@ class Run:
                     continue
                 conn = conns.get(who) or http.client.HTTPConnection("127.0.0.1", port, timeout=0.2)
                 conns[who] = conn
-                t0 = time.monotonic()
+                t0 = now()
                 try:
                     conn.request("GET", "/status")
                     body = json.loads(conn.getresponse().read())
@@ -105,7 +120,7 @@ class Run:
                     conn.close()
                     conns.pop(who, None)
                     continue
-                t1 = time.monotonic()
+                t1 = now()
                 self.samples.append(
                     (t0, t1, who, bool(body.get("leader")), body.get("fencing_token"))
                 )
@@ -310,24 +325,60 @@ def quorum_available() -> bool:
     return True
 
 
-def run_scenario(sc: Scenario, quick: bool, seconds: float) -> dict[str, Any]:
+WORKDIR_PREFIX = "chaos-"
+
+
+def remove_orphaned_workdirs() -> None:
+    """Remove ``chaos-<pid>-*`` work directories of chaos runs that no longer exist (SIGKILLed)."""
+    for d in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
+        pid = d.name[len(WORKDIR_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or Path(f"/proc/{pid}").exists():
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _stop_everything(run: Run, stop: threading.Event, observer: threading.Thread) -> None:
+    """Stop the observer, every process (paused ones too), proxy and server of ``run``."""
+    stop.set()
+    if observer.is_alive():
+        observer.join()
+    for p in run.procs.values():
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+            p.wait()
+    for proxy in run.proxies:
+        proxy.stop()
+    for n in [*run.nodes, run.resource]:
+        n.stop()
+
+
+def run_scenario(
+    sc: Scenario, quick: bool, seconds: float, evidence: Path | None = None
+) -> dict[str, Any]:
+    """Run one scenario and check its histories. If it turns out not as expected and
+    ``evidence`` is given, the histories are kept there (the work directory is always removed).
+    """
     if sc.nodes > 1 and not quorum_available():
         return {"name": sc.name, "skipped": "redlease.quorum is not available"}
-    workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{sc.name}-"))
-    nodes = [RedisServer(persistent=sc.persistent).start() for _ in range(sc.nodes)]
-    resource = RedisServer().start()
+    resource = RedisServer()  # finds the binary first: no work directory if there is none
+    workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{sc.name}-"))
+    nodes: list[RedisServer] = []
     run = Run(sc.name, nodes, resource, workdir, sc.ttl, seconds, fenced=sc.fenced)
-    if sc.name == "slow-node":
-        run.proxies.append(DelayProxy(nodes[0].port).start())
-        run.urls = [f"redis://127.0.0.1:{run.proxies[0].port}"] + [
-            f"redis://127.0.0.1:{n.port}" for n in nodes[1:]
-        ]
-    else:
-        run.urls = [f"redis://127.0.0.1:{n.port}" for n in nodes]
-    started = time.monotonic()
+    started = now()
     stop = threading.Event()
     observer = threading.Thread(target=run.observe, args=(stop,), daemon=True)
     try:
+        for _ in range(sc.nodes):
+            nodes.append(RedisServer(persistent=sc.persistent).start())
+        run.resource.start()
+        if sc.name == "slow-node":
+            run.proxies.append(DelayProxy(nodes[0].port).start())
+            run.urls = [f"redis://127.0.0.1:{run.proxies[0].port}"] + [
+                f"redis://127.0.0.1:{n.port}" for n in nodes[1:]
+            ]
+        else:
+            run.urls = [f"redis://127.0.0.1:{n.port}" for n in nodes]
         sidecars = sc.name == "sidecars"
         for _ in range(sc.clients):
             if sidecars:
@@ -336,48 +387,50 @@ def run_scenario(sc: Scenario, quick: bool, seconds: float) -> dict[str, Any]:
                 run.spawn_client()
         if sidecars:
             observer.start()
+        # faults start once somebody holds the lock: on a busy machine starting the processes
+        # alone can take seconds, and a fault that finds no holder is skipped
+        if run.wait_for_holder(timeout=60) is None:
+            raise RuntimeError(f"{sc.name}: nobody acquired the lock within 60 s")
         sc.inject(run, quick)
         if sidecars:
-            time.sleep(1.0)
+            time.sleep(1.0)  # keep sampling the last leader for a while
             stop.set()
             observer.join()
             for p in run.procs.values():
                 p.send_signal(signal.SIGTERM)
         for p in run.procs.values():
             try:
-                p.wait(timeout=max(1.0, seconds - (time.monotonic() - started)) + 10)
+                p.wait(timeout=max(1.0, seconds - (now() - started)) + 10)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
         events = []
         for f in sorted(workdir.glob("*.jsonl")):
             events += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-        attempts = Resource(redis.Redis(port=resource.port)).attempts()
+        attempts = Resource(redis.Redis(port=run.resource.port)).attempts()
         verdict: Verdict = check(events, attempts, run.samples)
     finally:
-        stop.set()
-        for p in run.procs.values():
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGCONT)
-                p.kill()
-                p.wait()
-        for proxy in run.proxies:
-            proxy.stop()
-        for n in nodes:
-            n.stop()
-        resource.stop()
+        _stop_everything(run, stop, observer)
+        shutil.rmtree(workdir, ignore_errors=True)
     result = {
         "name": sc.name,
         "description": sc.description,
         "fenced": sc.fenced,
         "nodes": sc.nodes,
-        "seconds": round(time.monotonic() - started, 1),
+        "seconds": round(now() - started, 1),
         "faults": run.faults,
         **verdict.as_dict(),
     }
     if sc.name == "sidecars":
         result["clients"] = run.next_id
         result["leaderships"] = len({s[4] for s in run.samples if s[3] and s[4]})
-    result["safe"] = result["stale_writes_accepted"] == 0 and result["token_regressions"] == 0
+    result["safe"] = verdict.safe
     result["expected_safe"] = sc.expect_safe
+    if evidence is not None and sc.expect_safe and not verdict.safe:
+        with evidence.open("w") as out:
+            for e in events:
+                out.write(json.dumps(e) + "\n")
+            for sample in run.samples:
+                out.write(json.dumps({"event": "status_sample", "sample": sample}) + "\n")
+        result["evidence"] = str(evidence)
     return result

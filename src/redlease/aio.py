@@ -7,10 +7,19 @@ Works with ``redis.asyncio.Redis``, ``redis.asyncio.cluster.RedisCluster`` and a
 from redlease.core.aio import (
     AsyncRenewer,
     Lock,
+    MultiLock,
     ReadLock,
     ReadWriteLock,
     ReentrantLock,
     WriteLock,
 )
 
-__all__ = ["AsyncRenewer", "Lock", "ReadLock", "ReadWriteLock", "ReentrantLock", "WriteLock"]
+__all__ = [
+    "AsyncRenewer",
+    "Lock",
+    "MultiLock",
+    "ReadLock",
+    "ReadWriteLock",
+    "ReentrantLock",
+    "WriteLock",
+]

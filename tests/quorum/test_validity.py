@@ -13,6 +13,9 @@ from redlease.core.rules import (
     Down,
     Probe,
     Reply,
+    birth_list,
+    born_members,
+    brand_new,
     check_quorum,
     decide_acquire,
     extend_verdict,
@@ -152,3 +155,25 @@ def test_restart_rule_membership() -> None:
     assert membership(None) == "unknown"
     assert not may_rejoin(restarted, now=0.5, restart_delay=1.0)
     assert may_rejoin(restarted, now=1.0, restart_delay=1.0)
+
+
+def test_brand_new_set_and_birth_list() -> None:
+    fresh = [Probe(f"r{i}", uptime=1, at=0, marker=None, durable=False) for i in range(3)]
+    assert brand_new(fresh)
+    assert birth_list(fresh) == {"r0", "r1", "r2"}
+    assert not brand_new([*fresh[:2], None])  # a node that did not answer may hold a history
+    assert birth_list([*fresh[:2], None]) == frozenset()
+    marked = Probe("r0", uptime=1, at=0, marker="r0", durable=False)
+    assert not brand_new([marked, *fresh[1:]])
+    rdb_restore = Probe("r3", uptime=0, at=0, marker="old", durable=False)
+    assert brand_new([rdb_restore, *fresh[1:]])  # counts for nobody: fresh like the others
+
+
+def test_born_members_are_the_servers_on_a_birth_list() -> None:
+    born = frozenset({"r0", "r1", "r2"})
+    marked = Probe("r0", uptime=5, at=0, marker="r0", durable=False, born=born)
+    not_yet = Probe("r1", uptime=5, at=0, marker=None, durable=False)
+    restarted = Probe("r2-new", uptime=0, at=0, marker=None, durable=False)
+    assert born_members([marked, not_yet, restarted]) == (1,)  # the new server stays out
+    assert born_members([marked, not_yet, None]) == (1,)
+    assert born_members([Probe("r0", 5, 0, "r0", False), not_yet, restarted]) == ()

@@ -1,6 +1,7 @@
 """Every URL kind in every command: `redlease status`, `run`, `sidecar` and the operator (a
-DistributedLock) on one Redis, a unix socket, a Sentinel-managed master (a real Sentinel), and a
-3-node RedLock set; a node set the rules refuse gets one line naming the flag."""
+DistributedLock) on one Redis, a unix socket, TLS (a CA made for the test; skipped with one line
+when the server binary cannot do TLS), a Sentinel-managed master (a real Sentinel), and a 3-node
+RedLock set; a node set the rules refuse gets one line naming the flag."""
 
 from __future__ import annotations
 
@@ -19,7 +20,12 @@ from typing import Any
 import pytest
 from dlock_harness import Cluster, until
 
-from redlease.devtools.localredis import RedisServer, SentinelServer
+from redlease.devtools.localredis import (
+    RedisServer,
+    SentinelServer,
+    TlsFiles,
+    tls_unsupported,
+)
 from tests.sidecar.procs import ROOT, Sidecar, env
 
 TIMING = ["--ttl", "3", "--renew-deadline", "2", "--retry-period", "0.2"]
@@ -47,12 +53,21 @@ def redis_flags(urls: list[str]) -> list[str]:
     return [arg for url in urls for arg in ("--redis", url)]
 
 
-@pytest.fixture(params=["single", "unix", "sentinel", "redlock-3"])
+@pytest.fixture(params=["single", "unix", "tls", "sentinel", "redlock-3"])
 def kind(request: pytest.FixtureRequest) -> Iterator[Kind]:
     started: list[RedisServer] = []
     sock_dir = Path(tempfile.mkdtemp(prefix="redlease-sock-"))
     try:
-        if request.param == "single":
+        if request.param == "tls":
+            why = tls_unsupported()
+            if why:
+                pytest.skip(why)
+            started.append(RedisServer(tls=TlsFiles.make(sock_dir)).start())
+            tls = started[0].tls
+            assert tls is not None
+            url = f"rediss://127.0.0.1:{started[0].tls_port}/0?ssl_ca_certs={tls.ca}"
+            yield Kind("tls", [url], 1)
+        elif request.param == "single":
             started.append(RedisServer().start())
             yield Kind("single", [started[0].url], 1)
         elif request.param == "unix":

@@ -65,10 +65,7 @@ seccompProfile:
 - apiGroups: ["redlease.dev"]
   resources: ["distributedlocks/status"]
   verbs: ["get", "patch"]
-- apiGroups: [""]
-  resources: ["events"]
-  verbs: ["create"]
-- apiGroups: ["events.k8s.io"]
+- apiGroups: [""]  # kopf posts core/v1 Events (events.k8s.io is not used)
   resources: ["events"]
   verbs: ["create"]
 {{- if .Values.operator.readSecrets }}

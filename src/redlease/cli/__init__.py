@@ -203,7 +203,7 @@ def _host_port(value: str, flag: str) -> tuple[str, int]:
 # Every flag of these commands also reads REDLEASE_<FLAG> (``--renew-deadline`` ->
 # ``REDLEASE_RENEW_DEADLINE``); the command line wins over the environment.
 
-_ELECTION_COMMANDS = ("sidecar", "run", "status", "wait")
+_ELECTION_COMMANDS = ("sidecar", "run", "status", "wait", "retire")
 _UNSET: Any = object()
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -307,6 +307,10 @@ def _add_election_commands(sub: Any) -> None:
     _add_connection_flags(status)
     status.add_argument("--json", action="store_true", help="print JSON")
 
+    retire = sub.add_parser("retire", help="delete the keys of a lock nobody uses any more")
+    _add_connection_flags(retire)
+    retire.add_argument("--yes", action="store_true", help="yes, its fence counter goes too")
+
     wait = sub.add_parser("wait", help="block until this pod's sidecar leads")
     wait.add_argument("--state-file", metavar="PATH", help="the sidecar's <lock>.json")
     wait.add_argument("--state-dir", metavar="DIR", help="with --lock: DIR/<lock>.json")
@@ -314,7 +318,7 @@ def _add_election_commands(sub: Any) -> None:
     wait.add_argument("--http", metavar="URL", help="the sidecar's address, e.g. 127.0.0.1:4040")
     wait.add_argument("--timeout", type=_positive, help="give up after, s (default: never)")
     wait.add_argument("--interval", type=_positive, default=0.2, help="poll period, s")
-    for p in (side, run, status, wait):
+    for p in (side, run, status, retire, wait):
         _defer_defaults(p)
 
 
@@ -494,6 +498,10 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
         from redlease.cli.status import show_status
 
         return show_status(_lock_keys(args), _target(args), as_json=args.json)
+    if args.command == "retire":
+        from redlease.cli.retire import retire_lock
+
+        return retire_lock(_lock_keys(args)[0], _target(args), yes=args.yes)
     if args.command == "wait":
         from redlease.cli.wait import resolve_source, wait_for_leader
 

@@ -134,7 +134,7 @@ def run_demo(contenders: int = 3, rounds: int = 1) -> int:
     pods: list[_Pod] = []
     started = time.monotonic()
     env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[1])
+    src = str(Path(__file__).resolve().parents[2])  # src/, never src/redlease/ (it has operator/)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     try:
         with RedisServer() as server:

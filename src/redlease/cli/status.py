@@ -65,10 +65,11 @@ async def read(keys: Sequence[str], target: Target) -> LockView:
     try:
         return await read_view(client, keys, target.quorum, READ_TIMEOUT)
     finally:
-        await _close(client)
+        await close_client(client)
 
 
-async def _close(client: Any) -> None:
+async def close_client(client: Any) -> None:
+    """Close a client, or every client of a node set."""
     for c in getattr(client, "clients", None) or [client]:
         with contextlib.suppress(Exception):
             await c.aclose()

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis.exceptions as rex
+from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core.protocol import Call, Flow, Replicate, Request, Wait
+from redlease.core.protocol import Call, Flow, Replicate, Request, Wait, resume
+from redlease.errors import LockError
 
 T = TypeVar("T")
 
 
 class AsyncNode(_redis.NodeBase):
-    """One asyncio Redis client (a single server or a whole cluster) as seen by one lock."""
+    """One asyncio Redis client (a single server or a whole cluster) as seen by one lock.
+
+    Like :class:`redlease.core._sync.SyncNode`: no silent retry, and a request cut short
+    (timeout, cancellation) pins its connection so that its owner's undo is written behind it.
+    Requests are written synchronously, so a cancellation never leaves half a request behind.
+    """
 
     async def execute(self, req: Request) -> Any:
         try:
@@ -26,17 +34,15 @@ class AsyncNode(_redis.NodeBase):
 
     async def _execute(self, req: Request) -> Any:
         if isinstance(req, Call):
-            n = len(req.keys)
-            try:
-                return await self.client.evalsha(req.script.sha, n, *req.keys, *req.args)
-            except rex.NoScriptError:
-                return await self.client.eval(req.script.lua, n, *req.keys, *req.args)
+            return await self._call(req)
         if isinstance(req, Wait):
             # Redis checks blocking timeouts only at its hz tick (100 ms by default): keep the
             # precise deadline here; cancelling the BLPOP drops its connection.
             try:
                 async with asyncio.timeout(req.timeout):
-                    reply = await self.client.blpop([req.key], timeout=round(req.timeout + 1, 3))
+                    reply = await self.client.blpop(
+                        list(req.keys), timeout=round(req.timeout + 1, 3)
+                    )
             except TimeoutError:
                 return False
             return reply is not None
@@ -49,16 +55,110 @@ class AsyncNode(_redis.NodeBase):
             return await self.client.execute_command("WAIT", req.replicas, req.timeout_ms)
         raise TypeError(f"unknown request {req!r}")
 
-
-async def drive(node: AsyncNode, flow: Flow) -> Any:
-    """Run ``flow`` to completion, executing each request it yields on ``node``."""
-    reply: Any = None
-    while True:
+    def _home(self, key: str) -> Any:
+        """The pool (or cluster node) serving ``key``; None: let the cluster client route."""
+        if not self.cluster:
+            return self.client.connection_pool
         try:
-            req = flow.send(reply)
-        except StopIteration as stop:
-            return stop.value
-        reply = await node.execute(req)
+            return self.client.get_node_from_key(key)
+        except RedisClusterException:  # slot not covered (yet): the client refreshes its map
+            return None
+
+    async def _call(self, req: Call) -> Any:
+        home = self._home(req.keys[0]) if req.keys else None
+        if home is None:
+            return await self._routed(req)
+        try:
+            reply = await self._exchange(home, req, req.evalsha())
+            if isinstance(reply, rex.NoScriptError):
+                reply = await self._exchange(home, req, req.eval())
+        except rex.RedisError as exc:
+            raise self.error(exc, home if self.cluster else None) from exc
+        if isinstance(reply, rex.MovedError | rex.AskError):  # resharded or failed over
+            return await self._routed(req)
+        if isinstance(reply, rex.ResponseError):
+            raise self.error(reply, home if self.cluster else None) from reply
+        return reply
+
+    async def _exchange(self, home: Any, req: Call, args: tuple[Any, ...]) -> Any:
+        """Send ``args`` (behind the owner's unanswered requests) and read its reply."""
+        pinned = self.pins.take(req.owner, home) if req.owner else None
+        conn = pinned.conn if pinned else await _checkout(home)
+        unread = pinned.unread if pinned else 0
+        reply: Any = None
+        try:
+            writer = getattr(conn, "_writer", None)
+            if writer is None or writer.transport.is_closing():
+                raise rex.ConnectionError(f"connection to {self.name} lost")
+            writer.writelines(conn.pack_command(*args))
+            unread += 1
+            while unread:
+                try:
+                    async with asyncio.timeout(req.timeout):
+                        reply = await conn.read_response(disconnect_on_error=False)
+                except rex.ResponseError as exc:
+                    reply = exc
+                except TimeoutError:
+                    raise _redis.no_reply(req.timeout or 0.0) from None
+                unread -= 1
+        except BaseException as exc:
+            if _redis.keeps_order(req, unread, exc):
+                await _close(self.pins.keep(req.owner, home, conn, unread))
+            else:
+                await _close([_redis.Pinned(home, conn, unread, 0.0)])
+            raise
+        await _give_back(home, conn)
+        return reply
+
+    async def _routed(self, req: Call) -> Any:
+        """Through the client's own routing (a cluster whose slot map changed)."""
+        try:
+            return await self.client.execute_command(*req.evalsha())
+        except rex.NoScriptError:
+            return await self.client.execute_command(*req.eval())
+
+
+async def _checkout(home: Any) -> Any:
+    """A connected connection from a pool (``get_connection``) or a cluster node."""
+    if hasattr(home, "get_connection"):
+        return await home.get_connection()
+    conn = home.acquire_connection()
+    if not conn.is_connected:
+        try:
+            await conn.connect()
+        except BaseException:
+            await _give_back(home, conn)
+            raise
+    return conn
+
+
+async def _give_back(home: Any, conn: Any) -> None:
+    """Return ``conn`` to its pool (async ``release``) or cluster node (sync ``release``)."""
+    released = home.release(conn)
+    if inspect.isawaitable(released):
+        await released
+
+
+async def _close(pins: list[_redis.Pinned]) -> None:
+    for p in pins:
+        try:
+            await p.conn.disconnect()
+        finally:
+            await _give_back(p.home, p.conn)
+
+
+async def drive(node: _redis.Executor, flow: Flow) -> Any:
+    """Run ``flow`` to completion, executing each request it yields on ``node``; a request's
+    error (a :class:`LockError`) is thrown into the flow, which may handle it."""
+    req, result = resume(flow)
+    while req is not None:
+        try:
+            reply = await node.execute(req)
+        except LockError as exc:
+            req, result = resume(flow, error=exc)
+        else:
+            req, result = resume(flow, reply)
+    return result
 
 
 async def run_to_completion(coro: Awaitable[T], limit: float | None = None) -> T:
@@ -84,7 +184,7 @@ async def run_to_completion(coro: Awaitable[T], limit: float | None = None) -> T
     return result
 
 
-async def guarded(node: AsyncNode, flow: Flow, cleanup: Callable[[], Flow]) -> Any:
+async def guarded(node: _redis.Executor, flow: Flow, cleanup: Callable[[], Flow]) -> Any:
     """Run ``flow``; if it fails or is cancelled, run ``cleanup()`` (shielded) before re-raising."""
     try:
         return await drive(node, flow)

@@ -6,14 +6,21 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.exceptions as rex
+from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core.protocol import Call, Flow, Replicate, Request, Wait
+from redlease.core.protocol import Call, Flow, Replicate, Request, Wait, resume
+from redlease.errors import LockError
 
 
 class SyncNode(_redis.NodeBase):
-    """One blocking Redis client (a single server or a whole cluster) as seen by one lock."""
+    """One blocking Redis client (a single server or a whole cluster) as seen by one lock.
+
+    Scripts run on a connection taken from the pool of the node that serves their keys, with no
+    silent retry: a request that got no reply pins its connection for its owner (see
+    :class:`~redlease.core.client.Pins`), so the undo that follows is written behind it.
+    """
 
     def execute(self, req: Request) -> Any:
         try:
@@ -23,13 +30,9 @@ class SyncNode(_redis.NodeBase):
 
     def _execute(self, req: Request) -> Any:
         if isinstance(req, Call):
-            n = len(req.keys)
-            try:
-                return self.client.evalsha(req.script.sha, n, *req.keys, *req.args)
-            except rex.NoScriptError:
-                return self.client.eval(req.script.lua, n, *req.keys, *req.args)
+            return self._call(req)
         if isinstance(req, Wait):
-            return self._blpop(req.key, req.timeout)
+            return self._blpop(req.keys, req.timeout)
         if isinstance(req, Replicate):
             if self.cluster:
                 node = self.client.get_node_from_key(req.key)
@@ -39,21 +42,84 @@ class SyncNode(_redis.NodeBase):
             return self.client.execute_command("WAIT", req.replicas, req.timeout_ms)
         raise TypeError(f"unknown request {req!r}")
 
-    def _blpop(self, key: str, timeout: float) -> bool:
+    def _pool(self, key: str) -> Any:
+        """The connection pool of the node serving ``key`` (None: let the cluster client route)."""
+        if not self.cluster:
+            return self.client.connection_pool
+        try:
+            node = self.client.get_node_from_key(key)
+            return self.client.get_redis_connection(node).connection_pool
+        except RedisClusterException:  # slot not covered (yet): the client refreshes its map
+            return None
+
+    def _call(self, req: Call) -> Any:
+        pool = self._pool(req.keys[0]) if req.keys else None
+        if pool is None:
+            return self._routed(req)
+        try:
+            reply = self._exchange(pool, req, req.evalsha())
+            if isinstance(reply, rex.NoScriptError):
+                reply = self._exchange(pool, req, req.eval())
+        except rex.RedisError as exc:
+            raise self.error(exc, pool if self.cluster else None) from exc
+        if isinstance(reply, rex.MovedError | rex.AskError):  # resharded or failed over
+            return self._routed(req)
+        if isinstance(reply, rex.ResponseError):
+            raise self.error(reply, pool if self.cluster else None) from reply
+        return reply
+
+    def _exchange(self, pool: Any, req: Call, args: tuple[Any, ...]) -> Any:
+        """Send ``args`` (behind the owner's unanswered requests) and read its reply."""
+        pinned = self.pins.take(req.owner, pool) if req.owner else None
+        conn = pinned.conn if pinned else pool.get_connection()
+        unread = pinned.unread if pinned else 0
+        reply: Any = None
+        try:
+            conn.send_packed_command(conn.pack_command(*args), check_health=False)
+            unread += 1
+            while unread:
+                if req.timeout is not None and not conn.can_read(timeout=req.timeout):
+                    raise _redis.no_reply(req.timeout)
+                try:
+                    reply = conn.read_response(disconnect_on_error=False)
+                except rex.ResponseError as exc:
+                    reply = exc
+                unread -= 1
+        except BaseException as exc:
+            if _redis.keeps_order(req, unread, exc):
+                self._close(self.pins.keep(req.owner, pool, conn, unread))
+            else:
+                self._close([_redis.Pinned(pool, conn, unread, 0.0)])
+            raise
+        pool.release(conn)
+        return reply
+
+    @staticmethod
+    def _close(pins: list[_redis.Pinned]) -> None:
+        for p in pins:
+            p.conn.disconnect()
+            p.home.release(p.conn)
+
+    def _routed(self, req: Call) -> Any:
+        """Through the client's own routing (a cluster whose slot map changed)."""
+        try:
+            return self.client.execute_command(*req.evalsha())
+        except rex.NoScriptError:
+            return self.client.execute_command(*req.eval())
+
+    def _blpop(self, keys: tuple[str, ...], timeout: float) -> bool:
         """BLPOP with a client-side deadline.
 
         Redis checks blocking timeouts only at its ``hz`` tick (100 ms by default), so the server
         timeout is a safety net and the precise deadline is kept here: if nothing arrived in
         time the connection is dropped, which unblocks the server side too.
         """
-        if self.cluster:
-            node = self.client.get_node_from_key(key)
-            pool = self.client.get_redis_connection(node).connection_pool
-        else:
-            pool = self.client.connection_pool
+        pool = self._pool(keys[0])
+        if pool is None:
+            return False  # the cluster's slot map is not ready: the next attempt re-routes
         conn = pool.get_connection()
         try:
-            conn.send_command("BLPOP", key, round(timeout + 1.0, 3))
+            conn.send_command("BLPOP", *keys, round(timeout + 1.0, 3))
             if conn.can_read(timeout=timeout):
                 return conn.read_response() is not None
             conn.disconnect()
@@ -65,18 +131,21 @@ class SyncNode(_redis.NodeBase):
             pool.release(conn)
 
 
-def drive(node: SyncNode, flow: Flow) -> Any:
-    """Run ``flow`` to completion, executing each request it yields on ``node``."""
-    reply: Any = None
-    while True:
+def drive(node: _redis.Executor, flow: Flow) -> Any:
+    """Run ``flow`` to completion, executing each request it yields on ``node``; a request's
+    error (a :class:`LockError`) is thrown into the flow, which may handle it."""
+    req, result = resume(flow)
+    while req is not None:
         try:
-            req = flow.send(reply)
-        except StopIteration as stop:
-            return stop.value
-        reply = node.execute(req)
+            reply = node.execute(req)
+        except LockError as exc:
+            req, result = resume(flow, error=exc)
+        else:
+            req, result = resume(flow, reply)
+    return result
 
 
-def guarded(node: SyncNode, flow: Flow, cleanup: Callable[[], Flow]) -> Any:
+def guarded(node: _redis.Executor, flow: Flow, cleanup: Callable[[], Flow]) -> Any:
     """Run ``flow``; if it fails or is interrupted, run ``cleanup()`` before re-raising."""
     try:
         return drive(node, flow)

@@ -1,41 +1,37 @@
 """The asyncio API: same classes and semantics as :mod:`redlease.core.locks`, awaited.
 
-Works unchanged with ``redis.asyncio.Redis`` and ``redis.asyncio.cluster.RedisCluster``.
-Ownership of a :class:`ReentrantLock` defaults to the current task (never thread-local).
-Cancellation-safe: a cancelled acquire leaves no lease behind; a cancelled release still
-releases before the cancellation propagates.
+Works unchanged with ``redis.asyncio.Redis``, ``redis.asyncio.cluster.RedisCluster`` and an
+asyncio :class:`redlease.quorum.NodeSet`. Ownership of a :class:`ReentrantLock` defaults to the
+current task (never thread-local). Cancellation-safe: a cancelled acquire leaves no lease
+behind; a cancelled release still releases before the cancellation propagates.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any
 
-from redlease.core import _async, protocol
+from redlease.core import _async
 from redlease.core import _log as log
-from redlease.core.handles import HandleCore
-from redlease.core.lease import Lease, RenewLoop
-from redlease.core.state import LockState, read_state_flow
+from redlease.core.handles import HandleCore, ReadWritePair
+from redlease.core.lease import Lease, RenewerBase
+from redlease.core.multi import MultiCore
+from redlease.core.state import LockState
 from redlease.errors import LeaseLost, LockError, NotOwned
 
 LostCallback = Callable[[LeaseLost], None]
 
 
 class _AsyncHandle(HandleCore):
-    """Awaitable operations over one asyncio Redis client."""
+    """Awaitable operations over one asyncio Redis client (or a cluster, or a node set)."""
 
-    def __init__(self, client: Any, name: str, **options: Any) -> None:
+    def __init__(self, client: Any, name: Any, **options: Any) -> None:
         super().__init__(name, **options)
-        self._node: _async.AsyncNode
-        if getattr(client, "is_redlease_nodeset", False):  # RedLock: redlease.core.quorum.NodeSet
-            self._node = client.node_for(self)
-        else:
-            self._node = _async.AsyncNode(client, name)
+        self._node = self.executor(client, _async.AsyncNode)
 
     @property
     def node(self) -> str:
@@ -62,7 +58,7 @@ class _AsyncHandle(HandleCore):
         try:
             await _async.drive(self._node, flow)
         except asyncio.CancelledError:
-            retry = protocol.release(self.prim, held.token, full=True)
+            retry = self.release_flow(held.token, True)
             with contextlib.suppress(NotOwned):  # the first attempt may have gone through
                 await _async.run_to_completion(_async.drive(self._node, retry), limit=10.0)
             self.forget(owner, held)
@@ -72,8 +68,11 @@ class _AsyncHandle(HandleCore):
             raise
         self.finish_release(owner, held)
 
-    async def extend(self, ttl: float | None = None, *, owner: Any = None) -> Lease:
-        flow, held = self.begin_extend(owner, ttl)
+    async def extend(
+        self, ttl: float | None = None, *, owner: Any = None, timeout: float | None = None
+    ) -> Lease:
+        """See :meth:`redlease.Lock.extend`."""
+        flow, held = self.begin_extend(owner, ttl, timeout)
         try:
             result = await _async.drive(self._node, flow)
         except NotOwned:
@@ -82,7 +81,7 @@ class _AsyncHandle(HandleCore):
         return self.finish_extend(held, result, ttl)
 
     async def state(self) -> LockState:
-        return await _async.drive(self._node, read_state_flow(self.keys))  # type: ignore[no-any-return]
+        return await _async.drive(self._node, self.state_flow())  # type: ignore[no-any-return]
 
     async def __aenter__(self) -> Lease:
         return await self.acquire()
@@ -139,6 +138,14 @@ class Lock(_AsyncHandle):
     """A mutex lease with fencing tokens. One hold per instance (not reentrant)."""
 
 
+class MultiLock(MultiCore, _AsyncHandle):
+    """One mutex lease over several lock names; see :class:`redlease.MultiLock`."""
+
+    async def states(self) -> dict[str, LockState]:
+        """The live state of each lock name."""
+        return await _async.drive(self._node, self.states_flow())  # type: ignore[no-any-return]
+
+
 class ReentrantLock(_AsyncHandle):
     """Reentrant lease; the owner defaults to the current asyncio task."""
 
@@ -146,10 +153,6 @@ class ReentrantLock(_AsyncHandle):
 
     def _owner_key(self, owner: Any) -> Any:
         return asyncio.current_task() if owner is None else owner
-
-    def count(self, owner: Any = None) -> int:
-        held = self.held(owner)
-        return held.count if held else 0
 
 
 class ReadLock(_AsyncHandle):
@@ -160,27 +163,18 @@ class WriteLock(_AsyncHandle):
     kind = "write"
 
 
-class ReadWriteLock:
+class ReadWriteLock(ReadWritePair[ReadLock, WriteLock]):
     """Many readers or one writer; ``reader()``/``writer()`` return fresh handles."""
 
-    def __init__(self, client: Any, name: str, **options: Any) -> None:
-        self.client = client
-        self.name = name
-        self.options = options
-        WriteLock(client, name, **options)
-
-    def reader(self) -> ReadLock:
-        return ReadLock(self.client, self.name, **self.options)
-
-    def writer(self) -> WriteLock:
-        return WriteLock(self.client, self.name, **self.options)
+    reader_class = ReadLock
+    writer_class = WriteLock
 
 
-class AsyncRenewer:
+class AsyncRenewer(RenewerBase):
     """Extends a held lease at ``fraction`` of its TTL from an asyncio task.
 
     On loss: the lease is marked lost, a log line is written, ``on_lost`` is called and the
-    ``guard`` task (if any) is cancelled.
+    ``guard`` task (if any) is cancelled. No extend waits past the local deadline.
     """
 
     def __init__(
@@ -192,15 +186,8 @@ class AsyncRenewer:
         owner: Any = None,
         guard: asyncio.Task[Any] | None = None,
     ) -> None:
-        lease = handle.lease(owner)
-        if lease is None:
-            raise NotOwned(handle.name, "cannot renew a lock this owner does not hold")
-        self.handle = handle
-        self.lease = lease
-        self.owner = handle.resolve_owner(owner)
-        self.on_lost = on_lost
+        super().__init__(handle, on_lost=on_lost, fraction=fraction, owner=owner)
         self.guard = guard
-        self.loop = RenewLoop(handle.name, lease, fraction)
         self.lost = asyncio.Event()
         self.cancelled_guard = False
         self._task: asyncio.Task[None] | None = None
@@ -225,17 +212,13 @@ class AsyncRenewer:
         loop = self.loop
         while True:
             await asyncio.sleep(loop.next_wait())
-            why = loop.expired()
-            if why is None:
-                sent = time.monotonic()
+            budget, error = loop.begin(), None
+            if budget is not None:
                 try:
-                    # never let one renewal outlive the deadline
-                    async with asyncio.timeout(loop.budget()):
-                        await self.handle.extend(owner=self.owner)
-                except (LockError, TimeoutError) as exc:
-                    why = loop.failed(exc)
-                else:
-                    loop.succeeded(sent)
+                    await self.handle.extend(owner=self.owner, timeout=budget)
+                except LockError as exc:
+                    error = exc
+            why = loop.end(budget, error)
             if why is not None:
                 loop.lose(why, self.on_lost)
                 self.lost.set()

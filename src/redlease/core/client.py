@@ -1,19 +1,38 @@
-"""What redlease needs to know about a redis-py client: its name for errors, and error mapping.
+"""What redlease needs to know about a redis-py client: its name for errors, error mapping, and
+which connections still have requests in flight.
 
 This is the one place where redis-py exceptions become redlease exceptions.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import redis.exceptions as rex
 
+from redlease.core.protocol import Call, Request
 from redlease.errors import LockError, LockUnavailable, ProtocolError
+
+PIN_HOLD = 30.0  # a pinned connection nobody came back for is closed after this many seconds
+
+
+class Executor(Protocol):
+    """What a lock handle runs its flows on: one node, a cluster, or a quorum of nodes."""
+
+    name: str
+    lock: str
+    socket_timeout: float | None
+
+    def execute(self, req: Request) -> Any:
+        """The reply to ``req`` (asyncio executors return an awaitable of it)."""
 
 
 class NodeBase:
-    """What the sync and asyncio node drivers share: the client, its name, error mapping."""
+    """What the sync and asyncio node drivers share: the client, its name, error mapping, and
+    the connections pinned by unanswered requests (see :class:`Pins`)."""
 
     def __init__(self, client: Any, lock: str) -> None:
         self.client = client
@@ -21,11 +40,68 @@ class NodeBase:
         self.name = describe(client)
         self.socket_timeout = socket_timeout(client)
         self.cluster = not hasattr(client, "connection_pool")
+        self.pins = Pins()
 
-    def error(self, exc: rex.RedisError) -> BaseException:
-        """The redlease exception to raise for a redis-py error on this node."""
-        mapped = translate(exc, self.lock, self.name)
+    def error(self, exc: rex.RedisError, home: Any = None) -> BaseException:
+        """The redlease exception to raise for a redis-py error on this node (``home``: the
+        pool or cluster node it happened on, named instead of the whole cluster)."""
+        mapped = translate(exc, self.lock, self.name if home is None else home_name(home))
         return exc if mapped is None else mapped
+
+
+@dataclass(slots=True)
+class Pinned:
+    """A connection whose last ``unread`` replies were not read yet; ``home`` takes it back."""
+
+    home: Any
+    conn: Any
+    unread: int
+    since: float
+
+
+class Pins:
+    """Connections kept aside because a request on them got no reply (timeout, cancellation,
+    interrupt), by owner token and connection pool.
+
+    The next request of the same owner to the same node is written behind the unanswered one on
+    that connection. So an undo (release, leave) can never overtake the request it undoes: a
+    paused node that resumes runs both, in order, even if the connection is closed meanwhile
+    (the bytes are in its socket buffer). A new connection would give no such order. Once every
+    reply is read the connection goes back to its pool; one nobody comes back for is closed
+    after :data:`PIN_HOLD` (what was written still runs, in order).
+    """
+
+    def __init__(self) -> None:
+        self._pins: dict[tuple[str, int], Pinned] = {}
+        self._lock = threading.Lock()
+
+    def take(self, owner: str, home: Any) -> Pinned | None:
+        """The pinned connection of ``owner`` at ``home`` (now the caller's), if any."""
+        if not self._pins:  # the common case: nothing pinned
+            return None
+        with self._lock:
+            return self._pins.pop((owner, id(home)), None)
+
+    def keep(self, owner: str, home: Any, conn: Any, unread: int) -> list[Pinned]:
+        """Pin ``conn``; returns the pins held too long, for the caller to close."""
+        now = time.monotonic()
+        with self._lock:
+            old = self._pins.pop((owner, id(home)), None)
+            self._pins[(owner, id(home))] = Pinned(home, conn, unread, now)
+            stale = [k for k, p in self._pins.items() if now - p.since > PIN_HOLD]
+            expired = [self._pins.pop(k) for k in stale]
+        return [old, *expired] if old is not None else expired
+
+
+def keeps_order(req: Call, unread: int, exc: BaseException) -> bool:
+    """Whether a connection that failed with ``exc`` must be pinned for ``req``'s owner: it
+    has requests without replies and is still open (a closed one was dropped by the server,
+    which then runs nothing more from it)."""
+    return bool(req.owner) and unread > 0 and not isinstance(exc, rex.ConnectionError)
+
+
+def no_reply(timeout: float) -> rex.TimeoutError:
+    return rex.TimeoutError(f"no reply within {timeout:g}s")
 
 
 def describe(client: Any) -> str:
@@ -41,6 +117,18 @@ def describe(client: Any) -> str:
         kwargs = client.connection_pool.connection_kwargs
     except AttributeError:
         return type(client).__name__
+    return _address(kwargs)
+
+
+def home_name(home: Any) -> str:
+    """``host:port`` (or ``unix:path``) of a connection pool or a cluster node."""
+    name = getattr(home, "name", None)  # redis.asyncio.cluster.ClusterNode
+    if isinstance(name, str):
+        return name
+    return _address(getattr(home, "connection_kwargs", {}))
+
+
+def _address(kwargs: dict[str, Any]) -> str:
     if kwargs.get("path"):
         return f"unix:{kwargs['path']}"
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"

@@ -12,12 +12,14 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from redlease.core import protocol
+from redlease.core.client import Executor
 from redlease.core.keys import LockKeys, validate_identity
 from redlease.core.lease import Lease
 from redlease.core.protocol import AcquireState, Flow, Grant, Options, Primitive
+from redlease.core.state import read_state_flow
 from redlease.errors import ConfigError, NotOwned
 
 
@@ -73,14 +75,16 @@ class HandleCore:
     """State and flow-building shared by one lock handle, sync or async.
 
     ``kind`` is ``mutex`` (one hold per handle), ``reentrant`` (one hold per owner object),
-    ``read`` or ``write`` (a read-write lock's two sides; one hold per handle).
+    ``read`` or ``write`` (a read-write lock's two sides; one hold per handle). The ``*_flow``
+    methods say which :mod:`~redlease.core.protocol` flows an operation runs; a multi-key lease
+    (:class:`redlease.core.multi.MultiCore`) swaps them.
     """
 
     kind = "mutex"
 
     def __init__(
         self,
-        name: str,
+        name: Any,
         *,
         ttl: float = 30.0,
         identity: str | None = None,
@@ -95,9 +99,19 @@ class HandleCore:
             replicas=replicas,
             replica_timeout=replica_timeout,
         )
-        self.name = name
-        self.prim = Primitive(LockKeys.for_name(name), options, self.kind)
+        self.prim = self._primitive(name, options)
+        self.name = self.prim.name
         self._holds: dict[Any, Held] = {}
+
+    def _primitive(self, name: str, options: Options) -> Primitive:
+        return Primitive(LockKeys.for_name(name), options, self.kind)
+
+    def executor(self, client: Any, plain: Callable[[Any, str], Executor]) -> Executor:
+        """What this handle runs its flows on: a RedLock node set's quorum executor, or
+        ``plain(client, name)`` (one node or a cluster)."""
+        if getattr(client, "is_redlease_nodeset", False):  # redlease.core.quorum.NodeSet
+            return client.node_for(self)  # type: ignore[no-any-return]
+        return plain(client, self.name)
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -126,7 +140,39 @@ class HandleCore:
         held = self.held(owner)
         return held is not None and held.lease.valid
 
-    # -- flows --------------------------------------------------------------------------------
+    def count(self, owner: Any = None) -> int:
+        """How many times ``owner`` holds the lock (reentrant locks count re-entries)."""
+        held = self.held(owner)
+        return held.count if held else 0
+
+    # -- which flows ----------------------------------------------------------------------------
+
+    def acquire_flow(
+        self, token: str, blocking: bool, timeout: float | None, socket_timeout: float | None
+    ) -> tuple[Flow, Callable[[], Flow]]:
+        """The acquire flow and the clean-up that undoes it if it fails or is interrupted."""
+        state = AcquireState()
+        flow = protocol.acquire(
+            self.prim,
+            token,
+            blocking=blocking,
+            timeout=timeout,
+            state=state,
+            socket_timeout=socket_timeout,
+        )
+        return flow, lambda: protocol.abort_acquire(self.prim, token, state)
+
+    def release_flow(self, token: str, full: bool) -> Flow:
+        return protocol.release(self.prim, token, full=full)
+
+    def extend_flow(self, token: str, ttl: float | None, timeout: float | None) -> Flow:
+        return protocol.extend(self.prim, token, ttl, clock=time.monotonic, timeout=timeout)
+
+    def state_flow(self) -> Flow:
+        """Reads the lock's live state (a :class:`~redlease.core.state.LockState`)."""
+        return read_state_flow(self.keys)
+
+    # -- operations -----------------------------------------------------------------------------
 
     def _owner_key(self, owner: Any) -> Any:
         return None
@@ -142,19 +188,11 @@ class HandleCore:
         check_timeout(blocking, timeout)
         held = self.held(owner)
         token = held.token if held is not None else protocol.new_token()
-        state = AcquireState()
-        flow = protocol.acquire(
-            self.prim,
-            token,
-            blocking=blocking,
-            timeout=timeout,
-            state=state,
-            socket_timeout=socket_timeout,
-        )
+        flow, cleanup = self.acquire_flow(token, blocking, timeout, socket_timeout)
         if held is not None and self.kind == "reentrant":
             # never undo an outer hold when a re-entry is interrupted
             return flow, _nothing, token
-        return flow, lambda: protocol.abort_acquire(self.prim, token, state), token
+        return flow, cleanup, token
 
     def finish_acquire(self, owner: Any, token: str, grant: Grant) -> Lease:
         key = self._owner_key(owner)
@@ -177,7 +215,7 @@ class HandleCore:
         held = self.held(owner)
         if held is None:
             raise NotOwned(self.name, "release of a lock this owner does not hold")
-        return protocol.release(self.prim, held.token, full=held.count <= 1), held
+        return self.release_flow(held.token, held.count <= 1), held
 
     def finish_release(self, owner: Any, held: Held) -> None:
         held.count -= 1
@@ -190,13 +228,17 @@ class HandleCore:
         held.lease.lost = True
         self._holds.pop(self._owner_key(owner), None)
 
-    def begin_extend(self, owner: Any, ttl: float | None) -> tuple[Flow, Held]:
+    def begin_extend(
+        self, owner: Any, ttl: float | None, timeout: float | None = None
+    ) -> tuple[Flow, Held]:
         held = self.held(owner)
         if held is None:
             raise NotOwned(self.name, "extend of a lock this owner does not hold")
         if ttl is not None and (not isinstance(ttl, int | float) or ttl <= 0):
             raise ConfigError("ttl", f"must be > 0 seconds, got {ttl!r}")
-        return protocol.extend(self.prim, held.token, ttl, clock=time.monotonic), held
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+            raise ConfigError("timeout", f"must be > 0 seconds, got {timeout!r}")
+        return self.extend_flow(held.token, ttl, timeout), held
 
     @staticmethod
     def finish_extend(held: Held, result: tuple[float, int], ttl: float | None) -> Lease:
@@ -204,6 +246,33 @@ class HandleCore:
         if ttl is not None:
             held.lease.ttl = float(ttl)
         return held.lease
+
+
+R = TypeVar("R")
+W = TypeVar("W")
+
+
+class ReadWritePair(Generic[R, W]):
+    """Many readers or one writer on one cluster slot; a waiting writer blocks new readers.
+
+    ``reader()`` and ``writer()`` return fresh handles (each holds at most once). The blocking
+    and asyncio APIs subclass this with their handle classes.
+    """
+
+    reader_class: Callable[..., R]
+    writer_class: Callable[..., W]
+
+    def __init__(self, client: Any, name: str, **options: Any) -> None:
+        self.client = client
+        self.name = name
+        self.options = options
+        self.writer_class(client, name, **options)  # validate now, not at first use
+
+    def reader(self) -> R:
+        return self.reader_class(self.client, self.name, **self.options)
+
+    def writer(self) -> W:
+        return self.writer_class(self.client, self.name, **self.options)
 
 
 def _nothing() -> Flow:

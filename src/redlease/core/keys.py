@@ -86,3 +86,9 @@ class LockKeys:
             self.writers_waiting,
             self.candidates,
         )
+
+
+def name_of(key: str) -> str:
+    """The lock name in a key of :class:`LockKeys` (the text of its hash tag)."""
+    start = key.index("{") + 1
+    return key[start : key.index("}", start)]

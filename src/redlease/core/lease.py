@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from redlease.core import _log as log
 from redlease.core.protocol import Grant
@@ -76,11 +77,12 @@ class RenewSchedule:
 
 
 class RenewLoop:
-    """The renewal state machine, shared by the thread and the asyncio renewers.
+    """The renewal state machine, the one renewer behaviour of the thread and asyncio renewers.
 
-    The driver sleeps :meth:`next_wait` seconds, asks :meth:`expired`, sends an extend, and
-    reports :meth:`succeeded` or :meth:`failed`. Any non-``None`` reason means the lease is
-    lost: the driver calls :meth:`lose` once and stops.
+    The driver sleeps :meth:`next_wait` seconds, calls :meth:`begin` (how long the extend may
+    take: never past the local deadline), runs the extend bounded by that, and reports to
+    :meth:`end`. A non-``None`` reason from :meth:`end` means the lease is lost: the driver
+    calls :meth:`lose` once and stops.
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class RenewLoop:
         self.schedule = RenewSchedule(lease.ttl, fraction)
         self.clock = clock
         self.last_sent = clock()
+        self.sent = self.last_sent
         self.retrying = False
 
     def next_wait(self) -> float:
@@ -98,17 +101,22 @@ class RenewLoop:
         at = self.schedule.next_attempt(self.last_sent, now, self.lease.deadline, self.retrying)
         return max(0.0, at - now)
 
-    def budget(self) -> float:
-        """How long one extend may take before the deadline makes it pointless."""
-        return max(0.001, self.lease.deadline - self.clock())
+    def begin(self) -> float | None:
+        """Start an attempt: the seconds its extend may take, None if the deadline has passed."""
+        now = self.clock()
+        if now >= self.lease.deadline:
+            return None
+        self.sent = now
+        return self.lease.deadline - now
 
-    def expired(self) -> str | None:
-        if self.clock() >= self.lease.deadline:
+    def end(self, budget: float | None, error: BaseException | None) -> str | None:
+        """After an attempt (``error`` None: extended): None to go on, else the loss reason."""
+        if budget is None:
             return "local deadline passed before a renewal succeeded"
-        return None
-
-    def succeeded(self, sent: float) -> None:
-        self.last_sent, self.retrying = sent, False
+        if error is None:
+            self.last_sent, self.retrying = self.sent, False
+            return None
+        return self.failed(error)
 
     def failed(self, exc: BaseException) -> str | None:
         """Classify an extend error: ``None`` to retry (outage), else the loss reason."""
@@ -135,3 +143,25 @@ class RenewLoop:
             except Exception:  # noqa: BLE001 - a user callback must not kill the renewer
                 log.exception("on_lost callback failed", lock=self.lock)
         return err
+
+
+class RenewerBase:
+    """What the thread and task renewers share: the hold they renew (of ``owner``, resolved in
+    the caller's thread or task), its :class:`RenewLoop`, and the loss callback."""
+
+    def __init__(
+        self,
+        handle: Any,
+        *,
+        on_lost: Callable[[LeaseLost], None] | None = None,
+        fraction: float = 1 / 3,
+        owner: Any = None,
+    ) -> None:
+        lease = handle.lease(owner)
+        if lease is None:
+            raise NotOwned(handle.name, "cannot renew a lock this owner does not hold")
+        self.handle = handle
+        self.lease: Lease = lease
+        self.owner = handle.resolve_owner(owner)
+        self.on_lost = on_lost
+        self.loop = RenewLoop(handle.name, lease, fraction)

@@ -1,13 +1,13 @@
-"""The blocking API: Lock, ReentrantLock, ReadWriteLock and Renewer.
+"""The blocking API: Lock, ReentrantLock, ReadWriteLock, MultiLock and Renewer.
 
-Works unchanged with ``redis.Redis`` and ``redis.cluster.RedisCluster``. All logic lives in
-:mod:`redlease.core.protocol` and :mod:`redlease.core.handles`; this module only runs it.
+Works unchanged with ``redis.Redis``, ``redis.cluster.RedisCluster`` and a blocking
+:class:`redlease.quorum.NodeSet`. All logic lives in :mod:`redlease.core.protocol`,
+:mod:`redlease.core.handles` and :mod:`redlease.core.multi`; this module only runs it.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -15,24 +15,21 @@ from typing import Any
 
 from redlease.core import _log as log
 from redlease.core import _sync
-from redlease.core.handles import HandleCore
-from redlease.core.lease import Lease, RenewLoop
-from redlease.core.state import LockState, read_state_flow
+from redlease.core.handles import HandleCore, ReadWritePair
+from redlease.core.lease import Lease, RenewerBase
+from redlease.core.multi import MultiCore
+from redlease.core.state import LockState
 from redlease.errors import LeaseLost, LockError, NotOwned
 
 LostCallback = Callable[[LeaseLost], None]
 
 
 class _SyncHandle(HandleCore):
-    """Blocking operations over one Redis client."""
+    """Blocking operations over one Redis client (or a cluster, or a RedLock node set)."""
 
-    def __init__(self, client: Any, name: str, **options: Any) -> None:
+    def __init__(self, client: Any, name: Any, **options: Any) -> None:
         super().__init__(name, **options)
-        self._node: _sync.SyncNode
-        if getattr(client, "is_redlease_nodeset", False):  # RedLock: redlease.core.quorum.NodeSet
-            self._node = client.node_for(self)
-        else:
-            self._node = _sync.SyncNode(client, name)
+        self._node = self.executor(client, _sync.SyncNode)
 
     @property
     def node(self) -> str:
@@ -63,9 +60,14 @@ class _SyncHandle(HandleCore):
             raise
         self.finish_release(owner, held)
 
-    def extend(self, ttl: float | None = None, *, owner: Any = None) -> Lease:
-        """Push the expiry to ``ttl`` (default: the lock's TTL) from now; owner only."""
-        flow, held = self.begin_extend(owner, ttl)
+    def extend(
+        self, ttl: float | None = None, *, owner: Any = None, timeout: float | None = None
+    ) -> Lease:
+        """Push the expiry to ``ttl`` (default: the lock's TTL) from now; owner only.
+
+        ``timeout`` bounds the wait for Redis (default: the client's socket timeout).
+        """
+        flow, held = self.begin_extend(owner, ttl, timeout)
         try:
             result = _sync.drive(self._node, flow)
         except NotOwned:
@@ -75,7 +77,7 @@ class _SyncHandle(HandleCore):
 
     def state(self) -> LockState:
         """Read the lock's live state from Redis (holder, fencing token, TTL left, ...)."""
-        return _sync.drive(self._node, read_state_flow(self.keys))  # type: ignore[no-any-return]
+        return _sync.drive(self._node, self.state_flow())  # type: ignore[no-any-return]
 
     def __enter__(self) -> Lease:
         return self.acquire()
@@ -119,6 +121,23 @@ class Lock(_SyncHandle):
     """A mutex lease with fencing tokens. One hold per instance (not reentrant)."""
 
 
+class MultiLock(MultiCore, _SyncHandle):
+    """One mutex lease over several lock names, held all or nothing with one fencing token.
+
+    ``MultiLock(client, ["a", "b"], ttl=15)`` has the surface of :class:`Lock` (``acquire``,
+    ``extend``, ``release``, ``state``, ``hold``, :class:`Renewer`). The token is above every
+    token issued before for any of the names, single-name leases included. On one Redis node
+    each operation is one script; on a Redis Cluster or a RedLock node set the names are taken
+    in sorted order and given back on any refusal or failure. With one name it is a
+    :class:`Lock`. ``state()`` names a holder only when it holds every name; ``states()`` gives
+    each name's state.
+    """
+
+    def states(self) -> dict[str, LockState]:
+        """The live state of each lock name."""
+        return _sync.drive(self._node, self.states_flow())  # type: ignore[no-any-return]
+
+
 class ReentrantLock(_SyncHandle):
     """A lease that the same owner may take repeatedly; released when the count reaches zero.
 
@@ -129,10 +148,6 @@ class ReentrantLock(_SyncHandle):
 
     def _owner_key(self, owner: Any) -> Any:
         return threading.current_thread() if owner is None else owner
-
-    def count(self, owner: Any = None) -> int:
-        held = self.held(owner)
-        return held.count if held else 0
 
 
 class ReadLock(_SyncHandle):
@@ -147,31 +162,23 @@ class WriteLock(_SyncHandle):
     kind = "write"
 
 
-class ReadWriteLock:
+class ReadWriteLock(ReadWritePair[ReadLock, WriteLock]):
     """Many readers or one writer on one cluster slot; a waiting writer blocks new readers.
 
     ``reader()`` and ``writer()`` return fresh handles (each holds at most once).
     """
 
-    def __init__(self, client: Any, name: str, **options: Any) -> None:
-        self.client = client
-        self.name = name
-        self.options = options
-        WriteLock(client, name, **options)  # validate now, not at first use
-
-    def reader(self) -> ReadLock:
-        return ReadLock(self.client, self.name, **self.options)
-
-    def writer(self) -> WriteLock:
-        return WriteLock(self.client, self.name, **self.options)
+    reader_class = ReadLock
+    writer_class = WriteLock
 
 
-class Renewer:
+class Renewer(RenewerBase):
     """Extends a held lease at ``fraction`` of its TTL from a daemon thread.
 
     Keeps the lease's local deadline current; when an extend is refused, or the deadline passes
     without a successful extend (Redis unreachable, process paused), the lease is marked lost,
-    a log line is written, ``lost`` is set and ``on_lost`` is called once.
+    a log line is written, ``lost`` is set and ``on_lost`` is called once. No extend waits past
+    the local deadline.
     """
 
     def __init__(
@@ -182,14 +189,7 @@ class Renewer:
         fraction: float = 1 / 3,
         owner: Any = None,
     ) -> None:
-        lease = handle.lease(owner)
-        if lease is None:
-            raise NotOwned(handle.name, "cannot renew a lock this owner does not hold")
-        self.handle = handle
-        self.lease = lease
-        self.owner = handle.resolve_owner(owner)
-        self.on_lost = on_lost
-        self.loop = RenewLoop(handle.name, lease, fraction)
+        super().__init__(handle, on_lost=on_lost, fraction=fraction, owner=owner)
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -214,15 +214,13 @@ class Renewer:
     def _run(self) -> None:
         loop = self.loop
         while not self._stop.wait(loop.next_wait()):
-            why = loop.expired()
-            if why is None:
-                sent = time.monotonic()
+            budget, error = loop.begin(), None
+            if budget is not None:
                 try:
-                    self.handle.extend(owner=self.owner)
+                    self.handle.extend(owner=self.owner, timeout=budget)
                 except LockError as exc:
-                    why = loop.failed(exc)
-                else:
-                    loop.succeeded(sent)
+                    error = exc
+            why = loop.end(budget, error)
             if why is not None:
                 loop.lose(why, self.on_lost)
                 self.lost.set()

@@ -33,21 +33,36 @@ Clock = Callable[[], float]
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """Run ``script`` with ``keys`` and ``args``; the reply is the script's raw result."""
+    """Run ``script`` with ``keys`` and ``args``; the reply is the script's raw result.
+
+    ``owner``: the owner token the request acts for. A driver writes a request of an owner behind
+    that owner's earlier requests to the same node that are still unanswered (same connection),
+    so an undo can never overtake the request it undoes. ``timeout``: the longest to wait for
+    the reply (``None``: the client's socket timeout).
+    """
 
     script: scripts.Script
     keys: Sequence[str]
     args: Sequence[str | int]
+    owner: str = ""
+    timeout: float | None = None
+
+    def evalsha(self) -> tuple[str | int, ...]:
+        """The Redis command that runs the script by its SHA1 (the usual case)."""
+        return ("EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.args)
+
+    def eval(self) -> tuple[str | int, ...]:
+        """The Redis command that runs the script from source (after a NOSCRIPT reply)."""
+        return ("EVAL", self.script.lua, len(self.keys), *self.keys, *self.args)
 
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """Block until a wake token arrives on ``key`` or ``timeout`` seconds pass (BLPOP).
-
-    The reply is ``True`` if a token was popped, ``False`` on timeout.
+    """Block until a wake token arrives on one of ``keys`` (wake lists on one node) or
+    ``timeout`` seconds pass (BLPOP). The reply is ``True`` if a token was popped, else ``False``.
     """
 
-    key: str
+    keys: tuple[str, ...]
     timeout: float
 
 
@@ -62,6 +77,18 @@ class Replicate:
 
 Request = Call | Wait | Replicate
 Flow = Generator[Request, Any, Any]
+
+
+def resume(
+    flow: Flow, reply: Any = None, error: BaseException | None = None
+) -> tuple[Request | None, Any]:
+    """Advance ``flow`` with the reply to its last request, or throw that request's ``error``
+    into it. Returns ``(next request, None)``, or ``(None, result)`` once the flow is done.
+    Every driver runs flows with this, so they all treat replies and errors alike."""
+    try:
+        return (flow.send(reply) if error is None else flow.throw(error)), None
+    except StopIteration as stop:
+        return None, stop.value
 
 
 # --- timing --------------------------------------------------------------------------------------
@@ -123,6 +150,7 @@ class Outcome:
     transitions: int = 0
     wait_hint_ms: int = -1
     holder: str | None = None
+    blocked: tuple[int, ...] = ()  # 1-based positions of the locks that refused (multi-key)
 
 
 def decode_acquire(reply: object, lock: str) -> Outcome:
@@ -143,7 +171,12 @@ def decode_acquire(reply: object, lock: str) -> Outcome:
         return Outcome(status, fence=as_int(items[1], lock, "fence"))
     if status in (scripts.HELD, scripts.RESERVED):
         holder = as_str(items[2]) if len(items) > 2 else ""
-        return Outcome(status, wait_hint_ms=as_int(items[1], lock, "ttl"), holder=holder or None)
+        return Outcome(
+            status,
+            wait_hint_ms=as_int(items[1], lock, "ttl"),
+            holder=holder or None,
+            blocked=tuple(as_int(i, lock, "position") for i in items[3:]),
+        )
     raise ProtocolError(lock, f"unknown acquire status {status}")
 
 
@@ -173,19 +206,42 @@ class Options:
 
 @dataclass(frozen=True, slots=True)
 class Primitive:
-    """How one kind of lease maps to scripts: exclusive (mutex, reentrant, writer) or shared."""
+    """How one kind of lease maps to scripts: exclusive (mutex, reentrant, writer) or shared.
+
+    ``group``: several locks held together as one lease, all on one node (a multi-key lease:
+    the exclusive scripts take each lock's keys in turn and act on all of them at once); empty
+    for a lease on ``keys`` alone. Every request carries its owner token (see :class:`Call`).
+    """
 
     keys: LockKeys
     options: Options
     kind: str  # "mutex" | "reentrant" | "write" | "read"
+    group: tuple[LockKeys, ...] = ()
 
     @property
     def name(self) -> str:
-        return self.keys.name
+        return ",".join(k.name for k in self.group) if self.group else self.keys.name
 
     @property
     def shared(self) -> bool:
         return self.kind == "read"
+
+    def each(self, pick: Callable[[LockKeys], tuple[str, ...]]) -> tuple[str, ...]:
+        """``pick``'s keys of every lock of the lease, lock after lock."""
+        if not self.group:
+            return pick(self.keys)
+        return tuple(key for keys in self.group for key in pick(keys))
+
+    def names_at(self, positions: Sequence[int]) -> str:
+        """The names of the locks of a multi-key lease at 1-based ``positions`` (for messages);
+        ``''`` for a single lock."""
+        return ", ".join(repr(self.group[i - 1].name) for i in positions) if self.group else ""
+
+    def wake_keys(self, blocked: Sequence[int] = ()) -> tuple[str, ...]:
+        """The wake lists to wait on: those of the locks at 1-based positions ``blocked``
+        (where the refused acquire registered), or of every lock."""
+        locks = self.group or (self.keys,)
+        return tuple(locks[i - 1].wake for i in blocked) or tuple(k.wake for k in locks)
 
     def acquire(self, token: str, wait_ms: int, min_fence: int = 0) -> Call:
         k, o = self.keys, self.options
@@ -194,6 +250,7 @@ class Primitive:
                 scripts.ACQUIRE_READ,
                 (k.lease, k.readers, k.writers_waiting, k.waiters, k.handoff, k.fence),
                 (token, o.ttl_ms, wait_ms),
+                token,
             )
         if self.kind == "write":
             return Call(
@@ -208,12 +265,14 @@ class Primitive:
                     k.history,
                 ),
                 (token, o.ttl_ms, o.identity, wait_ms),
+                token,
             )
         reentrant = "1" if self.kind == "reentrant" else "0"
         return Call(
             scripts.ACQUIRE,
-            (k.lease, k.fence, k.history, k.waiters, k.handoff),
+            self.each(lambda k: (k.lease, k.fence, k.history, k.waiters, k.handoff)),
             (token, o.ttl_ms, o.identity, reentrant, wait_ms, min_fence),
+            token,
         )
 
     def release(self, token: str, full: bool = True) -> Call:
@@ -223,26 +282,33 @@ class Primitive:
                 scripts.RELEASE_READ,
                 (k.readers, k.waiters, k.handoff, k.wake),
                 (token, o.handoff_ms),
+                token,
             )
         wake_all = "1" if self.kind == "write" else "0"
         return Call(
             scripts.RELEASE,
-            (k.lease, k.waiters, k.handoff, k.wake),
+            self.each(lambda k: (k.lease, k.waiters, k.handoff, k.wake)),
             (token, "1" if full else "0", o.handoff_ms, wake_all),
+            token,
         )
 
-    def extend(self, token: str, ttl_ms: int) -> Call:
+    def extend(self, token: str, ttl_ms: int, timeout: float | None = None) -> Call:
         if self.kind == "read":
-            return Call(scripts.EXTEND_READ, (self.keys.readers,), (token, ttl_ms))
-        return Call(scripts.EXTEND, (self.keys.lease,), (token, ttl_ms))
+            return Call(scripts.EXTEND_READ, (self.keys.readers,), (token, ttl_ms), token, timeout)
+        leases = self.each(lambda k: (k.lease,))
+        return Call(scripts.EXTEND, leases, (token, ttl_ms), token, timeout)
 
     def leave(self, token: str) -> Call:
-        k = self.keys
         return Call(
             scripts.LEAVE,
-            (k.lease, k.waiters, k.handoff, k.wake, k.writers_waiting),
+            self.each(lambda k: (k.lease, k.waiters, k.handoff, k.wake, k.writers_waiting)),
             (token, self.options.handoff_ms),
+            token,
         )
+
+    def raise_fence(self, token: str, fence: int) -> Call:
+        """Raise this lock's fence counter, and the owner's lease record, to ``fence``."""
+        return Call(scripts.RAISE_FENCE, (self.keys.fence, self.keys.lease), (fence, token), token)
 
 
 @dataclass(slots=True)
@@ -270,6 +336,69 @@ class AcquireState:
 # --- flows ---------------------------------------------------------------------------------------
 
 
+class Pacing:
+    """The timing of one acquisition: when it registers as a waiter, how long each wait for a
+    wake token may last, when it gives up. Honest timeouts: it gives up only after an attempt
+    made at or after the deadline. Shared by every acquire flow."""
+
+    def __init__(
+        self,
+        opts: Options,
+        *,
+        blocking: bool,
+        timeout: float | None,
+        clock: Clock,
+        socket_timeout: float | None,
+    ) -> None:
+        self.opts = opts
+        self.blocking = blocking
+        self.timeout = timeout
+        self.clock = clock
+        self.deadline = None if timeout is None else clock() + max(0.0, timeout)
+        self.max_step = opts.max_wait_step
+        if socket_timeout:  # one BLPOP must not outlast the socket timeout
+            self.max_step = min(self.max_step, socket_timeout * 0.8)
+        self.step = self.max_step
+        self.registering = False
+
+    def attempt(self) -> int:
+        """Start an attempt: the waiter registration (ms) to send with it (0: do not register)."""
+        remaining = None if self.deadline is None else self.deadline - self.clock()
+        self.registering = self.blocking and (remaining is None or remaining > 0)
+        self.step = self.max_step if remaining is None else min(self.max_step, max(remaining, 0.0))
+        return round((self.step + self.opts.registration_grace) * 1000) if self.registering else 0
+
+    def refused(self, lock: str, outcome: Outcome, what: str = "") -> float:
+        """After a refused attempt: seconds to wait for a wake token, or raise LockTimeout
+        (blocking, deadline reached) or LockContention (non-blocking). ``what`` names the lock
+        that refused, when that is not ``lock`` itself."""
+        if not self.registering:
+            where = f"{what} " if what else ""
+            if self.blocking:
+                raise LockTimeout(
+                    lock,
+                    f"{where}not acquired within {self.timeout:.3f}s",
+                    holder=outcome.holder,
+                )
+            raise LockContention(lock, f"{where}held by another owner", holder=outcome.holder)
+        wait = self.step
+        if outcome.wait_hint_ms >= 0:
+            # wake at the holder's expiry even if nobody releases (crashed holder)
+            wait = min(wait, outcome.wait_hint_ms / 1000 + 0.001)
+        return max(wait, 0.001)
+
+
+def confirm_replicas(lock: str, key: str, opts: Options, what: str) -> Flow:
+    """``WAIT`` for ``opts.replicas`` replicas on the node of ``key``; ReplicationError if fewer."""
+    if not opts.replicas:
+        return
+    acked = yield Replicate(key, opts.replicas, _ms(opts.replica_timeout))
+    if as_int(acked, lock, "replica count") < opts.replicas:
+        raise ReplicationError(
+            lock, f"only {acked} of {opts.replicas} replicas confirmed the {what}"
+        )
+
+
 def acquire(
     prim: Primitive,
     token: str,
@@ -283,19 +412,15 @@ def acquire(
 ) -> Generator[Request, Any, Grant]:
     """Try to acquire; when ``blocking``, wait for wake tokens until ``timeout`` (None: forever).
 
-    Honest timeouts: the flow only gives up after a final attempt made at or after the deadline.
+    One script per attempt, also for a multi-key lease on one node (``prim.group``). A failure
+    after the grant (too few replicas) is undone by :func:`abort_acquire` (fail closed).
     """
     opts = prim.options
-    deadline = None if timeout is None else clock() + max(0.0, timeout)
-    max_step = opts.max_wait_step
-    if socket_timeout:
-        max_step = min(max_step, socket_timeout * 0.8)
-    step = max_step
+    pacing = Pacing(
+        opts, blocking=blocking, timeout=timeout, clock=clock, socket_timeout=socket_timeout
+    )
     while True:
-        remaining = None if deadline is None else deadline - clock()
-        register = blocking and (remaining is None or remaining > 0)
-        step = max_step if remaining is None else min(max_step, max(remaining, 0.0))
-        wait_ms = round((step + opts.registration_grace) * 1000) if register else 0
+        wait_ms = pacing.attempt()
         sent_at = clock()
         state.in_flight = True
         reply = yield prim.acquire(token, wait_ms, min_fence)
@@ -304,16 +429,8 @@ def acquire(
         if outcome.status == scripts.GRANTED:
             state.granted = True
             state.registered = False
-            if opts.replicas and outcome.transitions != -1:
-                acked = yield Replicate(prim.keys.lease, opts.replicas, _ms(opts.replica_timeout))
-                if as_int(acked, prim.name, "replica count") < opts.replicas:
-                    yield prim.release(token)
-                    state.granted = False
-                    raise ReplicationError(
-                        prim.name,
-                        f"only {acked} of {opts.replicas} replicas confirmed the acquisition; "
-                        "released (fail closed)",
-                    )
+            if outcome.transitions != -1:
+                yield from confirm_replicas(prim.name, prim.keys.lease, opts, "acquisition")
             return Grant(
                 fence=outcome.fence,
                 count=outcome.count,
@@ -325,18 +442,9 @@ def acquire(
             )
         if outcome.status == scripts.ALREADY:
             raise AlreadyHeld(prim.name, "already held by this owner (not a reentrant lock)")
-        state.registered = state.registered or register
-        if not register:
-            if blocking:
-                raise LockTimeout(
-                    prim.name, f"not acquired within {timeout:.3f}s", holder=outcome.holder
-                )
-            raise LockContention(prim.name, holder=outcome.holder)
-        wait = step
-        if outcome.wait_hint_ms >= 0:
-            # wake at the holder's expiry even if nobody releases (crashed holder)
-            wait = min(wait, outcome.wait_hint_ms / 1000 + 0.001)
-        yield Wait(prim.keys.wake, max(wait, 0.001))
+        state.registered = state.registered or pacing.registering
+        wait = pacing.refused(prim.name, outcome, prim.names_at(outcome.blocked))
+        yield Wait(prim.wake_keys(outcome.blocked), wait)
 
 
 def abort_acquire(prim: Primitive, token: str, state: AcquireState) -> Flow:
@@ -358,22 +466,25 @@ def release(prim: Primitive, token: str, *, full: bool = True) -> Generator[Requ
 
 
 def extend(
-    prim: Primitive, token: str, ttl: float | None = None, *, clock: Clock = time.monotonic
+    prim: Primitive,
+    token: str,
+    ttl: float | None = None,
+    *,
+    clock: Clock = time.monotonic,
+    timeout: float | None = None,
 ) -> Generator[Request, Any, tuple[float, int]]:
-    """Extend by owner token; returns ``(new local deadline, server ms)``. Raises NotOwned."""
+    """Extend by owner token; returns ``(new local deadline, server ms)``. Raises NotOwned.
+
+    ``timeout`` bounds the wait for the reply (a renewer never waits past its deadline).
+    """
     opts = prim.options
     ttl = opts.ttl if ttl is None else ttl
     sent_at = clock()
-    reply = yield prim.extend(token, max(1, round(ttl * 1000)))
+    reply = yield prim.extend(token, max(1, round(ttl * 1000)), timeout)
     items = as_list(reply, prim.name, 3)
     if as_int(items[0], prim.name, "status") != 1:
         raise NotOwned(prim.name, "extend refused: not held by this owner (expired or taken over)")
-    if opts.replicas:
-        acked = yield Replicate(prim.keys.lease, opts.replicas, _ms(opts.replica_timeout))
-        if as_int(acked, prim.name, "replica count") < opts.replicas:
-            raise ReplicationError(
-                prim.name, f"only {acked} of {opts.replicas} replicas confirmed the extension"
-            )
+    yield from confirm_replicas(prim.name, prim.keys.lease, opts, "extension")
     return local_deadline(sent_at, ttl), as_int(items[2], prim.name, "time")
 
 

@@ -255,13 +255,14 @@ def _int(value: object) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """What a node said about itself when a connection was made."""
+    """What a node said about itself on one connection."""
 
-    run_id: str
+    run_id: str  # the server process (a new one after every restart)
     uptime: float  # seconds the server has been up, at ``at``
     at: float  # monotonic time of the probe
     marker: str | None  # run id stored in the node's redlease marker (None: no marker)
     durable: bool  # appendonly yes + appendfsync always: restarts keep every write
+    born: frozenset[str] = frozenset()  # the marker's birth list (see :func:`born_members`)
 
 
 def membership(probe: Probe | None) -> str:
@@ -278,3 +279,42 @@ def may_rejoin(probe: Probe, now: float, restart_delay: float) -> bool:
     """A fresh node may be re-seeded once it has been up for ``restart_delay`` (the longest
     TTL): by then every lease it forgot has expired everywhere."""
     return probe.uptime + (now - probe.at) >= restart_delay
+
+
+def brand_new(probes: Sequence[Probe | None]) -> bool:
+    """Every node answered and none counts: the set is new (or every node lost its data).
+
+    Only a view of one instant may start a history (see docs/quorum.md): the caller reads the
+    markers again over the same connections before it marks the nodes.
+    """
+    return all(membership(p) == "fresh" for p in probes)
+
+
+def birth_list(probes: Sequence[Probe | None]) -> frozenset[str]:
+    """The run ids of every node's server (empty unless every node answered)."""
+    if any(p is None for p in probes):
+        return frozenset()
+    return frozenset(p.run_id for p in probes if p is not None)
+
+
+def births(probes: Sequence[Probe | None]) -> frozenset[str]:
+    """Every server named on a birth list that some node's marker carries."""
+    none: frozenset[str] = frozenset()
+    return none.union(*(p.born for p in probes if p is not None))
+
+
+def born_members(probes: Sequence[Probe | None]) -> tuple[int, ...]:
+    """Fresh nodes that are safe to mark at once: their server is on the set's birth list.
+
+    Marking a brand-new set writes on every node the run ids of all its servers, seen fresh at
+    one instant (the *birth list*). A server on that list has run ever since (a restart gives a
+    new run id) and had never been marked before (it was fresh, and a marker only disappears
+    with its server's data): it lost nothing, it was just not marked yet. A node that restarted
+    without its data runs a new server, which no birth list names.
+    """
+    born = births(probes)
+    return tuple(
+        i
+        for i, p in enumerate(probes)
+        if p is not None and p.run_id in born and membership(p) == "fresh"
+    )

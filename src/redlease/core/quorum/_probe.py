@@ -9,15 +9,22 @@ which :func:`redlease.core.rules.membership` turns into the restart rule.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from redlease.core import scripts
-from redlease.core.quorum.flows import MARKER_KEY
 from redlease.core.rules import Probe
 
+# hash on every node: ``run_id`` of the server whose data is intact; ``born``: the birth list
+# (the run ids of every server of the set, seen fresh together when the set was first marked)
+MARKER_KEY = "redlease:node"
+
+NODE: tuple[tuple[str, ...], ...] = (  # what the server and the marker say, at one moment
+    ("INFO", "server"),
+    ("HMGET", MARKER_KEY, "run_id", "born"),
+)
 COMMANDS: tuple[tuple[str, ...], ...] = (
     *(("SCRIPT", "LOAD", s.lua) for s in scripts.ALL_SCRIPTS),
-    ("INFO", "server"),
-    ("HGET", MARKER_KEY, "run_id"),
+    *NODE,
     ("CONFIG", "GET", "appendonly"),
     ("CONFIG", "GET", "appendfsync"),
 )
@@ -46,15 +53,30 @@ def parse(replies: Sequence[object], at: float) -> Probe:
         if isinstance(reply, BaseException):
             raise reply
     info, marker, aof, fsync = replies[base : base + 4]
+    durable = _config(aof) == "yes" and _config(fsync) == "always"
+    return node(Probe("", 0.0, at, None, durable), [info, marker], at)
+
+
+def node(probe: Probe, replies: Sequence[object], at: float) -> Probe:
+    """``probe`` updated with the replies to :data:`NODE` (read at monotonic time ``at``)."""
+    info, marker = replies
     if isinstance(info, BaseException):
         raise info
     fields = dict(
         line.split(":", 1) for line in _text(info).splitlines() if ":" in line and line[0] != "#"
     )
-    return Probe(
+    run_id, born = marker if isinstance(marker, list | tuple) and len(marker) == 2 else ("", "")
+    return replace(
+        probe,
         run_id=fields.get("run_id", "").strip(),
         uptime=float(fields.get("uptime_in_seconds", "0").strip() or 0),
         at=at,
-        marker=_text(marker) or None,
-        durable=_config(aof) == "yes" and _config(fsync) == "always",
+        marker=_text(run_id) or None,
+        born=frozenset(_text(born).split()),
     )
+
+
+def mark(run_id: str, born: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The command that marks a node as intact for server ``run_id`` (with a birth list)."""
+    fields = ("run_id", run_id, *(("born", " ".join(sorted(born))) if born else ()))
+    return ("HSET", MARKER_KEY, *fields)

@@ -13,18 +13,24 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redlease.core import scripts
 from redlease.core.protocol import Call, Outcome, Primitive, Replicate, Request, decode_acquire
+from redlease.core.quorum import _probe
 from redlease.core.rules import (
     LATE,
+    AcquireDecision,
     Down,
     Late,
     Probe,
     Reply,
     Result,
+    birth_list,
+    births,
+    born_members,
+    brand_new,
     decide_acquire,
     extend_verdict,
     jitter,
@@ -41,7 +47,6 @@ from redlease.core.state import decode_state
 from redlease.core.view import key_view
 from redlease.errors import LockError, ProtocolError, QuorumUnavailable
 
-MARKER_KEY = "redlease:node"  # hash on every node: run_id of the server whose data is intact
 FENCE_PATTERN = "redlease:{*}:fence"
 
 
@@ -50,6 +55,9 @@ class Command:
     """A plain Redis command (probes, re-seeding, ``WAIT``)."""
 
     args: tuple[str | int, ...]
+
+
+NODE_READ = tuple(Command(c) for c in _probe.NODE)  # what a node says now (see _probe.node)
 
 
 Single = Call | Command
@@ -62,10 +70,14 @@ class FanOut:
 
     The reply is ``{i: Result}``; ``timeout=0`` only sends (ordered behind earlier requests to
     the same node, which is what makes an undo safe while an acquire is still in flight).
+    ``pinned``: a node whose probe this flow used gets the request only on that same
+    connection (the decisions hold for the server process probed, not for one that took its
+    place); unpinned requests (releases) may also go down a new connection.
     """
 
     calls: Mapping[int, Single | Batch]
     timeout: float
+    pinned: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,14 +93,15 @@ class Ready:
 
 @dataclass(frozen=True, slots=True)
 class Marked:
-    """Tell the executor that node ``index`` now carries a marker for ``run_id``."""
+    """Node ``index`` now says ``probe`` (its marker changed): remember it for its connection."""
 
     index: int
-    run_id: str
+    probe: Probe
 
 
 QRequest = FanOut | Ready | Marked
 QFlow = Generator[QRequest, Any, Any]
+ProbesFlow = Generator[QRequest, Any, list[Probe | None]]
 
 
 @dataclass
@@ -130,10 +143,12 @@ def run(cfg: Settings, req: Request) -> QFlow:
     if script in (scripts.RELEASE, scripts.RELEASE_READ):
         return (yield from release(cfg, req))
     if script is scripts.LEAVE:
-        yield FanOut(dict.fromkeys(range(cfg.n), req), 0.0)
+        yield FanOut(dict.fromkeys(range(cfg.n), req), 0.0, pinned=False)
         return [0]
     if script is scripts.STATUS:
         return (yield from read_status(cfg, members, req))
+    if script is scripts.RAISE_FENCE:
+        return (yield from raise_fence(cfg, members, req))
     return (yield from _any(cfg, members, req))
 
 
@@ -165,16 +180,25 @@ def unavailable(
 
 
 def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFlow:
-    """The nodes that count toward quorums now; bootstrap or re-seed fresh nodes first.
+    """The nodes that count toward quorums now; mark new nodes or re-seed fresh ones first.
 
-    A node without a valid marker lost its data (or is new). It counts again only after it has
-    been up for ``restart_delay`` and its fence counters were raised to the maximum found on
-    :func:`~redlease.core.rules.reseed_sources` intact nodes. If no node has a marker and every
-    node answered, the set is brand new (or lost everything): all are marked at once.
+    A node without a valid marker lost its data (or is new). A brand-new set is marked at once
+    (:func:`_bootstrap`), and so is a fresh node whose server is on a birth list
+    (:func:`~redlease.core.rules.born_members`): both are race-free among any number of
+    clients. Any other fresh node counts again only after it has been up for ``restart_delay``
+    and its fence counters were raised to the maximum found on
+    :func:`~redlease.core.rules.reseed_sources` intact nodes.
     """
     reasons = [p.error.message if isinstance(p, Down) else "not reachable" for p in replies]
     probes = [p if isinstance(p, Probe) else None for p in replies]
     states = [membership(p) for p in probes]
+    if "fresh" in states:
+        if brand_new(probes):
+            probes = yield from _bootstrap(cfg, probes)
+        born = born_members(probes)
+        if born:
+            probes = yield from _mark(cfg, probes, born, births(probes))
+        states = [membership(p) for p in probes]
     members = tuple(i for i, s in enumerate(states) if s == "member")
     fresh = [i for i, s in enumerate(states) if s == "fresh"]
     cfg.outside = {
@@ -184,14 +208,6 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
     }
     if not fresh:
         return members
-    if not members and all(s == "fresh" for s in states):
-        for i in fresh:
-            probe = probes[i]
-            assert probe is not None
-            yield FanOut({i: Command(("HSET", MARKER_KEY, "run_id", probe.run_id))}, 1.0)
-            yield Marked(i, probe.run_id)
-        cfg.outside = {}
-        return tuple(range(cfg.n))
     now = cfg.clock()
     due = [
         i
@@ -214,14 +230,57 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
             Call(scripts.RAISE_FENCE, (key, key[: -len(":fence")]), (value, ""))
             for key, value in sorted(maxima.items())
         )
-        batch = (*raises, Command(("HSET", MARKER_KEY, "run_id", probe.run_id)))
+        batch = (*raises, Command(_probe.mark(probe.run_id)))
         done = yield FanOut({i: batch}, max(1.0, cfg.node_timeout))
-        result = done.get(i)
-        if isinstance(result, Reply):
-            yield Marked(i, probe.run_id)
+        if isinstance(done.get(i), Reply):
+            yield Marked(i, replace(probe, marker=probe.run_id))
             added.append(i)
             cfg.outside.pop(i, None)
     return tuple(sorted((*members, *added)))
+
+
+def _bootstrap(cfg: Settings, probes: list[Probe | None]) -> ProbesFlow:
+    """Mark a brand-new set, if it is still brand new: read every node again first.
+
+    The probes were taken when each connection was made, at different times. Reading the
+    server and the marker again over the same connections (all made before these reads were
+    sent; the run id shows that each read reached the process that was probed) shows every
+    node fresh at one instant: then there is no history to keep, and every server is written
+    on the birth list. If another client has marked some node meanwhile, its marker (and birth
+    list) is taken instead.
+    """
+    reads = yield FanOut(dict.fromkeys(range(cfg.n), NODE_READ), max(1.0, cfg.node_timeout))
+    at = cfg.clock()
+    now = [_reread(p, reads.get(i), at) for i, p in enumerate(probes)]
+    if brand_new(now):
+        return (yield from _mark(cfg, now, range(cfg.n), birth_list(now)))
+    for i, (p, old) in enumerate(zip(now, probes, strict=True)):
+        if p is not None and old is not None and (p.marker, p.born) != (old.marker, old.born):
+            yield Marked(i, p)
+    return [p or old for p, old in zip(now, probes, strict=True)]
+
+
+def _reread(old: Probe | None, result: Result | None, at: float) -> Probe | None:
+    """``old`` updated by a :data:`NODE_READ` of the same server process (else None)."""
+    if old is None or not isinstance(result, Reply):
+        return None
+    new = _probe.node(old, result.value, at)  # type: ignore[arg-type]
+    return new if new.run_id == old.run_id else None
+
+
+def _mark(
+    cfg: Settings, probes: list[Probe | None], nodes: Sequence[int], born: frozenset[str]
+) -> ProbesFlow:
+    """Mark ``nodes`` as intact (with the birth list ``born``); count those that confirm."""
+    calls = {i: Command(_probe.mark(p.run_id, born)) for i in nodes if (p := probes[i])}
+    done = yield FanOut(calls, max(1.0, cfg.node_timeout))
+    probes = list(probes)
+    for i in calls:
+        p = probes[i]
+        if p is not None and isinstance(done.get(i), Reply):
+            probes[i] = p = replace(p, marker=p.run_id, born=p.born | born)
+            yield Marked(i, p)
+    return probes
 
 
 def _collect_fences(cfg: Settings, members: Sequence[int]) -> QFlow:
@@ -326,7 +385,7 @@ def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
 def _undo(cfg: Settings, token: str, nodes: Sequence[int]) -> QFlow:
     """Release ``token`` on ``nodes``; queued behind any in-flight acquire on the same node."""
     if nodes:
-        yield FanOut(dict.fromkeys(nodes, cfg.prim.release(token)), 0.0)
+        yield FanOut(dict.fromkeys(nodes, cfg.prim.release(token)), 0.0, pinned=False)
 
 
 def extend(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
@@ -347,7 +406,7 @@ def extend(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
 def release(cfg: Settings, call: Call) -> QFlow:
     """Release on every node (fresh ones too: they may carry a late write)."""
     everyone = range(cfg.n)
-    results = yield FanOut(dict.fromkeys(everyone, call), cfg.node_timeout)
+    results = yield FanOut(dict.fromkeys(everyone, call), cfg.node_timeout, pinned=False)
     t = tally(results, everyone)
     verdict = release_verdict(t, cfg.quorum)
     if verdict == "ok":
@@ -386,6 +445,21 @@ def read_status(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
         reply[1], reply[2] = -2, []
     reply[3] = kv.last_fence
     return reply
+
+
+def raise_fence(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
+    """A multi-key lease puts its token on a lock (counter and lease record) before the grant:
+    ``[fence, 1]`` once a quorum confirms it, ``[fence, 0]`` if a quorum answered but the lease
+    was gone, else QuorumUnavailable."""
+    fence = int(call.args[0])
+    results = yield FanOut(dict.fromkeys(members, call), cfg.node_timeout)
+    everyone = AcquireDecision(True, raise_on=tuple(members), granted_nodes=tuple(members))
+    if raise_confirmed(everyone, results, fence, cfg.quorum):
+        return [fence, 1]
+    if sum(isinstance(r, Reply) for r in results.values()) >= cfg.quorum:
+        return [fence, 0]
+    failed = [i for i in range(cfg.n) if not isinstance(results.get(i, LATE), Reply)]
+    raise unavailable(cfg, "cannot raise the fencing token", failed, results)
 
 
 def _replicate(cfg: Settings, members: Sequence[int], req: Replicate) -> QFlow:

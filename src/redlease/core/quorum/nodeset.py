@@ -8,15 +8,16 @@ the lease validity. See docs/quorum.md for the algorithm, fencing and the restar
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from redlease.core import client as _redis
 from redlease.core.connect import SENTINEL_SCHEMES, sentinel_hosts
 from redlease.core.quorum import _aio, _blocking
+from redlease.core.quorum.channel import Channel
 from redlease.core.quorum.flows import Settings
 from redlease.core.rules import check_quorum, membership
 from redlease.errors import ConfigError
@@ -72,9 +73,8 @@ class NodeSet:
         timeouts = [t for t in (_redis.socket_timeout(c) for c in clients) if t]
         self.socket_timeout = min(timeouts) if timeouts else None
         self.reseed_state: dict[str, float] = {}
-        self._channels: list[_blocking.Channel] | None = None
-        self._achannels: list[_aio.Channel] | None = None
-        self._loop: Any = None
+        self._channels: list[Channel] | None = None
+        self._loop: Any = None  # the event loop of the asyncio channels
 
     @classmethod
     def from_urls(cls, urls: Sequence[str], *, asyncio: bool = False, **kwargs: Any) -> NodeSet:
@@ -118,49 +118,38 @@ class NodeSet:
             return _aio.QuorumNode(self, settings)
         return _blocking.QuorumNode(self, settings)
 
-    def channels(self) -> list[_blocking.Channel]:
-        if self._channels is None:
-            self._channels = [
-                _blocking.Channel(c, n, self.dead_after)
-                for c, n in zip(self.clients, self.names, strict=True)
-            ]
+    def channels(self) -> list[Channel]:
+        """One channel per node: blocking, or asyncio (made again for a new event loop)."""
+        if self.asyncio:
+            loop = asyncio.get_running_loop()
+            if self._channels is None or self._loop is not loop:
+                self._loop = loop
+                self._channels = self._make_channels(_aio.Channel)
+        elif self._channels is None:
+            self._channels = self._make_channels(_blocking.Channel)
         return self._channels
 
-    def achannels(self) -> list[_aio.Channel]:
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-        if self._achannels is None or self._loop is not loop:
-            self._loop = loop
-            self._achannels = [
-                _aio.Channel(c, n, self.dead_after)
-                for c, n in zip(self.clients, self.names, strict=True)
-            ]
-        return self._achannels
-
-    def marked(self, index: int, run_id: str) -> None:
-        """Node ``index`` was (re-)seeded: count it from now on."""
-        chans: Sequence[Any] = (self._achannels if self.asyncio else self._channels) or []
-        if index < len(chans) and chans[index].probe is not None:
-            chans[index].probe = replace(chans[index].probe, marker=run_id)
+    def _make_channels(self, kind: Any) -> list[Channel]:
+        return [kind(c, n, self.dead_after) for c, n in zip(self.clients, self.names, strict=True)]
 
     # -- health and life cycle ------------------------------------------------------------------
 
     def health(self) -> dict[str, int]:
         """``total``, ``healthy`` (connected members) and ``quorum``, as last seen."""
-        chans: Sequence[Any] = (self._achannels if self.asyncio else self._channels) or []
-        healthy = sum(1 for ch in chans if membership(ch.probe) == "member")
+        healthy = sum(1 for ch in self._channels or [] if membership(ch.probe) == "member")
         return {"total": len(self.names), "healthy": healthy, "quorum": self.quorum}
 
     def close(self) -> None:
         """Drop the per-node connections (blocking node sets); the clients stay open."""
-        for ch in self._channels or []:
-            ch.close()
+        if not self.asyncio:
+            for ch in self._channels or []:
+                ch._close()
 
     async def aclose(self) -> None:
         """Drop the per-node connections (asyncio node sets); the clients stay open."""
-        for ch in self._achannels or []:
-            await ch.close()
+        if self.asyncio:
+            for ch in self._channels or []:
+                await cast(_aio.Channel, ch).close()
 
     def __repr__(self) -> str:
         return f"NodeSet({self.description})"

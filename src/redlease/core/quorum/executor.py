@@ -1,0 +1,200 @@
+"""Run quorum flows over the node set's channels: the logic both drivers share.
+
+:class:`QuorumExecutor` turns one :mod:`redlease.core.protocol` request into the quorum flow of
+:mod:`~redlease.core.quorum.flows` and carries it out: connect and probe every node
+(:class:`~redlease.core.quorum.flows.Ready`), write a fan-out to every node's
+:class:`~redlease.core.quorum.channel.Channel` from the caller (no reader threads or tasks),
+collect the replies under one deadline, and wait for wake-ups on one reachable node. Where it
+must block it yields an :data:`Step` (:class:`Settle`, :class:`Collect`, :class:`Blpop`,
+:class:`Sleep`); the blocking and asyncio drivers (:mod:`._blocking`, :mod:`._aio`) perform it
+and send back the result.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redlease.core import client as _redis
+from redlease.core.protocol import Request, Wait
+from redlease.core.quorum.channel import FIRST_CONTACT, Channel, Memo, Slot
+from redlease.core.quorum.flows import Batch, Command, FanOut, QRequest, Ready, Settings, run
+from redlease.core.rules import LATE, Down, Probe, Reply, Result
+from redlease.errors import LockError, LockUnavailable
+
+
+@dataclass(slots=True)
+class Settle:
+    """Wait until every channel is connected or failed, or until ``deadline``."""
+
+    channels: Sequence[Channel]
+    deadline: float
+
+
+@dataclass(slots=True)
+class Collect:
+    """Wait for each ``(channel, slot)`` in turn until its slot is filled or ``deadline``."""
+
+    pairs: Sequence[tuple[Channel, Slot]]
+    deadline: float
+
+
+@dataclass(slots=True)
+class Blpop:
+    """Run the :class:`~redlease.core.protocol.Wait` ``req`` on the single-node driver
+    ``node``; the reply is its result or the :class:`LockError` it raised."""
+
+    node: Any
+    req: Wait
+
+
+@dataclass(slots=True)
+class Sleep:
+    seconds: float
+
+
+Step = Settle | Collect | Blpop | Sleep
+Steps = Generator[Step, Any, Any]
+
+
+class QuorumExecutor:
+    """The executor of one lock on a :class:`~redlease.core.quorum.NodeSet` (shared part).
+
+    It stands where a single-node driver stands in a lock handle (the drivers also derive from
+    :class:`redlease.core._sync.SyncNode` / :class:`redlease.core._async.AsyncNode`), so every
+    primitive runs unchanged: each request becomes a quorum flow.
+    """
+
+    single: Any  # the driver class of one node (for the wake-up wait), set by each driver
+
+    def __init__(self, nodeset: Any, settings: Settings) -> None:
+        self.client = nodeset
+        self.lock = settings.prim.name
+        self.name = nodeset.description
+        self.cluster = False
+        self.socket_timeout = nodeset.socket_timeout
+        self.nodeset = nodeset
+        self.settings = settings
+        self._waiters = [self.single(c, self.lock) for c in nodeset.clients]
+        self._next_wait = settings.rng.randrange(len(self._waiters))
+
+    def steps(self, req: Request) -> Steps:
+        """Carry out ``req``; yields what the driver must wait for; returns the reply."""
+        if isinstance(req, Wait):
+            return (yield from self._wait(req))
+        flow = run(self.settings, req)
+        pins: list[int] = []  # per node: the connection this flow's decisions are for
+        try:
+            step = next(flow)
+            while True:
+                step = flow.send((yield from self._serve(step, pins)))
+        except StopIteration as stop:  # the flow is done: ``stop.value`` is the reply
+            return stop.value
+
+    def _serve(self, step: QRequest, pins: list[int]) -> Steps:
+        """Carry out one request of a quorum flow; return its reply."""
+        if isinstance(step, FanOut):
+            return (yield from self._fan_out(step, pins if step.pinned else None))
+        if isinstance(step, Ready):
+            return (yield from self._ready(step.timeout, pins))
+        self.nodeset.channels()[step.index].remark(pins[step.index], step.probe)
+        return None
+
+    def _ready(
+        self, timeout: float, pins: list[int]
+    ) -> Generator[Step, Any, list[Probe | Down | None]]:
+        """Every node's probe (or why it has none); ``pins`` gets the connections probed."""
+        channels: list[Channel] = self.nodeset.channels()
+        views = [ch.view for ch in channels]
+        probes: list[Probe | Down | None] = [p for p, _ in views]
+        if None in probes:
+            first_use = all(p is None for p in probes)
+            for ch in channels:
+                ch.start()
+            # the first contact needs a handshake and a probe: give it more than one round trip
+            wait = max(timeout, FIRST_CONTACT) if first_use else timeout
+            yield Settle(channels, time.monotonic() + wait)
+            views = [ch.view for ch in channels]
+            probes = [
+                p or failed(self.lock, ch) for (p, _), ch in zip(views, channels, strict=True)
+            ]
+        pins[:] = [epoch for _, epoch in views]  # without a probe: no connection to rely on
+        return probes
+
+    def _fan_out(
+        self, step: FanOut, pins: list[int] | None
+    ) -> Generator[Step, Any, dict[int, Result]]:
+        """Write to every node first, then collect the replies up to one shared deadline."""
+        channels: list[Channel] = self.nodeset.channels()
+        memo: Memo = {}
+        slots = {}
+        for i, req in step.calls.items():
+            reqs = req if isinstance(req, tuple) else (req,)
+            slots[i] = submit_all(channels[i], reqs, memo, pins[i] if pins else None)
+        if step.timeout > 0:
+            order = sorted(slots, key=lambda i: channels[i].queued)  # slow nodes last
+            pairs = [(channels[i], slots[i][-1]) for i in order]
+            yield Collect(pairs, time.monotonic() + step.timeout)
+        return {
+            i: to_result(self.lock, channels[i].name, ss, isinstance(step.calls[i], tuple))
+            for i, ss in slots.items()
+        }
+
+    def _wait(self, req: Wait) -> Steps:
+        """BLPOP the wake list on one reachable node (rotating on failure); bounded fallback."""
+        n = len(self._waiters)
+        channels = self.nodeset.channels()
+        for k in range(n):
+            i = (self._next_wait + k) % n
+            if channels[i].probe is None:
+                continue
+            woke = yield Blpop(self._waiters[i], req)
+            if not isinstance(woke, LockError):
+                return bool(woke)
+            self._next_wait = (i + 1) % n
+        yield Sleep(min(req.timeout, 0.05))
+        return False
+
+
+def to_result(lock: str, node: str, slots: list[Slot], batch: bool) -> Result:
+    """What the slots of one node's requests say: a reply, a failure, or late."""
+    if not slots[-1].done:
+        return LATE
+    values = []
+    for slot in slots:
+        if isinstance(slot.value, BaseException):
+            return Down(node_error(slot.value, lock, node))
+        values.append(slot.value)
+    return Reply(values if batch else values[0])
+
+
+def failed(lock: str, channel: Channel) -> Down | None:
+    """Why a channel has no probe (None: still connecting)."""
+    error = channel.last_error
+    return Down(node_error(error, lock, channel.name)) if error is not None else None
+
+
+def node_error(exc: BaseException, lock: str, node: str) -> LockError:
+    mapped = _redis.translate(exc, lock, node)
+    return mapped if mapped is not None else LockUnavailable(lock, str(exc), nodes=[node])
+
+
+def call_args(req: Any) -> tuple[Any, ...]:
+    """The Redis command for a :class:`Call` (EVALSHA: scripts are preloaded) or Command."""
+    if isinstance(req, Command):
+        return req.args
+    return tuple(req.evalsha())
+
+
+def submit_all(channel: Channel, reqs: Batch, memo: Memo, epoch: int | None) -> list[Slot]:
+    """Write a node's requests in order (on connection ``epoch`` if given); after a lost one
+    the rest are not sent."""
+    slots: list[Slot] = []
+    for r in reqs:
+        args = memo.get(id(r))
+        if args is None:
+            args = memo[id(r)] = call_args(r)
+        slots.append(channel.submit(args, slots[-1] if slots else None, memo, epoch))
+    return slots

@@ -1,0 +1,259 @@
+"""The quorum transport on real servers, through both drivers: one channel state machine.
+
+Late replies are consumed in order, many threads or tasks share a channel, a failed connect
+fails fast, a paused node costs one per-node timeout, and no thread or task is started per
+request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+import redlease
+import redlease.aio
+from redlease.core.quorum import _aio, _blocking, channel
+from redlease.devtools.localredis import RedisServer, free_port
+from redlease.devtools.netfault import DelayProxy
+from redlease.quorum import NodeSet
+
+
+@pytest.fixture
+def proxy(redis_server: RedisServer) -> Iterator[DelayProxy]:
+    p = DelayProxy(redis_server.port).start()
+    yield p
+    p.stop()
+
+
+def far() -> float:
+    return time.monotonic() + 10
+
+
+# --- a reply that arrives after its caller gave up --------------------------------------------
+
+
+def test_late_reply_is_consumed_in_order(redis_server: RedisServer) -> None:
+    ch = _blocking.Channel(redis_server.client(), "slow", dead_after=10)
+    warm = ch.submit(("PING",))
+    _blocking.collect([(ch, warm)], far())
+    redis_server.pause()  # SIGSTOP: the request waits in the socket
+    try:
+        first = ch.submit(("ECHO", "first"))
+        _blocking.collect([(ch, first)], time.monotonic() + 0.01)  # the caller gives up
+        assert not first.done and ch.queued == 1
+        second = ch.submit(("ECHO", "second"))
+    finally:
+        redis_server.resume()
+    _blocking.collect([(ch, second)], far())  # reads the late reply first, into its own slot
+    assert (first.value, second.value) == (b"first", b"second")
+    ch._close()
+
+
+async def test_late_reply_is_consumed_in_order_asyncio(redis_server: RedisServer) -> None:
+    client = aioredis.Redis(port=redis_server.port)
+    ch = _aio.Channel(client, "slow", dead_after=10)
+    warm = ch.submit(("PING",))
+    await _aio.collect([(ch, warm)], far())
+    redis_server.pause()
+    try:
+        first = ch.submit(("ECHO", "first"))
+        await _aio.collect([(ch, first)], time.monotonic() + 0.01)
+        assert not first.done and ch.queued == 1
+        second = ch.submit(("ECHO", "second"))
+    finally:
+        redis_server.resume()
+    await _aio.collect([(ch, second)], far())
+    assert (first.value, second.value) == (b"first", b"second")
+    await ch.close()
+    await client.aclose()
+
+
+# --- several callers on one channel ------------------------------------------------------------
+
+
+def _caller_rounds(who: int, rng: random.Random) -> list[tuple[str, float]]:
+    """What one caller sends: its own echo values, some with a deadline it cannot meet."""
+    return [(f"{who}-{i}", 0.0005 if rng.random() < 0.3 else 10.0) for i in range(40)]
+
+
+def test_threads_share_a_channel(proxy: DelayProxy) -> None:
+    proxy.delay = 0.002
+    ch = _blocking.Channel(redis.Redis(port=proxy.port), "shared", dead_after=10)
+    given_up: list[channel.Slot] = []
+    wrong: list[str] = []
+
+    def caller(who: int) -> None:
+        for value, patience in _caller_rounds(who, random.Random(who)):
+            slot = ch.submit(("ECHO", value))
+            _blocking.collect([(ch, slot)], time.monotonic() + patience)
+            if not slot.done:
+                given_up.append(slot)  # its reply must still land here, in order
+            elif slot.value != value.encode():
+                wrong.append(f"{value} got {slot.value!r}")
+
+    threads = [threading.Thread(target=caller, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not wrong
+    last = ch.submit(("PING",))
+    _blocking.collect(
+        [(ch, last)], far()
+    )  # reading up to this reply also fills every slot given up before it
+    assert all(s.done and not isinstance(s.value, BaseException) for s in given_up)
+    ch._close()
+
+
+async def test_tasks_share_a_channel(proxy: DelayProxy) -> None:
+    proxy.delay = 0.002
+    client = aioredis.Redis(port=proxy.port)
+    ch = _aio.Channel(client, "shared", dead_after=10)
+    given_up: list[tuple[channel.Slot, str]] = []
+
+    async def caller(who: int) -> None:
+        for value, patience in _caller_rounds(who, random.Random(who)):
+            slot = ch.submit(("ECHO", value))
+            await _aio.collect([(ch, slot)], time.monotonic() + patience)
+            if not slot.done:
+                given_up.append((slot, value))
+            else:
+                assert slot.value == value.encode()
+
+    await asyncio.gather(*(caller(w) for w in range(8)))
+    last = ch.submit(("PING",))
+    await _aio.collect([(ch, last)], far())
+    assert all(s.done and s.value == v.encode() for s, v in given_up)
+    await ch.close()
+    await client.aclose()
+
+
+# --- failures ------------------------------------------------------------------------------------
+
+
+def test_failed_connect_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(channel, "RETRY_CONNECT", 60.0)  # no retry during this test
+    ch = _blocking.Channel(redis.Redis(port=free_port()), "down", dead_after=10)
+    first = ch.submit(("PING",))
+    _blocking.collect([(ch, first)], far())
+    assert isinstance(first.value, redis.ConnectionError)
+    again = ch.submit(("PING",))  # no new connect: the failure is reported at once
+    assert again.done and again.value is first.value
+    assert not ch._connecting
+
+
+async def test_failed_connect_fails_fast_asyncio(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(channel, "RETRY_CONNECT", 60.0)
+    ch = _aio.Channel(aioredis.Redis(port=free_port()), "down", dead_after=10)
+    first = ch.submit(("PING",))
+    await _aio.collect([(ch, first)], far())
+    assert isinstance(first.value, redis.ConnectionError)
+    again = ch.submit(("PING",))
+    assert again.done and again.value is first.value
+    assert not ch._connecting
+    await ch.close()
+
+
+def test_pinned_request_never_reaches_a_new_server(redis_server: RedisServer) -> None:
+    """A request pinned to the connection a decision was made on fails once the node was
+    reconnected (to a server that restarted without its data, here) instead of running there."""
+    ch = _blocking.Channel(redis_server.client(), "node", dead_after=10)
+    first = ch.submit(("PING",))
+    _blocking.collect([(ch, first)], far())
+    probe, epoch = ch.view
+    assert probe is not None
+    redis_server.restart()
+    lost = ch.submit(("PING",), epoch=epoch)  # the old connection is gone: fails, no reconnect
+    _blocking.collect([(ch, lost)], far())
+    assert isinstance(lost.value, redis.ConnectionError)
+    again = ch.submit(("PING",))  # unpinned (a release, say): reconnects
+    _blocking.collect([(ch, again)], far())
+    assert again.value is True or again.value == b"PONG"
+    new_probe, new_epoch = ch.view
+    assert new_probe is not None and new_probe.run_id != probe.run_id and new_epoch != epoch
+    pinned = ch.submit(("PING",), epoch=epoch)
+    assert pinned.done and isinstance(pinned.value, redis.ConnectionError)
+    assert "reconnected" in str(pinned.value)
+    ch._close()
+
+
+async def test_paused_node_does_not_stall_asyncio(
+    redis_nodes: list[RedisServer], lock_name: str
+) -> None:
+    clients = [aioredis.Redis(port=s.port) for s in redis_nodes]
+    ns = NodeSet(clients, node_timeout=0.1)
+    lock = redlease.aio.Lock(ns, lock_name, ttl=5)
+    await lock.acquire()
+    await lock.release()
+    redis_nodes[2].pause()
+    try:
+        for _ in range(3):
+            start = time.monotonic()
+            await lock.acquire(blocking=False)
+            await lock.release()
+            # one per-node timeout per fan-out, not the paused node's dead_after (10 s)
+            assert time.monotonic() - start < 2.0
+    finally:
+        redis_nodes[2].resume()
+    await ns.aclose()
+    for c in clients:
+        await c.aclose()
+
+
+# --- no thread or task per request ---------------------------------------------------------------
+
+
+def test_no_thread_per_request(
+    redis_nodes: list[RedisServer], lock_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ns = NodeSet([s.client() for s in redis_nodes])
+    lock = redlease.Lock(ns, lock_name, ttl=5)
+    lock.acquire()  # connects (one short-lived thread per node)
+    lock.release()
+    started: list[str] = []
+    real_start = threading.Thread.start
+
+    def counting_start(self: threading.Thread) -> None:
+        started.append(self.name)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    for _ in range(50):
+        lock.acquire()
+        lock.release()
+    assert started == []
+    ns.close()
+
+
+async def test_no_task_per_request(redis_nodes: list[RedisServer], lock_name: str) -> None:
+    clients = [aioredis.Redis(port=s.port) for s in redis_nodes]
+    ns = NodeSet(clients)
+    lock = redlease.aio.Lock(ns, lock_name, ttl=5)
+    await lock.acquire()  # connects (one task per node)
+    await lock.release()
+    loop = asyncio.get_running_loop()
+    created: list[Any] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        created.append(coro)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    loop.set_task_factory(factory)  # type: ignore[arg-type]
+    try:
+        for _ in range(50):
+            await lock.acquire()
+            await lock.release()
+    finally:
+        loop.set_task_factory(None)
+    assert created == []
+    await ns.aclose()
+    for c in clients:
+        await c.aclose()
