@@ -55,10 +55,16 @@ OTHER = {
     "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
     "priorityClassName": "system-cluster-critical",
     "serviceMonitor": {"enabled": True, "port": 9095, "interval": "15s", "labels": {"r": "x"}},
+    "monitoring": {
+        "prometheusRule": {"enabled": True, "labels": {"r": "x"}, "flappingTransitions": 5},
+        "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "redlease"}},
+        "sidecarPodMonitor": {"enabled": True, "interval": "10s"},
+    },
     "devRedis": {"enabled": True},
 }
 CLUSTERWIDE = {
     "operator": {"watchAllNamespaces": True},
+    "monitoring": {"sidecarPodMonitor": {"enabled": True}},
     "sidecarRBAC": {"namespaces": ["a"]},
     "injection": {
         "certificates": {"certManager": True, "issuerRef": {"name": "ca", "kind": "ClusterIssuer"}}
@@ -80,8 +86,13 @@ def test_rendered_manifests_validate(chart: helm.Chart, values: dict[str, Any] |
     assert docs
     for doc in docs:
         if doc["apiVersion"].startswith("monitoring.coreos.com/"):
-            spec = doc["spec"]  # no offline schema for the Prometheus Operator's CRD
-            assert spec["selector"]["matchLabels"] and spec["endpoints"][0]["port"] == "metrics"
+            spec = doc["spec"]  # no offline schema for the Prometheus Operator's CRDs
+            if doc["kind"] == "ServiceMonitor":
+                assert spec["selector"]["matchLabels"] and spec["endpoints"][0]["port"] == "metrics"
+            elif doc["kind"] == "PodMonitor":
+                assert spec["podMetricsEndpoints"][0]["port"] == "redlease-metrics"
+            else:  # PrometheusRule: test_k8s_monitoring parses every expression
+                assert doc["kind"] == "PrometheusRule" and spec["groups"]
             continue
         if doc["apiVersion"].startswith("cert-manager.io/"):
             continue  # no offline schema either: test_webhook_certificates checks them
@@ -112,7 +123,9 @@ def rules_of(docs: list[dict[str, Any]], kind: str) -> dict[str, list[dict[str, 
 def test_rbac_least_privilege(chart: helm.Chart) -> None:
     default = render(chart, None)
     assert not rules_of(default, "ClusterRole")  # namespaced by default
-    (operator_rules,) = rules_of(default, "Role").values()
+    roles = rules_of(default, "Role")
+    assert set(roles) == {"ops/rl-redlease", "ops/rl-redlease-leader"}
+    operator_rules = roles["ops/rl-redlease"]
     granted = {
         (g, r, v)
         for rule in operator_rules
@@ -128,9 +141,22 @@ def test_rbac_least_privilege(chart: helm.Chart) -> None:
             for rule in rules:
                 assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
                 assert not {"delete", "deletecollection", "escalate", "bind"} & set(rule["verbs"])
+    # leader election: the one Lease by name (create cannot be limited by name)
+    assert grants(roles["ops/rl-redlease-leader"]) == {
+        ("coordination.k8s.io", "leases", "get"),
+        ("coordination.k8s.io", "leases", "patch"),
+        ("coordination.k8s.io", "leases", "create"),
+    }
+    named = [r for r in roles["ops/rl-redlease-leader"] if "resourceNames" in r]
+    assert named[0]["resourceNames"] == ["rl-redlease"] and named[0]["verbs"] == ["get", "patch"]
     other = render(chart, OTHER)
     roles = rules_of(other, "Role")
-    assert set(roles) == {"team-a/rl-redlease", "team-b/rl-redlease", "team-a/rl-redlease-sidecar"}
+    assert set(roles) == {
+        "team-a/rl-redlease",
+        "team-b/rl-redlease",
+        "team-a/rl-redlease-sidecar",
+        "ops/rl-redlease-leader",
+    }
     assert not any("secrets" in r["resources"] for r in roles["team-a/rl-redlease"])
     (secret_rule,) = [r for r in roles["team-a/rl-redlease-sidecar"] if "secrets" in r["resources"]]
     assert secret_rule["resourceNames"] == ["redis-auth"] and secret_rule["verbs"] == ["get"]
@@ -166,7 +192,7 @@ def test_operator_rbac_unchanged_by_injection(chart: helm.Chart) -> None:
     with_webhook = rules_of(render(chart, None), "Role")
     without = rules_of(render(chart, {"injection": {"enabled": False}}), "Role")
     assert with_webhook == without
-    (rules,) = with_webhook.values()
+    rules = with_webhook["ops/rl-redlease"]
     assert ("redlease.dev", "distributedlocks", "get") in grants(rules)
 
 
@@ -191,8 +217,9 @@ def test_values_change_the_render(chart: helm.Chart) -> None:
         "Service",
         "Secret",
         "MutatingWebhookConfiguration",
+        "PodDisruptionBudget",
     }
-    off = render(chart, {"injection": {"enabled": False}})
+    off = render(chart, {"injection": {"enabled": False}, "replicaCount": 1})
     assert {d["kind"] for d in off} == {"Deployment", "ServiceAccount", "Role", "RoleBinding"}
     args = next(d for d in default if d["kind"] == "Deployment")["spec"]["template"]["spec"][
         "containers"
@@ -214,7 +241,13 @@ def test_chart_ships_crd_and_notes(chart: helm.Chart) -> None:
     "values",
     [
         {"unknownKey": 1},
-        {"replicaCount": 2},
+        {"replicaCount": 2, "operator": {"leaderElection": {"enabled": False}}},
+        {"replicaCount": 11},
+        {"operator": {"leaderElection": {"leaseDurationSeconds": "long"}}},
+        {"monitoring": {"prometheusRule": {"flappingWindow": "soon"}}},
+        {"monitoring": {"prometheusRule": {"renewLatencyFraction": 0}}},
+        {"monitoring": {"grafanaDashboard": {"bogus": True}}},
+        {"sidecarRBAC": {"leaseMirror": "yes"}},
         {"operator": {"refreshSeconds": "fast"}},
         {"operator": {"watchNamespaces": ["Not_A_Namespace"]}},
         {"image": {"repository": "x", "bogus": True}},
@@ -242,3 +275,44 @@ def test_schema_violations_are_rejected(chart: helm.Chart, values: dict[str, Any
         chart.validate_schema(values)
     with pytest.raises(helm.HelmError):
         chart.render(values, name="rl", namespace="ops", is_install=True)
+
+
+def test_two_replicas_elect_one_active(chart: helm.Chart) -> None:
+    """The default: 2 replicas with leader election (a Lease named after the release), a
+    rolling update that keeps a webhook server, a PDB, and the pod's name as identity."""
+    docs = render(chart, None)
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert "--leader-election" in args and "--lease-name=rl-redlease" in args
+    assert "--lease-namespace=ops" in args and "--lease-duration=15" in args
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"][:2]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    (pdb,) = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+    single = render(chart, {"replicaCount": 1, "operator": {"leaderElection": {"enabled": False}}})
+    deployment = next(d for d in single if d["kind"] == "Deployment")
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert (
+        "--leader-election" not in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    assert not [d for d in single if d["kind"] == "PodDisruptionBudget"]
+    assert "rl-redlease-leader" not in {
+        d["metadata"]["name"] for d in single if d["kind"] == "Role"
+    }
+
+
+def test_sidecar_rbac_for_the_lease_mirror_and_events(chart: helm.Chart) -> None:
+    values = {"sidecarRBAC": {"namespaces": ["apps"], "leaseMirror": True, "events": True}}
+    sidecar = rules_of(render(chart, values), "Role")["apps/rl-redlease-sidecar"]
+    assert grants(sidecar) == {
+        ("redlease.dev", "distributedlocks", "get"),
+        ("redlease.dev", "distributedlocks", "watch"),
+        ("coordination.k8s.io", "leases", "get"),
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "patch"),
+        ("", "events", "create"),
+    }

@@ -14,6 +14,7 @@ from redlease.errors import ConfigError
 
 ONE = [{"url": "redis://redis:6379/0"}]
 THREE = [{"url": f"redis://r{i}:6379/0"} for i in range(3)]
+TLS = [{"url": "rediss://redis:6380/0"}]
 
 
 def spec(**over: Any) -> dict[str, Any]:
@@ -31,6 +32,19 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("unix", spec(nodes=[{"url": "unix:///run/redis.sock"}]), OK),
     ("tls", spec(nodes=[{"url": "rediss://r:6380/0"}], tls={"insecureSkipVerify": True}), OK),
     ("auth", spec(auth={"secretRef": {"name": "redis-pw", "passwordKey": "pw"}}), OK),
+    ("tls-ca", spec(nodes=TLS, tls={"caSecretRef": {"name": "redis-ca"}}), OK),
+    (
+        "tls-mtls",
+        spec(
+            nodes=[*TLS, *THREE[:2]],
+            tls={
+                "caSecretRef": {"name": "redis-ca", "key": "ca.pem"},
+                "clientCertSecretRef": {"name": "client", "certKey": "c.pem", "keyKey": "k.pem"},
+            },
+        ),
+        OK,
+    ),
+    ("tls-client-only", spec(nodes=TLS, tls={"clientCertSecretRef": {"name": "client"}}), OK),
     ("multi-key", spec(keys=["orders", "billing"]), OK),
     ("ttl-only", spec(ttlSeconds=5), OK),
     ("retry-below-derived-deadline", spec(ttlSeconds=4, retryPeriodSeconds=2), OK),
@@ -83,6 +97,28 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("auth-without-ref", spec(auth={}), "spec.auth.secretRef"),
     ("paused-string", spec(paused="yes"), "spec.paused"),
     ("tls-string", spec(tls={"insecureSkipVerify": "no"}), "spec.tls.insecureSkipVerify"),
+    (
+        "tls-skip-and-ca",
+        spec(nodes=TLS, tls={"insecureSkipVerify": True, "caSecretRef": {"name": "ca"}}),
+        "spec.tls.insecureSkipVerify",
+    ),
+    ("tls-ca-without-tls-node", spec(tls={"caSecretRef": {"name": "ca"}}), "spec.tls"),
+    ("tls-ca-no-name", spec(nodes=TLS, tls={"caSecretRef": {}}), "spec.tls.caSecretRef.name"),
+    (
+        "tls-ca-bad-name",
+        spec(nodes=TLS, tls={"caSecretRef": {"name": "Redis_CA"}}),
+        "spec.tls.caSecretRef.name",
+    ),
+    (
+        "tls-ca-bad-key",
+        spec(nodes=TLS, tls={"caSecretRef": {"name": "ca", "key": "ca/crt"}}),
+        "spec.tls.caSecretRef.key",
+    ),
+    (
+        "tls-client-bad-key",
+        spec(nodes=TLS, tls={"clientCertSecretRef": {"name": "c", "keyKey": "k k"}}),
+        "spec.tls.clientCertSecretRef.keyKey",
+    ),
     ("preferred-space", spec(preferredHolder="pod 0"), "spec.preferredHolder"),
 ]
 

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp.web
@@ -38,11 +39,16 @@ from redlease.operator.handlers import (
 from redlease.operator.secrets import SecretSource
 
 RESOURCE = f"{GROUP}/{VERSION}/{PLURAL}"
+LEASES = "coordination.k8s.io/v1/leases"
 _rv = itertools.count(1)
 
 
 class Emulator(kmock.KubernetesEmulator):
-    """KubernetesEmulator plus the metadata and status codes kopf relies on."""
+    """KubernetesEmulator plus the metadata and status codes kopf relies on, and an outage
+    switch: ``outage = "refuse"`` answers every request 503, ``"hang"`` answers none until the
+    outage is over (``outage = None``)."""
+
+    outage: str | None = None
 
     def _current(self, request: kmock.Request) -> dict[str, Any] | None:
         key = (request.resource, request.namespace, request.name)
@@ -77,6 +83,13 @@ class Emulator(kmock.KubernetesEmulator):
                 data.append({"op": "add", "path": "/metadata/resourceVersion", "value": rv})
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        while self.outage == "hang":  # noqa: ASYNC110 - a switch set by plain assignment
+            await asyncio.sleep(0.05)
+        if self.outage == "refuse":
+            return aiohttp.web.json_response(
+                {"kind": "Status", "status": "Failure", "code": 503, "message": "outage"},
+                status=503,
+            )
         if request.resource is not None:
             self._stamp(request)
         try:
@@ -115,6 +128,9 @@ def declare(emulator: Emulator) -> None:
     )
     emulator.resources["v1/pods"] = kmock.ResourceInfo(
         kind="Pod", namespaced=True, verbs={"get", "list", "create", "patch"}
+    )
+    emulator.resources[LEASES] = kmock.ResourceInfo(
+        kind="Lease", namespaced=True, verbs={"get", "list", "watch", "create", "patch", "update"}
     )
     emulator.resources[RESOURCE] = kmock.ResourceInfo(
         kind="DistributedLock",
@@ -231,6 +247,19 @@ def iter_reasons(items: list[dict[str, Any]]) -> Iterator[str]:
 
 NAMESPACE = "apps"
 REFRESH = 0.3
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{{name: kmock, cluster: {{server: "{url}"}}}}]
+users: [{{name: op, user: {{token: "{token}"}}}}]
+contexts: [{{name: kmock, context: {{cluster: kmock, user: op, namespace: {ns}}}}}]
+current-context: kmock
+"""
+
+
+def kubeconfig(path: Path, url: str, token: str = "test-token") -> Path:
+    """A kubeconfig for a real `redlease operator` process talking to KMock at ``url``."""
+    path.write_text(KUBECONFIG.format(url=url, token=token, ns=NAMESPACE))
+    return path
 
 
 @dataclass

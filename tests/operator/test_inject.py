@@ -197,3 +197,34 @@ def test_probe_script_is_plain_python() -> None:
     assert command[:4] == ["python", "-I", "-S", "-c"]
     compile(command[4], "<probe>", "exec")
     assert re.search(r"connect\(\('127\.0\.0\.1', 4040\)\)", command[4])
+
+
+def test_lease_mirror_and_events_are_opt_in_by_annotation() -> None:
+    out, _ = run(pod())
+    assert not {"--lease-mirror", "--events"} & set(sidecar(out)["args"])
+    asked = {
+        LOCK_ANNOTATION: "orders",
+        inject.LEASE_MIRROR_ANNOTATION: "true",
+        inject.EVENTS_ANNOTATION: "true",
+    }
+    out, result = run(pod(asked))
+    assert {"--lease-mirror", "--events"} <= set(sidecar(out)["args"]) and result.warnings == []
+    with pytest.raises(ConfigError) as bad:
+        inject.read_options(pod({LOCK_ANNOTATION: "orders", inject.EVENTS_ANNOTATION: "yes"}))
+    assert bad.value.field == inject.EVENTS_ANNOTATION
+
+
+def test_metrics_port_serves_metrics_alone_on_a_named_port() -> None:
+    asked = {LOCK_ANNOTATION: "orders", inject.METRICS_PORT_ANNOTATION: "9464"}
+    out, result = run(pod(asked))
+    container = sidecar(out)
+    assert "--metrics=0.0.0.0:9464" in container["args"] and result.warnings == []
+    assert container["ports"] == [
+        {"name": inject.METRICS_PORT_NAME, "containerPort": 9464, "protocol": "TCP"}
+    ]
+    for bad in ("4040", "80", "x"):
+        with pytest.raises(ConfigError) as info:
+            inject.read_options(
+                pod({LOCK_ANNOTATION: "orders", inject.METRICS_PORT_ANNOTATION: bad})
+            )
+        assert info.value.field == inject.METRICS_PORT_ANNOTATION

@@ -12,17 +12,9 @@ from pathlib import Path
 import aiohttp
 import kmock
 import pytest
-from dlock_harness import NAMESPACE, Cluster, Emulator, declare, until, watching
+from dlock_harness import NAMESPACE, Cluster, Emulator, declare, kubeconfig, until, watching
 
 from redlease.devtools.localredis import RedisServer, free_port
-
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters: [{{name: kmock, cluster: {{server: "{url}"}}}}]
-users: [{{name: test, user: {{token: test-token}}}}]
-contexts: [{{name: kmock, context: {{cluster: kmock, user: test, namespace: {ns}}}}}]
-current-context: kmock
-"""
 
 
 @pytest.fixture
@@ -41,10 +33,9 @@ async def test_operator_process(
     api: tuple[Emulator, str], redis_server: RedisServer, tmp_path: Path
 ) -> None:
     emulator, url = api
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(KUBECONFIG.format(url=url, ns=NAMESPACE))
+    config = kubeconfig(tmp_path / "kubeconfig", url)
     health, metrics = free_port(), free_port()
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "REDLEASE_REFRESH": "0.3"}
+    env = {**os.environ, "KUBECONFIG": str(config), "REDLEASE_REFRESH": "0.3"}
     env.pop("KUBERNETES_SERVICE_HOST", None)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "redlease", "operator", "--namespace", NAMESPACE,

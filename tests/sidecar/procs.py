@@ -41,6 +41,20 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, step: float 
         time.sleep(step)
 
 
+async def until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+    """Poll ``predicate`` in a thread, so that the loop serving KMock keeps answering."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await asyncio.to_thread(predicate)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s {what}".rstrip())
+        await asyncio.sleep(0.02)
+
+
 class Sidecar:
     """One `python -m redlease sidecar` process with its own HTTP port and state directory."""
 

@@ -11,6 +11,8 @@ from redlease.cli import main
 from tests.sidecar.procs import ROOT, env
 
 BASE = ["sidecar", "--lock", "x", "--redis", "redis://127.0.0.1:1/0", "--http", "off"]
+KUBE = ["sidecar", "--redis", "redis://127.0.0.1:1/0", "--http", "off", "--state-dir", "",
+        "--kube-api", "https://kube.invalid"]  # fmt: skip
 
 
 def run_cli(argv: list[str]) -> int:
@@ -45,6 +47,12 @@ def run_cli(argv: list[str]) -> int:
         (["sidecar", "--lock-ref", "Bad_Name", "--kube-api", "https://k"], {}, "--lock-ref"),
         ([*BASE, "--identity", "has space"], {}, "--identity"),
         ([*BASE, "--identity", "esc\x1b[31m"], {}, "--identity"),
+        (
+            [*KUBE, "--lock", "Not_A_Name", "--lease-mirror"],
+            {"POD_NAMESPACE": "apps"},
+            "--lease-mirror",
+        ),
+        ([*KUBE, "--lock", "x", "--events"], {}, "--events: needs the POD_NAMESPACE"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(
@@ -54,6 +62,7 @@ def test_bad_input_is_one_line_naming_the_flag(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
     for key, value in environ.items():
         monkeypatch.setenv(key, value)
     assert run_cli(argv) == 2

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import signal
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -14,23 +13,11 @@ import kmock
 import pytest
 
 from redlease.devtools.localredis import RedisServer
-from tests.sidecar.procs import Sidecar, env
+from tests.sidecar.procs import Sidecar, env, until
 
 NS = "shop"
 DLOCKS = "redlease.dev/v1alpha1/distributedlocks"
 LABEL = "redlease.dev/leader"
-
-
-async def until(predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
-    """Poll without blocking the loop that serves KMock."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await asyncio.to_thread(predicate)
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.02)
 
 
 def label(api: kmock.KubernetesEmulator, pod: str) -> str | None:

@@ -98,6 +98,20 @@ def _add_operator(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="serve Prometheus /metrics on HOST:PORT, e.g. 127.0.0.1:9090 (default: off)",
     )
     op.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    op.add_argument(
+        "--leader-election",
+        action="store_true",
+        help="run several replicas: one active (holds a coordination.k8s.io Lease), the others "
+        "standing by and serving the webhook",
+    )
+    op.add_argument("--lease-name", default="redlease-operator", help="the operator's Lease")
+    op.add_argument(
+        "--lease-namespace", help="namespace of the Lease (default: $POD_NAMESPACE, in-cluster)"
+    )
+    op.add_argument("--lease-duration", default="15", help="Lease duration, s (15)")
+    op.add_argument("--lease-renew-deadline", help="stop leading after, s (2/3 of the duration)")
+    op.add_argument("--lease-retry-period", help="renew / retry every, s (2/15 of the duration)")
+    op.add_argument("--identity", help="this replica's identity ($POD_NAME, else hostname-random)")
     inject_cli.add_webhook_flags(op)
     _defer_defaults(op)  # every flag also reads REDLEASE_<FLAG> (see _fill_from_env)
 
@@ -141,6 +155,40 @@ def _operator_config(
         verbose=bool(args.verbose),
         metrics=_host_port(args.metrics, "--metrics") if args.metrics else None,
         webhook=inject_cli.webhook_config(args, _host_port),
+        election=_operator_election(args) if args.leader_election else None,
+    )
+
+
+def _operator_election(args: argparse.Namespace) -> Any:
+    """The operator's Lease: name, namespace, identity and client-go's timing rules."""
+    import secrets as _secrets
+
+    from redlease.core.keys import validate_identity
+    from redlease.core.spec import validate_object_name, validate_timing
+    from redlease.operator.leadership import ElectionConfig
+
+    namespace = args.lease_namespace or os.environ.get("POD_NAMESPACE")
+    ns_file = os.path.join(SA_DIR, "namespace")
+    if not namespace and os.path.exists(ns_file):
+        with open(ns_file) as fh:
+            namespace = fh.read().strip()
+    if not namespace:
+        raise ConfigError("--lease-namespace", "needed outside a pod (or set POD_NAMESPACE)")
+    identity = args.identity or os.environ.get("POD_NAME")
+    if not identity:  # two processes on one host must never share an identity
+        identity = f"{socket.gethostname()}-{_secrets.token_hex(3)}"
+    names = ("--lease-duration", "--lease-renew-deadline", "--lease-retry-period")
+    given = (args.lease_duration, args.lease_renew_deadline, args.lease_retry_period)
+    ttl, deadline, retry = (
+        _number(value, flag, 0.01, 86400) if value else None
+        for value, flag in zip(given, names, strict=True)
+    )
+    timing = validate_timing(ttl or 15.0, deadline, retry, names=names)
+    return ElectionConfig(
+        namespace=validate_object_name(namespace, "--lease-namespace"),
+        name=validate_object_name(args.lease_name, "--lease-name"),
+        identity=validate_identity(identity, "--identity"),
+        timing=timing,
     )
 
 
@@ -185,6 +233,12 @@ def _add_connection_flags(p: argparse.ArgumentParser, *, required: bool = True) 
     p.add_argument("--quorum", type=int, help="nodes that must agree (default: majority)")
     p.add_argument("--username", help="Redis ACL user")
     p.add_argument("--password", help="Redis password (prefer REDLEASE_PASSWORD)")
+    p.add_argument("--tls-ca-file", metavar="PEM", help="CA bundle to verify rediss:// nodes")
+    p.add_argument("--tls-cert-file", metavar="PEM", help="client certificate (mTLS)")
+    p.add_argument("--tls-key-file", metavar="PEM", help="client certificate's key (mTLS)")
+    p.add_argument(
+        "--tls-insecure-skip-verify", action="store_true", help="no certificate check (testing)"
+    )
 
 
 def _add_timing_flags(p: argparse.ArgumentParser) -> None:
@@ -215,6 +269,9 @@ def _add_election_commands(sub: Any) -> None:
     _add_connection_flags(side)
     _add_timing_flags(side)
     side.add_argument("--http", default="127.0.0.1:4040", help="HOST:PORT, or 'off'")
+    side.add_argument(
+        "--metrics", default="off", help="also serve /metrics alone on HOST:PORT (for scrapers)"
+    )
     side.add_argument("--state-dir", default="/var/run/redlease", help="'' for no state file")
     side.add_argument(
         "--ready",
@@ -225,6 +282,12 @@ def _add_election_commands(sub: Any) -> None:
     )
     _add_lock_ref_flags(side)
     side.add_argument("--pod-label", action="store_true", help="label own pod redlease.dev/leader")
+    side.add_argument(
+        "--lease-mirror",
+        action="store_true",
+        help="while leading, keep a coordination.k8s.io Lease named after the lock",
+    )
+    side.add_argument("--events", action="store_true", help="post became/stopped-leading Events")
     _add_log_flags(side)
 
     run = sub.add_parser("run", help="run COMMAND only while holding the lease")
@@ -344,9 +407,24 @@ def _identity(args: argparse.Namespace) -> str:
     return validate_identity(identity, "--identity")
 
 
+def _tls(args: argparse.Namespace) -> Any:
+    """TLS settings from the ``--tls-*`` flags (None when none is given)."""
+    from redlease.core.connect import validate_tls
+
+    given = (args.tls_ca_file, args.tls_cert_file, args.tls_key_file)
+    if not args.tls_insecure_skip_verify and not any(given):
+        return None
+    return validate_tls(
+        insecure_skip_verify=bool(args.tls_insecure_skip_verify),
+        ca_file=args.tls_ca_file or None,
+        cert_file=args.tls_cert_file or None,
+        key_file=args.tls_key_file or None,
+    )
+
+
 def _target(args: argparse.Namespace) -> Any:
-    """The node set from ``--redis``/``--cluster``/``--quorum`` and the credential flags."""
-    from redlease.core.connect import validate_target
+    """The node set from ``--redis``/``--cluster``/``--quorum``, credential and TLS flags."""
+    from redlease.core.connect import Tls, validate_target
 
     if not args.redis:
         raise ConfigError("--redis", "at least one URL is required (or REDLEASE_REDIS)")
@@ -356,6 +434,7 @@ def _target(args: argparse.Namespace) -> Any:
         quorum=args.quorum,
         username=args.username,
         password=args.password,
+        tls=_tls(args) or Tls(),
     )
 
 
@@ -397,6 +476,11 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
             raise ConfigError(flag, "cannot be combined with --lock-ref (the DistributedLock "
                               "gives the keys and nodes)")  # fmt: skip
     ref = sc.parse_lock_ref(args.lock_ref, kube.namespace)
+    tls = _tls(args)
+    if tls is not None:  # given (injected pods: from the spec.tls Secrets as volumes)
+        from dataclasses import replace
+
+        ref = replace(ref, tls=tls)
     if args.password:  # given (injected pods: from the Secret via env): the Secret is not read
         from dataclasses import replace
 
@@ -437,11 +521,14 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
             identity=identity,
             election=election,
             http=sc.parse_http(args.http),
+            metrics=sc.parse_http(args.metrics, "--metrics"),
             state_dir=Path(args.state_dir) if args.state_dir else None,
             ready=args.ready,
             pod_label=args.pod_label,
             lock_ref=lock_ref,
             kube=kube,
+            lease_mirror=args.lease_mirror,
+            events=args.events,
         )
         logs.configure(args.log_level, args.log_format)
         from redlease.sidecar.daemon import run_sidecar

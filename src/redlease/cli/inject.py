@@ -213,8 +213,19 @@ def inject_documents(
                 if options is None:
                     continue
                 found = locks.get((ns, options.lock))
-                secret = secrets.get((ns, str(inject.secret_name(found))))
-                lookup = inject.LockLookup(obj=found, secret=secret) if found else inject.NOT_FOUND
+                given = {
+                    name: secrets[ns, name]
+                    for name in inject.secret_names(found)
+                    if (ns, name) in secrets
+                }
+                auth = inject.secret_name(found)
+                lookup = (
+                    inject.LockLookup(
+                        obj=found, secret=given.get(auth) if auth else None, secrets=given
+                    )
+                    if found
+                    else inject.NOT_FOUND
+                )
                 result = inject.plan(pod, ns, options, lookup, config)
             except ConfigError as exc:
                 denials.append(f"{where}: {exc}")

@@ -137,12 +137,105 @@ def node_name(url: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Tls:
-    """TLS settings for ``rediss://`` nodes (ignored for the others)."""
+    """TLS settings for ``rediss://`` nodes (ignored for the others). ``ca_data`` is a PEM
+    bundle (a CA read from a Secret), trusted together with ``ca_file``; a client certificate
+    and key are files (Python's ssl loads them only from files: see :func:`with_pem`)."""
 
     insecure_skip_verify: bool = False  # no certificate check (testing only)
     ca_file: str | None = None
     cert_file: str | None = None  # client certificate (mTLS)
     key_file: str | None = None
+    ca_data: str | None = field(default=None, repr=False)
+
+    @property
+    def client_certificate(self) -> bool:
+        return self.cert_file is not None
+
+
+def validate_tls(
+    *,
+    insecure_skip_verify: bool = False,
+    ca_file: str | None = None,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+    fields: tuple[str, str, str, str] = (
+        "--tls-insecure-skip-verify",
+        "--tls-ca-file",
+        "--tls-cert-file",
+        "--tls-key-file",
+    ),
+) -> Tls:
+    """TLS settings from flags: readable files, a certificate only with its key, and no CA
+    together with "skip verification" (errors name the flag)."""
+    skip_flag, ca_flag, cert_flag, key_flag = fields
+    for path, flag in ((ca_file, ca_flag), (cert_file, cert_flag), (key_file, key_flag)):
+        if path is not None:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as exc:
+                raise ConfigError(flag, f"cannot read {path}: {exc.strerror}") from None
+    if (cert_file is None) != (key_file is None):
+        raise ConfigError(cert_flag if cert_file is None else key_flag, "give both, or neither")
+    if insecure_skip_verify and ca_file is not None:
+        raise ConfigError(skip_flag, f"cannot be combined with {ca_flag}")
+    return Tls(insecure_skip_verify, ca_file, cert_file, key_file)
+
+
+class _PemFiles:
+    """Client certificates and keys given as text, as files Python's ssl can load.
+
+    On Linux they live in anonymous memory files (``memfd``) opened as ``/proc/self/fd/N``:
+    nothing on disk, and it works on a read-only root filesystem. Elsewhere: a private (0700)
+    temporary directory, files 0600. Kept by content for the life of the process, so the same
+    certificate gives the same paths (and the same pooled connections); never logged.
+    """
+
+    def __init__(self) -> None:
+        self._paths: dict[str, str] = {}
+        self._dir: str | None = None
+
+    def path(self, text: str, name: str) -> str:
+        import hashlib
+        import os
+
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        found = self._paths.get(digest)
+        if found is not None:
+            return found
+        data = text.encode()
+        if hasattr(os, "memfd_create"):
+            fd = os.memfd_create(f"redlease-{name}", os.MFD_CLOEXEC)
+            os.write(fd, data)
+            path = f"/proc/{os.getpid()}/fd/{fd}"
+        else:  # pragma: no cover - not Linux
+            import tempfile
+
+            if self._dir is None:
+                self._dir = tempfile.mkdtemp(prefix="redlease-tls-")  # mode 0700
+            path = os.path.join(self._dir, f"{digest[:16]}-{name}.pem")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+        self._paths[digest] = path
+        return path
+
+
+_PEM_FILES = _PemFiles()
+
+
+def with_pem(
+    tls: Tls, ca: str | None = None, cert: str | None = None, key: str | None = None
+) -> Tls:
+    """``tls`` plus a CA bundle and a client certificate given as PEM text (from a Secret)."""
+    out = tls
+    if ca is not None:
+        out = dataclasses.replace(out, ca_data=ca)
+    if cert is not None and key is not None:
+        out = dataclasses.replace(
+            out, cert_file=_PEM_FILES.path(cert, "cert"), key_file=_PEM_FILES.path(key, "key")
+        )
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +278,9 @@ class Target:
 
     def with_credentials(self, username: str | None, password: str | None) -> Target:
         return dataclasses.replace(self, username=username or None, password=password or None)
+
+    def with_tls(self, tls: Tls) -> Target:
+        return dataclasses.replace(self, tls=tls)
 
 
 def validate_target(
@@ -251,6 +347,8 @@ def _url_options(url: str, tls: Tls) -> dict[str, Any]:
         out["ssl_cert_reqs"] = "none"
     if tls.ca_file:
         out["ssl_ca_certs"] = tls.ca_file
+    if tls.ca_data:
+        out["ssl_ca_data"] = tls.ca_data
     if tls.cert_file:
         out["ssl_certfile"] = tls.cert_file
     if tls.key_file:

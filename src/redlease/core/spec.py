@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redlease.core.connect import Target, Tls, validate_target
+from redlease.core.connect import Target, Tls, validate_target, with_pem
 from redlease.core.keys import validate_identity, validate_name
 from redlease.errors import ConfigError
 
@@ -119,6 +120,50 @@ class SecretRef:
     name: str
     username_key: str = "username"
     password_key: str = "password"  # noqa: S105 - the name of a key, not a password
+    field = "spec.auth.secretRef"
+
+
+@dataclass(frozen=True, slots=True)
+class CaSecretRef:
+    """``spec.tls.caSecretRef``: the CA bundle (PEM) that verifies the nodes' certificates."""
+
+    name: str
+    key: str = "ca.crt"
+    field = "spec.tls.caSecretRef"
+
+
+@dataclass(frozen=True, slots=True)
+class CertSecretRef:
+    """``spec.tls.clientCertSecretRef``: the client certificate and key (PEM) for mTLS; the
+    defaults are the entries of a ``kubernetes.io/tls`` Secret (as cert-manager writes it)."""
+
+    name: str
+    cert_key: str = "tls.crt"
+    key_key: str = "tls.key"
+    field = "spec.tls.clientCertSecretRef"
+
+
+@dataclass(frozen=True, slots=True)
+class TlsRefs:
+    """The Secrets ``spec.tls`` names (none, either or both; they may be the same Secret)."""
+
+    ca: CaSecretRef | None = None
+    client: CertSecretRef | None = None
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.name for r in (self.ca, self.client) if r is not None))
+
+    def __bool__(self) -> bool:
+        return self.ca is not None or self.client is not None
+
+
+@dataclass(frozen=True, slots=True)
+class TlsMaterial:
+    """PEM text read from the Secrets of :class:`TlsRefs` (never in ``repr``)."""
+
+    ca: str | None = field(default=None, repr=False)
+    cert: str | None = field(default=None, repr=False)
+    key: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,14 +196,18 @@ def credentials_from_secret(
     return Credentials(username or None, password)
 
 
-def check_consent(secret: Mapping[str, Any], ref: SecretRef, nodes: Sequence[str] = ()) -> None:
+def check_consent(
+    secret: Mapping[str, Any],
+    ref: SecretRef | CaSecretRef | CertSecretRef,
+    nodes: Sequence[str] = (),
+) -> None:
     """Raise :class:`ConfigError` unless the Secret opted in (see
-    :func:`credentials_from_secret`)."""
+    :func:`credentials_from_secret`); the error names the spec field that refers to it."""
     meta = secret.get("metadata") or {}
     labels = meta.get("labels") or {}
     if labels.get(CREDENTIALS_LABEL) != "true":
         raise ConfigError(
-            "spec.auth.secretRef.name",
+            f"{ref.field}.name",
             f"Secret {ref.name!r} has not opted in: label it {CREDENTIALS_LABEL}=true to let "
             "redlease send its credentials to the lock's nodes (docs/security.md)",
         )
@@ -174,18 +223,70 @@ def check_consent(secret: Mapping[str, Any], ref: SecretRef, nodes: Sequence[str
             )
 
 
-def _secret_entry(secret: Mapping[str, Any], ref: SecretRef, key: str, what: str) -> str | None:
+def _secret_entry(
+    secret: Mapping[str, Any], ref: SecretRef | CaSecretRef | CertSecretRef, key: str, what: str
+) -> str | None:
     data = secret.get("data") or {}
     if key in data:
         try:
             return base64.b64decode(str(data[key]), validate=True).decode()
         except (binascii.Error, ValueError, UnicodeDecodeError):
             raise ConfigError(
-                f"spec.auth.secretRef.{what}",
+                f"{ref.field}.{what}",
                 f"entry {key!r} of Secret {ref.name!r} is not valid base64 UTF-8",
             ) from None
     string_data = secret.get("stringData") or {}
     return str(string_data[key]) if key in string_data else None
+
+
+_PEM_KINDS = {
+    "certificate": ("-----BEGIN CERTIFICATE-----",),
+    "private key": ("-----BEGIN PRIVATE KEY-----", "-----BEGIN RSA PRIVATE KEY-----",
+                    "-----BEGIN EC PRIVATE KEY-----"),
+}  # fmt: skip
+
+
+def _pem(
+    secret: Mapping[str, Any],
+    ref: CaSecretRef | CertSecretRef,
+    key: str,
+    what: str,
+    kind: str,
+) -> str:
+    """One PEM entry of a Secret; errors name the field and the entry, never the content."""
+    text = _secret_entry(secret, ref, key, what)
+    if text is None:
+        raise ConfigError(f"{ref.field}.{what}", f"Secret {ref.name!r} has no entry {key!r}")
+    if not any(marker in text for marker in _PEM_KINDS[kind]):
+        raise ConfigError(
+            f"{ref.field}.{what}", f"entry {key!r} of Secret {ref.name!r} is not a PEM {kind}"
+        )
+    return text
+
+
+def tls_material(
+    refs: TlsRefs, secrets: Mapping[str, Mapping[str, Any]], nodes: Sequence[str] = ()
+) -> TlsMaterial:
+    """The PEM text of ``spec.tls``'s Secrets (``secrets``: name -> Secret object). Each Secret
+    must consent, as credentials must (:func:`check_consent`): a client key is a credential,
+    and redlease reads no Secret that did not opt in."""
+    ca = cert = key = None
+    if refs.ca is not None:
+        secret = secrets[refs.ca.name]
+        check_consent(secret, refs.ca, nodes)
+        ca = _pem(secret, refs.ca, refs.ca.key, "key", "certificate")
+    if refs.client is not None:
+        secret = secrets[refs.client.name]
+        check_consent(secret, refs.client, nodes)
+        cert = _pem(secret, refs.client, refs.client.cert_key, "certKey", "certificate")
+        key = _pem(secret, refs.client, refs.client.key_key, "keyKey", "private key")
+    return TlsMaterial(ca, cert, key)
+
+
+def with_tls_material(spec: LockSpec, material: TlsMaterial) -> LockSpec:
+    """``spec`` whose nodes are reached with the CA and client certificate of ``material``."""
+    tls = with_pem(spec.target.tls, material.ca, material.cert, material.key)
+    return dataclasses.replace(spec, target=spec.target.with_tls(tls))
 
 
 # --- the spec --------------------------------------------------------------------------------
@@ -202,6 +303,7 @@ class LockSpec:
     secret_ref: SecretRef | None = None
     paused: bool = False
     preferred_holder: str | None = None
+    tls_refs: TlsRefs = TlsRefs()
 
     @property
     def name(self) -> str:
@@ -275,25 +377,46 @@ def _urls(spec: Mapping[str, Any]) -> list[str]:
     return urls
 
 
+def _ref_fields(ref: Mapping[str, Any], where: str, keys: Mapping[str, str]) -> list[str]:
+    """The Secret name and its entry names (``keys``: field -> default) of a reference."""
+    values = [validate_object_name(ref.get("name"), f"{where}.name")]
+    for key, default in keys.items():
+        value = ref.get(key, default)
+        if not isinstance(value, str) or not _SECRET_KEY.fullmatch(value):
+            raise ConfigError(f"{where}.{key}", f"not a Secret key: {value!r}")
+        values.append(value)
+    return values
+
+
 def _secret_ref(spec: Mapping[str, Any]) -> SecretRef | None:
     if spec.get("auth") is None:
         return None
     auth = _object(spec.get("auth"), "spec.auth")
-    ref = _object(auth.get("secretRef"), "spec.auth.secretRef", required=True)
-    name = validate_object_name(ref.get("name"), "spec.auth.secretRef.name")
-    values = {}
-    for key, default in (("usernameKey", "username"), ("passwordKey", "password")):
-        value = ref.get(key, default)
-        if not isinstance(value, str) or not _SECRET_KEY.fullmatch(value):
-            raise ConfigError(f"spec.auth.secretRef.{key}", f"not a Secret key: {value!r}")
-        values[key] = value
-    return SecretRef(name, values["usernameKey"], values["passwordKey"])
+    ref = _object(auth.get("secretRef"), SecretRef.field, required=True)
+    keys = {"usernameKey": "username", "passwordKey": "password"}
+    return SecretRef(*_ref_fields(ref, SecretRef.field, keys))
 
 
-def _tls(spec: Mapping[str, Any]) -> Tls:
+def _tls(spec: Mapping[str, Any], urls: Sequence[str]) -> tuple[Tls, TlsRefs]:
     tls = _object(spec.get("tls"), "spec.tls")
     skip = _boolean(tls, "insecureSkipVerify", "spec.tls.insecureSkipVerify")
-    return Tls(insecure_skip_verify=skip)
+    ca = client = None
+    if tls.get("caSecretRef") is not None:
+        ref = _object(tls["caSecretRef"], CaSecretRef.field)
+        ca = CaSecretRef(*_ref_fields(ref, CaSecretRef.field, {"key": "ca.crt"}))
+    if tls.get("clientCertSecretRef") is not None:
+        ref = _object(tls["clientCertSecretRef"], CertSecretRef.field)
+        keys = {"certKey": "tls.crt", "keyKey": "tls.key"}
+        client = CertSecretRef(*_ref_fields(ref, CertSecretRef.field, keys))
+    if skip and ca is not None:
+        raise ConfigError(
+            "spec.tls.insecureSkipVerify",
+            "cannot be combined with caSecretRef (a CA is for checking the certificates)",
+        )
+    refs = TlsRefs(ca, client)
+    if refs and not any(url.startswith("rediss") for url in urls):
+        raise ConfigError("spec.tls", "applies to rediss:// nodes, and no node uses rediss://")
+    return Tls(insecure_skip_verify=skip), refs
 
 
 def parse_spec(spec: object) -> LockSpec:
@@ -319,11 +442,12 @@ def parse_spec(spec: object) -> LockSpec:
     )
     cluster = _boolean(spec, "cluster", "spec.cluster")
     quorum = _integer(spec, "quorum", 1, MAX_NODES)
+    tls, tls_refs = _tls(spec, urls)
     target = validate_target(
         urls,
         cluster=cluster,
         quorum=quorum,
-        tls=_tls(spec),
+        tls=tls,
         credentials_in_urls=False,
         field="spec.nodes",
         url_field="spec.nodes[{i}].url",
@@ -339,4 +463,5 @@ def parse_spec(spec: object) -> LockSpec:
         secret_ref=_secret_ref(spec),
         paused=_boolean(spec, "paused", "spec.paused"),
         preferred_holder=preferred or None,
+        tls_refs=tls_refs,
     )

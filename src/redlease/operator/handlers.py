@@ -16,6 +16,7 @@ import contextlib
 import copy
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from redlease.core.spec import (
 )
 from redlease.errors import ConfigError
 from redlease.operator import metrics, reconcile, webhook
+from redlease.operator.leadership import ElectionConfig
 from redlease.operator.reader import NodeReader
 from redlease.operator.refresher import Refresher
 from redlease.operator.secrets import SecretSource
@@ -53,18 +55,33 @@ class OperatorConfig:
     verbose: bool = False
     metrics: tuple[str, int] | None = None  # (host, port) of /metrics; None: not served
     webhook: webhook.WebhookConfig | None = None  # sidecar injection; None: not served
+    election: ElectionConfig | None = None  # several replicas, one active; None: just one
+
+
+def _always() -> bool:
+    return True
 
 
 class Runtime:
-    """What the handlers share: the node reader, the cycle batcher and the secret source."""
+    """What the handlers share: the node reader, the cycle batcher and the secret source.
+
+    ``leading`` says whether this replica is the active one (see :mod:`.leadership`): nothing
+    is read, written or posted while it is false. ``serve_metrics``: this runtime serves
+    ``--metrics`` itself (with leader election the process serves it, for standbys too)."""
 
     def __init__(
         self,
         config: OperatorConfig,
         secrets: SecretSource | None = None,
         locks: webhook.LockSource | None = None,
+        *,
+        leading: Callable[[], bool] = _always,
+        serve_metrics: bool = True,
     ) -> None:
         self.config = config
+        self.leading = leading
+        self.serve_metrics = serve_metrics
+        self.failures = 0  # reconcile ticks that failed (kopf retries them)
         self.reader = NodeReader(concurrency=config.concurrency, timeout=config.node_timeout)
         self.refresher = Refresher(self.reader.read, config.refresh)
         self.secrets = secrets or SecretSource()
@@ -81,17 +98,24 @@ class Runtime:
     async def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self.refresher.run())
-        if self.config.metrics is not None and self._metrics is None:
+        if self.serve_metrics and self.config.metrics is not None and self._metrics is None:
             host, port = self.config.metrics
             self._metrics = await metrics.serve(host, port, self.metrics_text)
 
-    def metrics_text(self) -> str:
-        statuses = [(*self.names[uid], st) for uid, st in self.written.items() if uid in self.names]
+    def metrics_text(self, leader: bool | None = None) -> str:
+        """The exposition; may be called from another thread (the process's metrics server
+        with leader election), hence the snapshots of the dicts first."""
+        names = dict(self.names)
+        statuses = [(*names[uid], st) for uid, st in list(self.written.items()) if uid in names]
         return metrics.render(
             cycles=self.refresher.cycles,
             locks=self.refresher.last_cycle_size,
             round_trips=self.reader.round_trips,
             statuses=statuses,
+            failures=self.failures,
+            last_refresh=self.refresher.last_cycle_wall,
+            interval=self.config.refresh,
+            leader=leader,
         )
 
     async def stop(self) -> None:
@@ -120,7 +144,11 @@ class Runtime:
         body: kopf.Body,
         patch: Any,
     ) -> None:
-        """One timer tick for one object: validate, force-release if asked, observe, write."""
+        """One timer tick for one object: validate, force-release if asked, observe, write.
+        Only the active replica does anything (the gate is checked again before writing)."""
+        if not self.leading():
+            await asyncio.sleep(self.config.refresh)
+            return
         meta = body.get("metadata", {})
         uid = str(meta.get("uid") or meta.get("name"))
         namespace = str(meta.get("namespace") or "default")
@@ -130,7 +158,7 @@ class Runtime:
             previous = copy.deepcopy(dict(body.get("status") or {}))
         invalid: ConfigError | None = None
         try:
-            spec = parse_spec(body.get("spec"))
+            spec = await self.secrets.with_tls(parse_spec(body.get("spec")), namespace)
             creds = await self.credentials(spec, namespace)
         except ConfigError as exc:
             invalid = exc
@@ -155,6 +183,8 @@ class Runtime:
                 now=time.time(),
             )
         diff = reconcile.status_patch(previous, new, now=time.time(), refresh=self.config.refresh)
+        if not self.leading():
+            return  # the lease was lost while reading: the next active replica writes
         for event in reconcile.decide_events(previous, new, invalid):
             kopf.event(body, type=event.type, reason=event.reason, message=event.message)
             # Our own logger: kopf's per-object logger is quiet unless --verbose (see runner).
@@ -220,11 +250,13 @@ class Runtime:
         return True
 
 
-def operator_settings(config: OperatorConfig | None = None) -> kopf.OperatorSettings:
+def operator_settings(
+    config: OperatorConfig | None = None, *, webhook_server: bool = True
+) -> kopf.OperatorSettings:
     """kopf settings: no cluster-wide scanning (least privilege), our own finalizer name, and the
-    injection webhook's HTTPS server when ``config`` asks for it."""
+    injection webhook's HTTPS server when ``config`` asks for it (and ``webhook_server``)."""
     settings = kopf.OperatorSettings()
-    if config is not None and config.webhook is not None:
+    if webhook_server and config is not None and config.webhook is not None:
         settings.admission.server = webhook.server(config.webhook)
     # Serve exactly the namespaces given (no list/watch on namespaces or CRDs needed); the CRD
     # must exist when the operator starts (the Helm chart installs it first).
@@ -234,22 +266,57 @@ def operator_settings(config: OperatorConfig | None = None) -> kopf.OperatorSett
     return settings
 
 
-def build_registry(
-    runtime: Runtime, registry: kopf.OperatorRegistry | None = None
+def client_login(registry: kopf.OperatorRegistry) -> None:
+    """Log in with the kubernetes client's configuration (in-cluster service account, then
+    $KUBECONFIG), which also configures the client that reads Secrets and Leases."""
+
+    @kopf.on.login(registry=registry, id="login")
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
+        return info
+
+
+def serving_registry(
+    config: OperatorConfig,
+    health: Callable[[], dict[str, Any]],
+    locks: webhook.LockSource,
+    secrets: SecretSource,
 ) -> kopf.OperatorRegistry:
-    """A registry with the operator's handlers (explicit ids; a fresh one per operator)."""
+    """What every replica serves, active or standby: the injection webhook (stateless) and the
+    liveness probe. It has no DistributedLock handler, so it watches and writes nothing."""
+    reg = kopf.OperatorRegistry()
+    client_login(reg)
+    if config.webhook is not None:
+        webhook.register(reg, config.webhook, locks, secrets)
+
+    @kopf.on.probe(registry=reg, id="refresh")
+    def probe(**_: Any) -> dict[str, Any]:
+        return health()
+
+    return reg
+
+
+def build_registry(
+    runtime: Runtime,
+    registry: kopf.OperatorRegistry | None = None,
+    *,
+    serving: bool = True,
+) -> kopf.OperatorRegistry:
+    """A registry with the operator's handlers (explicit ids; a fresh one per operator).
+    ``serving=False`` leaves out the webhook and the probe (:func:`serving_registry` has them:
+    with leader election only the active replica runs this registry)."""
     reg = registry if registry is not None else kopf.OperatorRegistry()
     if registry is None:
-        # A plain registry has no login: use the kubernetes client's (in-cluster service account,
-        # then $KUBECONFIG), which also configures the client that reads Secrets.
-        @kopf.on.login(registry=reg, id="login")
-        def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-            info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
-            return info
-
+        client_login(reg)
     config = runtime.config
-    if config.webhook is not None:
+    if serving and config.webhook is not None:
         webhook.register(reg, config.webhook, runtime.locks, runtime.secrets)
+
+    if serving:
+
+        @kopf.on.probe(registry=reg, id="refresh")
+        def probe(**_: Any) -> dict[str, Any]:
+            return runtime.health()
 
     @kopf.on.startup(registry=reg, id="redlease-startup")
     async def startup(**_: Any) -> None:
@@ -258,10 +325,6 @@ def build_registry(
     @kopf.on.cleanup(registry=reg, id="redlease-cleanup")
     async def cleanup(**_: Any) -> None:
         await runtime.stop()
-
-    @kopf.on.probe(registry=reg, id="refresh")
-    def probe(**_: Any) -> dict[str, Any]:
-        return runtime.health()
 
     @kopf.timer(
         GROUP,
@@ -282,7 +345,8 @@ def build_registry(
             for task in (work, stop):
                 if not task.done():
                     task.cancel()
-        if work.done() and not work.cancelled():
+        if work.done() and not work.cancelled() and work.exception() is not None:
+            runtime.failures += 1
             work.result()  # re-raise a failure for kopf's retry/backoff
 
     return reg

@@ -29,7 +29,9 @@ from redlease.core.spec import (
     DEFAULT_READY,
     GROUP,
     READY_MODES,
+    LockSpec,
     SecretRef,
+    TlsRefs,
     check_consent,
     parse_spec,
     validate_object_name,
@@ -42,6 +44,10 @@ INJECT_ANNOTATION = f"{GROUP}/inject"  # "false": opt out
 READY_ANNOTATION = f"{GROUP}/ready"  # connected (default) | leader | always
 POD_LABEL_ANNOTATION = f"{GROUP}/pod-label"  # "true": keep redlease.dev/leader on the pod
 HTTP_PORT_ANNOTATION = f"{GROUP}/http-port"  # the sidecar's loopback port (4040)
+LEASE_MIRROR_ANNOTATION = f"{GROUP}/lease-mirror"  # "true": keep a coordination.k8s.io Lease
+EVENTS_ANNOTATION = f"{GROUP}/events"  # "true": post became/stopped-leading Events
+METRICS_PORT_ANNOTATION = f"{GROUP}/metrics-port"  # /metrics alone on the pod IP, for scrapers
+METRICS_PORT_NAME = "redlease-metrics"  # the container port a PodMonitor selects
 INJECTED_ANNOTATION = f"{GROUP}/injected"  # set by the injector: the redlease version
 OPTION_ANNOTATIONS = (
     LOCK_ANNOTATION,
@@ -49,6 +55,9 @@ OPTION_ANNOTATIONS = (
     READY_ANNOTATION,
     POD_LABEL_ANNOTATION,
     HTTP_PORT_ANNOTATION,
+    LEASE_MIRROR_ANNOTATION,
+    EVENTS_ANNOTATION,
+    METRICS_PORT_ANNOTATION,
     INJECTED_ANNOTATION,
 )
 
@@ -57,6 +66,9 @@ SIDECAR_NAME = "redlease"
 STATE_VOLUME = "redlease-state"
 KUBE_API_VOLUME = "redlease-kube-api-access"
 STATE_DIR = "/var/run/redlease"
+TLS_DIR = "/var/run/redlease-tls"  # spec.tls Secrets, mounted into the sidecar only
+TLS_CA_VOLUME = "redlease-tls-ca"
+TLS_CLIENT_VOLUME = "redlease-tls-client"
 KUBE_API_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster config looks
 DEFAULT_HTTP_PORT = 4040
 DEFAULT_IMAGE = f"ghcr.io/redlease/redlease:{__version__}"
@@ -92,6 +104,9 @@ class Options:
     ready: str = DEFAULT_READY
     http_port: int = DEFAULT_HTTP_PORT
     pod_label: bool = False
+    lease_mirror: bool = False
+    events: bool = False
+    metrics_port: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +114,14 @@ class LockLookup:
     """What the caller found for the named DistributedLock: the object, nothing (``found``
     false), or an error text (the API could not be asked); and for a lock with
     ``spec.auth.secretRef``, that Secret (only its consent -- label and allowed nodes -- is
-    looked at; ``None``: not known, not checked) or why it could not be read."""
+    looked at; ``None``: not known, not checked) or why it could not be read; ``secrets``: the
+    same for every Secret the lock names (``spec.tls`` too), by name."""
 
     obj: Mapping[str, Any] | None = None
     error: str | None = None
     secret: Mapping[str, Any] | None = None
     consent_error: str | None = None
+    secrets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # by name (spec.tls)
 
     @property
     def found(self) -> bool:
@@ -120,6 +137,18 @@ def secret_name(lock: Mapping[str, Any] | None) -> str | None:
     except ConfigError:
         return None
     return ref.name if ref is not None else None
+
+
+def secret_names(lock: Mapping[str, Any] | None) -> list[str]:
+    """Every Secret a lock object names (auth, then spec.tls), each once; [] if invalid."""
+    if lock is None:
+        return []
+    try:
+        spec = parse_spec(lock.get("spec"))
+    except ConfigError:
+        return []
+    names = [spec.secret_ref.name] if spec.secret_ref is not None else []
+    return list(dict.fromkeys([*names, *spec.tls_refs.names()]))
 
 
 NOT_FOUND = LockLookup()
@@ -172,17 +201,28 @@ def read_options(pod: Mapping[str, Any]) -> Options | None:
         raise ConfigError(
             READY_ANNOTATION, f"must be one of {', '.join(READY_MODES)}, got {ready!r}"
         )
-    raw_port = str(annotations.get(HTTP_PORT_ANNOTATION, DEFAULT_HTTP_PORT)).strip()
-    if not raw_port.isdigit() or not 1024 <= int(raw_port) <= 65535:
-        raise ConfigError(
-            HTTP_PORT_ANNOTATION, f"must be a port number from 1024 to 65535, got {raw_port!r}"
-        )
+    http_port = _port(annotations, HTTP_PORT_ANNOTATION, DEFAULT_HTTP_PORT)
+    metrics_port = _port(annotations, METRICS_PORT_ANNOTATION, None)
+    if metrics_port == http_port:
+        raise ConfigError(METRICS_PORT_ANNOTATION, f"must differ from the http port {http_port}")
     return Options(
         lock=lock,
         ready=ready,
-        http_port=int(raw_port),
+        http_port=http_port or DEFAULT_HTTP_PORT,
         pod_label=_boolean(annotations, POD_LABEL_ANNOTATION, False),
+        lease_mirror=_boolean(annotations, LEASE_MIRROR_ANNOTATION, False),
+        events=_boolean(annotations, EVENTS_ANNOTATION, False),
+        metrics_port=metrics_port,
     )
+
+
+def _port(annotations: Mapping[str, str], key: str, default: int | None) -> int | None:
+    if key not in annotations:
+        return default
+    raw = str(annotations[key]).strip()
+    if not raw.isdigit() or not 1024 <= int(raw) <= 65535:
+        raise ConfigError(key, f"must be a port number from 1024 to 65535, got {raw!r}")
+    return int(raw)
 
 
 # --- step 2: the patch ------------------------------------------------------------------------
@@ -250,8 +290,51 @@ def _probe(port: int, path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
+def _tls_volumes(refs: TlsRefs) -> list[dict[str, Any]]:
+    """The Secret volumes of ``spec.tls`` (the kubelet reads the Secrets, not the sidecar)."""
+    volumes = []
+    if refs.ca is not None:
+        items = [{"key": refs.ca.key, "path": "ca.crt"}]
+        volumes.append((TLS_CA_VOLUME, refs.ca.name, items))
+    if refs.client is not None:
+        items = [
+            {"key": refs.client.cert_key, "path": "tls.crt"},
+            {"key": refs.client.key_key, "path": "tls.key"},
+        ]
+        volumes.append((TLS_CLIENT_VOLUME, refs.client.name, items))
+    # 0444: the sidecar runs as a non-root user; only the sidecar container mounts these
+    return [
+        {"name": name, "secret": {"secretName": secret, "items": items, "defaultMode": 0o444}}
+        for name, secret, items in volumes
+    ]
+
+
+def _tls_mounts(refs: TlsRefs) -> list[dict[str, Any]]:
+    """``redlease-tls-ca`` at TLS_DIR/ca, ``redlease-tls-client`` at TLS_DIR/client."""
+    return [
+        {"name": v["name"], "mountPath": f"{TLS_DIR}/{v['name'].rsplit('-', 1)[1]}",
+         "readOnly": True}
+        for v in _tls_volumes(refs)
+    ]  # fmt: skip
+
+
+def _tls_args(refs: TlsRefs) -> list[str]:
+    args = []
+    if refs.ca is not None:
+        args.append(f"--tls-ca-file={TLS_DIR}/ca/ca.crt")
+    if refs.client is not None:
+        args += [
+            f"--tls-cert-file={TLS_DIR}/client/tls.crt",
+            f"--tls-key-file={TLS_DIR}/client/tls.key",
+        ]
+    return args
+
+
 def sidecar_container(
-    options: Options, config: InjectConfig, credentials: SecretRef | None
+    options: Options,
+    config: InjectConfig,
+    credentials: SecretRef | None,
+    tls: TlsRefs | None = None,
 ) -> dict[str, Any]:
     """The sidecar container exactly as injected."""
     args = [
@@ -263,6 +346,14 @@ def sidecar_container(
     ]
     if options.pod_label:
         args.append("--pod-label")
+    if options.lease_mirror:
+        args.append("--lease-mirror")
+    if options.events:
+        args.append("--events")
+    if options.metrics_port is not None:
+        args.append(f"--metrics=0.0.0.0:{options.metrics_port}")  # noqa: S104 - for scrapers
+    tls = tls or TlsRefs()
+    args += _tls_args(tls)
     env = [
         _env_field("POD_NAME", "metadata.name"),
         _env_field("POD_NAMESPACE", "metadata.namespace"),
@@ -283,6 +374,10 @@ def sidecar_container(
     }
     if config.native:
         container["restartPolicy"] = "Always"
+    if options.metrics_port is not None:
+        container["ports"] = [
+            {"name": METRICS_PORT_NAME, "containerPort": options.metrics_port, "protocol": "TCP"}
+        ]
     container.update(
         {
             "args": args,
@@ -303,6 +398,7 @@ def sidecar_container(
             "volumeMounts": [
                 {"name": STATE_VOLUME, "mountPath": STATE_DIR},
                 {"name": KUBE_API_VOLUME, "mountPath": KUBE_API_DIR, "readOnly": True},
+                *_tls_mounts(tls),
             ],
         }
     )
@@ -330,12 +426,12 @@ def _volumes() -> list[dict[str, Any]]:
     ]
 
 
-def _credentials(lock: LockLookup, where: str) -> tuple[SecretRef | None, str | None]:
-    """(the lock's ``spec.auth.secretRef`` or None, None) from a valid lock whose Secret
-    consents to the lock's nodes, or (None, the problem).
+def _credentials(lock: LockLookup, where: str) -> tuple[LockSpec | None, str | None]:
+    """(the lock's spec, None) from a valid lock whose Secrets (``spec.auth.secretRef`` and
+    ``spec.tls``) consent to the lock's nodes, or (None, the problem).
 
     Secrets only by consent (docs/security.md): whoever writes a DistributedLock picks its
-    Secret and its nodes, so the injector wires a Secret into a pod only if it carries the
+    Secrets and its nodes, so the injector wires a Secret into a pod only if it carries the
     consent label and, if it lists allowed nodes, the lock's nodes are among them -- the one
     check in :func:`redlease.core.spec.check_consent`, as the operator and the sidecar apply it.
     """
@@ -347,20 +443,22 @@ def _credentials(lock: LockLookup, where: str) -> tuple[SecretRef | None, str | 
         spec = parse_spec(lock.obj.get("spec"))
     except ConfigError as exc:
         return None, f"{where} is invalid: {exc}"
-    ref = spec.secret_ref
-    if ref is None:
-        return None, None
-    if lock.consent_error is not None:
-        return None, (
-            f"cannot check the consent of Secret {ref.name!r} ({lock.consent_error}), so its "
-            "credentials are not wired into the pod"
-        )
-    if lock.secret is not None:
-        try:
-            check_consent(lock.secret, ref, spec.node_names)
-        except ConfigError as exc:
-            return None, f"{where}: {exc}; its credentials are not wired into the pod"
-    return ref, None
+    refs = [r for r in (spec.secret_ref, spec.tls_refs.ca, spec.tls_refs.client) if r is not None]
+    for ref in refs:
+        if lock.consent_error is not None:
+            return None, (
+                f"cannot check the consent of Secret {ref.name!r} ({lock.consent_error}), so "
+                "its credentials are not wired into the pod"
+            )
+        secret = lock.secrets.get(ref.name)
+        if secret is None and ref is spec.secret_ref:
+            secret = lock.secret
+        if secret is not None:
+            try:
+                check_consent(secret, ref, spec.node_names)
+            except ConfigError as exc:
+                return None, f"{where}: {exc}; its credentials are not wired into the pod"
+    return spec, None
 
 
 def _automount_removals(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -441,7 +539,8 @@ def plan(
             )
         return Injection([], warnings)  # injected before (re-invocation): nothing twice
 
-    taken = _names(_list(spec, "volumes")) & {STATE_VOLUME, KUBE_API_VOLUME}
+    ours = {STATE_VOLUME, KUBE_API_VOLUME, TLS_CA_VOLUME, TLS_CLIENT_VOLUME}
+    taken = _names(_list(spec, "volumes")) & ours
     if taken:
         raise ConfigError("spec.volumes", f"volume name {sorted(taken)[0]!r} is already used")
     if spec.get("hostNetwork") is True:
@@ -449,16 +548,21 @@ def plan(
             "spec.hostNetwork",
             "the sidecar listens on 127.0.0.1, which a host-network pod shares with the node",
         )
-    owner = _existing_port(spec, options.http_port)
-    if owner is not None:
-        raise ConfigError(
-            HTTP_PORT_ANNOTATION,
-            f"port {options.http_port} is already declared by container {owner!r}; "
-            "choose another port",
-        )
+    for annotation, port in (
+        (HTTP_PORT_ANNOTATION, options.http_port),
+        (METRICS_PORT_ANNOTATION, options.metrics_port),
+    ):
+        owner = None if port is None else _existing_port(spec, port)
+        if owner is not None:
+            raise ConfigError(
+                annotation,
+                f"port {port} is already declared by container {owner!r}; choose another port",
+            )
 
     where = f"DistributedLock {options.lock!r} in namespace {namespace!r}"
-    credentials, problem = _credentials(lock, where)
+    lock_spec, problem = _credentials(lock, where)
+    credentials = lock_spec.secret_ref if lock_spec is not None else None
+    tls = lock_spec.tls_refs if lock_spec is not None else TlsRefs()
     if problem is not None:
         if config.require_lock:
             raise ConfigError(LOCK_ANNOTATION, problem)
@@ -507,9 +611,9 @@ def plan(
         mount = {"name": STATE_VOLUME, "mountPath": STATE_DIR, "readOnly": True}
         _append(ops, container, ("spec", "containers", i), "volumeMounts", [mount])
 
-    sidecar = sidecar_container(options, config, credentials)
+    sidecar = sidecar_container(options, config, credentials, tls)
     _append(ops, spec, ("spec",), "initContainers" if config.native else "containers", [sidecar])
-    _append(ops, spec, ("spec",), "volumes", _volumes())
+    _append(ops, spec, ("spec",), "volumes", [*_volumes(), *_tls_volumes(tls)])
     meta = pod.get("metadata") or {}
     if isinstance(meta.get("annotations"), Mapping):
         ops.append(

@@ -24,8 +24,13 @@ def render(
     locks: int,
     round_trips: int,
     statuses: Iterable[tuple[str, str, Mapping[str, Any]]],
+    failures: int = 0,
+    last_refresh: float | None = None,
+    interval: float | None = None,
+    leader: bool | None = None,
 ) -> str:
-    """The exposition text. ``statuses`` yields (namespace, name, last written status)."""
+    """The exposition text. ``statuses`` yields (namespace, name, last written status);
+    ``leader``: whether this replica is the active one (None: no leader election)."""
     lines = [
         "# HELP redlease_operator_refresh_cycles_total Refresh cycles completed.",
         "# TYPE redlease_operator_refresh_cycles_total counter",
@@ -36,7 +41,28 @@ def render(
         "# HELP redlease_operator_redis_round_trips_total Redis round trips for status reads.",
         "# TYPE redlease_operator_redis_round_trips_total counter",
         f"redlease_operator_redis_round_trips_total {round_trips}",
+        "# HELP redlease_operator_refresh_failures_total Refresh ticks that failed (retried).",
+        "# TYPE redlease_operator_refresh_failures_total counter",
+        f"redlease_operator_refresh_failures_total {failures}",
     ]
+    if interval is not None:
+        lines += [
+            "# HELP redlease_operator_refresh_interval_seconds Seconds between two refreshes.",
+            "# TYPE redlease_operator_refresh_interval_seconds gauge",
+            f"redlease_operator_refresh_interval_seconds {interval:g}",
+        ]
+    if last_refresh is not None:
+        lines += [
+            "# HELP redlease_operator_last_refresh_timestamp_seconds End of the last refresh.",
+            "# TYPE redlease_operator_last_refresh_timestamp_seconds gauge",
+            f"redlease_operator_last_refresh_timestamp_seconds {last_refresh:.3f}",
+        ]
+    if leader is not None:
+        lines += [
+            "# HELP redlease_operator_leader 1 on the active replica (it holds the Lease).",
+            "# TYPE redlease_operator_leader gauge",
+            f"redlease_operator_leader {1 if leader else 0}",
+        ]
     phase_lines: list[str] = []
     node_lines: list[str] = []
     token_lines: list[str] = []

@@ -31,6 +31,7 @@ class Refresher:
         self.cycles = 0
         self.last_cycle_end = time.monotonic()  # for the liveness probe
         self.last_cycle_size = 0
+        self.last_cycle_wall: float | None = None  # epoch seconds (for /metrics)
 
     async def observe(self, spec: LockSpec, creds: Credentials | None = None) -> Observation:
         """The lock's state as read by the next cycle."""
@@ -71,3 +72,4 @@ class Refresher:
             self.cycles += 1
             self.last_cycle_size = len(live)
             self.last_cycle_end = time.monotonic()
+            self.last_cycle_wall = time.time()

@@ -1,4 +1,5 @@
-"""Redis credentials from the Secret named by ``spec.auth.secretRef``.
+"""Redis credentials from the Secret named by ``spec.auth.secretRef``, and the Secrets of
+``spec.tls`` (CA, client certificate).
 
 Reads go through the ``kubernetes`` client in a worker thread (never on kopf's loop) and are
 cached for ``ttl`` seconds. In a pod, kopf's login has already loaded the in-cluster config
@@ -12,19 +13,30 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from redlease.core.spec import Credentials, SecretRef, credentials_from_secret
+from redlease.core.spec import (
+    CaSecretRef,
+    CertSecretRef,
+    Credentials,
+    LockSpec,
+    SecretRef,
+    credentials_from_secret,
+    tls_material,
+    with_tls_material,
+)
 from redlease.errors import ConfigError
+
+Ref = SecretRef | CaSecretRef | CertSecretRef
 
 
 class SecretSource:
-    """Fetch and cache credentials; errors name ``spec.auth.secretRef``."""
+    """Fetch and cache Secrets; errors name the spec field that refers to the Secret."""
 
     def __init__(self, configuration: Any = None, ttl: float = 60.0) -> None:
         self._configuration = configuration
         self._ttl = ttl
-        self._cache: dict[tuple[str, SecretRef], tuple[float, dict[str, Any]]] = {}
+        self._cache: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
 
-    def _fetch(self, namespace: str, ref: SecretRef) -> dict[str, Any]:
+    def _fetch(self, namespace: str, ref: Ref) -> dict[str, Any]:
         import kubernetes.client
         from kubernetes.client.exceptions import ApiException
 
@@ -35,7 +47,7 @@ class SecretSource:
                 )
             except ApiException as exc:
                 raise ConfigError(
-                    "spec.auth.secretRef.name",
+                    f"{ref.field}.name",
                     f"cannot read Secret {namespace}/{ref.name}: HTTP {exc.status} {exc.reason}",
                 ) from None
         meta = secret.metadata
@@ -47,9 +59,9 @@ class SecretSource:
             "data": {str(k): str(v) for k, v in (secret.data or {}).items()},
         }
 
-    async def secret(self, namespace: str, ref: SecretRef) -> dict[str, Any]:
+    async def secret(self, namespace: str, ref: Ref) -> dict[str, Any]:
         """The Secret (its labels, annotations and data), cached for ``ttl`` seconds."""
-        key = (namespace, ref)
+        key = (namespace, ref.name)
         hit = self._cache.get(key)
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
@@ -61,3 +73,15 @@ class SecretSource:
         """The credentials for ``nodes`` (the Secret must consent: see
         :func:`redlease.core.spec.credentials_from_secret`)."""
         return credentials_from_secret(await self.secret(namespace, ref), ref, nodes)
+
+    async def with_tls(self, spec: LockSpec, namespace: str) -> LockSpec:
+        """``spec`` with the CA and client certificate its ``spec.tls`` Secrets hold (each
+        Secret must consent: :func:`redlease.core.spec.tls_material`)."""
+        refs = spec.tls_refs
+        if not refs:
+            return spec
+        secrets = {}
+        for ref in (refs.ca, refs.client):
+            if ref is not None and ref.name not in secrets:
+                secrets[ref.name] = await self.secret(namespace, ref)
+        return with_tls_material(spec, tls_material(refs, secrets, spec.node_names))

@@ -122,20 +122,26 @@ def _pod_name(meta: Mapping[str, Any]) -> str:
 async def lookup(
     locks: LockSource, secrets: SecretSource, namespace: str, name: str
 ) -> inject.LockLookup:
-    """The DistributedLock and, if it names one, its Secret (for the consent check)."""
+    """The DistributedLock and the Secrets it names (auth, spec.tls), for the consent check."""
     found = await locks.get(namespace, name)
-    secret = inject.secret_name(found.obj)
-    if secret is None:
+    names = inject.secret_names(found.obj)
+    if not names:
         return found
+    consent: dict[str, dict[str, Any]] = {}
     try:
         async with asyncio.timeout(locks.timeout + 0.5):
-            obj = await secrets.secret(namespace, SecretRef(secret))
+            for secret in names:
+                obj = await secrets.secret(namespace, SecretRef(secret))
+                # only the consent (labels, annotations) is looked at; values stay out of the pod
+                consent[secret] = {"metadata": obj.get("metadata") or {}}
     except ConfigError as exc:
         return inject.LockLookup(obj=found.obj, consent_error=exc.message)
     except TimeoutError:
         return inject.LockLookup(obj=found.obj, consent_error="no answer in time")
-    # only the consent (labels, annotations) is looked at; the values stay out of the pod
-    return inject.LockLookup(obj=found.obj, secret={"metadata": obj.get("metadata") or {}})
+    auth = inject.secret_name(found.obj)
+    return inject.LockLookup(
+        obj=found.obj, secret=consent.get(auth) if auth else None, secrets=consent
+    )
 
 
 def register(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from redlease.core.connect import Target
+from redlease.core.connect import Target, Tls
 from redlease.core.spec import (
     DEFAULT_READY,
     LEADER_LABEL,
@@ -70,13 +70,15 @@ def parse_http(value: str, field_name: str = "--http") -> HttpAddress | None:
 
 @dataclass(frozen=True, slots=True)
 class LockRef:
-    """A DistributedLock to read the configuration from, and the Redis credentials given on the
-    command line or in the environment (then its Secret is not read: injected pods get them
-    from the Secret as env vars, so the sidecar needs no access to Secrets)."""
+    """A DistributedLock to read the configuration from, and the Redis credentials and TLS files
+    given on the command line or in the environment (then its Secrets are not read: injected
+    pods get them from the Secrets as env vars and volumes, so the sidecar needs no access to
+    Secrets)."""
 
     namespace: str
     name: str
     credentials: Credentials | None = field(default=None, repr=False, compare=False)
+    tls: Tls | None = field(default=None, compare=False)  # from flags (injected: Secret volumes)
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -154,3 +156,25 @@ class SidecarConfig:
     pod_label: bool = False
     lock_ref: LockRef | None = None
     kube: KubeSettings = KubeSettings()
+    metrics: HttpAddress | None = None  # /metrics alone on another address (for scrapers)
+    lease_mirror: bool = False  # keep a coordination.k8s.io Lease named after the lock
+    events: bool = False  # post became/stopped-leading Events
+
+    def lock_object(self, lock: str) -> tuple[str, str]:
+        """(namespace, name) of the Kubernetes object named after the lock, for the Lease
+        mirror and the Events: the DistributedLock's name with ``--lock-ref``, else the lock
+        name itself, which must then be a valid object name."""
+        flag = "--lease-mirror" if self.lease_mirror else "--events"
+        if self.lock_ref is not None:
+            return self.lock_ref.namespace, self.lock_ref.name
+        if not self.kube.namespace:
+            raise ConfigError(flag, "needs the POD_NAMESPACE env var (or --lock-ref NS/NAME)")
+        try:
+            name = validate_object_name(lock, flag)
+        except ConfigError:
+            raise ConfigError(
+                flag,
+                f"the lock name {lock!r} is not a valid Kubernetes object name (lowercase "
+                "letters, digits, '-' and '.'): use such a lock name, or --lock-ref",
+            ) from None
+        return self.kube.namespace, name

@@ -1,4 +1,5 @@
-"""`redlease sidecar`: the election plus its three outputs (HTTP, state file, pod label).
+"""`redlease sidecar`: the election plus its outputs (HTTP, state file, pod label, and opt-in
+a Lease mirror and Events: :mod:`.mirror`).
 
 Start-up order: state directory, Kubernetes settings (``--lock-ref``), HTTP server, then the
 election. On SIGTERM/SIGINT the lease is released at once (a standby takes over within
@@ -17,11 +18,12 @@ import structlog
 
 from redlease.core.connect import redact
 from redlease.errors import ConfigError
-from redlease.sidecar.config import ElectionConfig, SidecarConfig
+from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
 from redlease.sidecar.election import Transition
 from redlease.sidecar.elector import Elector, Hooks
 from redlease.sidecar.kube import KubeClient, LockRefFollower, PodLabeller
 from redlease.sidecar.metrics import Metrics
+from redlease.sidecar.mirror import LeaderEvents, LeaseMirror, involved_lease, involved_lock
 from redlease.sidecar.statefile import StateFile
 from redlease.sidecar.web import HttpServer, serve
 
@@ -37,6 +39,8 @@ class Sidecar(Hooks):
         self.metrics_ = Metrics(config.election.lock if config.election else "")
         self.elector: Elector | None = None
         self.labeller: PodLabeller | None = None
+        self.mirror: LeaseMirror | None = None
+        self.events: LeaderEvents | None = None
         self._stopping = asyncio.Event()
 
     # -- Source -------------------------------------------------------------------------------
@@ -76,6 +80,8 @@ class Sidecar(Hooks):
 
     def transition(self, transition: Transition) -> None:
         self.metrics_.transition(transition)
+        if self.events is not None:
+            self.events.transition(transition)
 
     def changed(self) -> None:
         if self.elector is None:
@@ -88,8 +94,13 @@ class Sidecar(Hooks):
                 log.error("state file write failed", path=str(self.state_file.path), error=str(exc))
                 self.metrics_.error("StateFileError")
         self.metrics_.update(doc)
+        self.metrics_.timing(self.elector.config.timing)
         if self.labeller is not None:
             self.labeller.set(bool(doc["leader"]))
+        if self.mirror is not None:
+            assert self.elector is not None
+            timing = self.elector.config.timing
+            self.mirror.update(doc, timing.ttl, timing.retry_period)
 
     def renewed(self, latency: float) -> None:
         self.metrics_.renewed(latency)
@@ -110,6 +121,8 @@ class Sidecar(Hooks):
 
     async def run(self) -> int:
         cfg = self.config
+        if cfg.election is not None and (cfg.lease_mirror or cfg.events):
+            cfg.lock_object(cfg.election.lock)  # fail fast: a lock name that names no object
         if cfg.state_dir is not None:
             # checked before anything else; the file name waits for the lock name
             StateFile(cfg.state_dir, "probe").prepare()
@@ -119,10 +132,11 @@ class Sidecar(Hooks):
             loop.add_signal_handler(sig, self.stop)
         background: list[asyncio.Task[None]] = []
         runner: HttpServer | None = None
+        scrape: HttpServer | None = None
         try:
             election_cfg = cfg.election
             follower = None
-            if cfg.lock_ref is not None or cfg.pod_label:
+            if cfg.lock_ref is not None or cfg.pod_label or cfg.lease_mirror or cfg.events:
                 kube = KubeClient(cfg.kube)
             if cfg.pod_label:
                 if not cfg.kube.pod_name or not cfg.kube.namespace:
@@ -142,16 +156,21 @@ class Sidecar(Hooks):
                     return 0
                 election_cfg = initial.result()
             assert election_cfg is not None
+            self._kube_views(kube, election_cfg)
             if cfg.state_dir is not None:
                 self.state_file = StateFile(cfg.state_dir, election_cfg.lock)
             self.metrics_ = Metrics(election_cfg.lock)
             self.elector = Elector(election_cfg, hooks=self)
-            runner = await self._serve()
+            runner = await self._serve(cfg.http)
+            scrape = await self._serve(cfg.metrics, "--metrics", metrics_only=True)
             _log_start(election_cfg, cfg)
             if self.labeller is not None:
                 background.append(asyncio.create_task(self.labeller.run()))
             if follower is not None:
                 background.append(asyncio.create_task(follower.run()))
+            for view in (self.mirror, self.events):
+                if view is not None:
+                    background.append(asyncio.create_task(view.run()))
             if self._stopping.is_set():
                 self.elector.stop()
             await self.elector.run()
@@ -165,29 +184,48 @@ class Sidecar(Hooks):
             if self.labeller is not None:
                 self.labeller.set(False)
                 await self.labeller.final()
+            if self.events is not None:
+                await self.events.final()
+            if self.mirror is not None:
+                await self.mirror.final()
             if self.state_file is not None:
                 try:
                     self.state_file.remove_marker()
                 except OSError as exc:  # its `until` runs out by itself
                     log.error("leader marker not removed", error=str(exc))
-            if runner is not None:
-                await runner.close()
+            for server in (runner, scrape):
+                if server is not None:
+                    await server.close()
             if kube is not None:
                 await kube.close()
             log.info("sidecar stopped", identity=self.config.identity)
+
+    def _kube_views(self, kube: KubeClient | None, election: ElectionConfig) -> None:
+        """The Lease mirror and the Events, if asked for (named after the lock)."""
+        cfg = self.config
+        if kube is None or not (cfg.lease_mirror or cfg.events):
+            return
+        namespace, name = cfg.lock_object(election.lock)
+        timing = election.timing
+        if cfg.lease_mirror and self.mirror is None:
+            self.mirror = LeaseMirror(kube, namespace, name, timing.retry_period, timing.ttl)
+        if cfg.events and self.events is None:
+            obj = (involved_lock if cfg.lock_ref is not None else involved_lease)(namespace, name)
+            self.events = LeaderEvents(kube, namespace, obj, cfg.kube.pod_name)
 
     def _reconfigure(self, config: ElectionConfig) -> None:
         if self.elector is not None:
             self.elector.reconfigure(config)
 
-    async def _serve(self) -> HttpServer | None:
-        address = self.config.http
+    async def _serve(
+        self, address: HttpAddress | None, flag: str = "--http", metrics_only: bool = False
+    ) -> HttpServer | None:
         if address is None:
             return None
         try:
-            return await serve(self, address.host, address.port)
+            return await serve(self, address.host, address.port, metrics_only=metrics_only)
         except OSError as exc:
-            raise ConfigError("--http", f"cannot listen on {address}: {exc.strerror}") from None
+            raise ConfigError(flag, f"cannot listen on {address}: {exc.strerror}") from None
 
 
 def _log_start(election: ElectionConfig, cfg: SidecarConfig) -> None:
@@ -200,9 +238,12 @@ def _log_start(election: ElectionConfig, cfg: SidecarConfig) -> None:
         renew_deadline=election.timing.renew_deadline,
         retry_period=election.timing.retry_period,
         http=str(cfg.http) if cfg.http else None,
+        metrics=str(cfg.metrics) if cfg.metrics else None,
         state_dir=str(cfg.state_dir) if cfg.state_dir else None,
         lock_ref=str(cfg.lock_ref) if cfg.lock_ref else None,
         pod_label=cfg.pod_label,
+        lease_mirror=cfg.lease_mirror,
+        events=cfg.events,
     )
 
 

@@ -1,7 +1,7 @@
 """A small Kubernetes API client on aiohttp: the pod label and the DistributedLock reference.
 
-Only three calls are needed (patch own pod, read/watch one DistributedLock, read one Secret --
-the last one only when no credentials were given), so
+Only a few calls are needed (patch own pod, read/watch one DistributedLock, read a Secret --
+only when no credentials were given --, and, opt-in, a Lease and Events: :mod:`.mirror`), so
 this talks to the API directly instead of pulling in a full client. In a pod it uses the
 service-account token and CA (in-cluster config); ``--kube-api`` points it elsewhere (tests).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import json
 import ssl
@@ -20,13 +21,17 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 import structlog
 
+from redlease import __version__
 from redlease.core.spec import (
     GROUP,
     LEADER_LABEL,
     PLURAL,
     VERSION,
+    LockSpec,
     credentials_from_secret,
     parse_spec,
+    tls_material,
+    with_tls_material,
 )
 from redlease.errors import ConfigError, RedleaseError
 from redlease.sidecar.config import ElectionConfig, KubeSettings, LockRef, election_from_spec
@@ -35,7 +40,12 @@ log = structlog.get_logger("redlease.sidecar")
 
 
 class KubeError(RedleaseError):
-    """The Kubernetes API refused or could not be reached; names the object."""
+    """The Kubernetes API refused or could not be reached; names the object. ``status`` is the
+    HTTP status of a refusal (None: no answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class KubeClient:
@@ -61,7 +71,9 @@ class KubeClient:
         return ssl.create_default_context()
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+        # who is calling, in the API server's audit log (as client-go's user agent says it)
+        agent = f"redlease-sidecar/{__version__} ({self.settings.pod_name or 'unknown pod'})"
+        headers = {"Accept": "application/json", "User-Agent": agent}
         token_file = self.settings.token_file
         if self.send_token and token_file is not None and token_file.exists():
             # bound service-account tokens rotate: read the file on every request
@@ -102,7 +114,9 @@ class KubeClient:
             ) as resp:
                 text = await resp.text()
                 if resp.status >= 400:
-                    raise KubeError(f"{method} {path}: HTTP {resp.status}: {_reason(text)}")
+                    raise KubeError(
+                        f"{method} {path}: HTTP {resp.status}: {_reason(text)}", resp.status
+                    )
                 return json.loads(text) if text else None
         except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
             raise KubeError(f"{method} {path}: {type(exc).__name__}: {exc}") from None
@@ -233,7 +247,8 @@ class LockRefFollower:
     uses; ``identity`` is this pod's own. Credentials given with the reference
     (``--username``/``--password``, i.e. ``REDLEASE_USERNAME``/``REDLEASE_PASSWORD``, which an
     injected pod takes from the Secret) are used as they are; only without them is the Secret
-    named by ``spec.auth.secretRef`` read through the API. Given credentials are kept to the
+    named by ``spec.auth.secretRef`` read through the API (the same for TLS files and the Secrets
+    of ``spec.tls``). Given credentials (and a given client certificate) are kept to the
     nodes the lock named when they were first used: the Secret's consent was checked for those
     (at admission, docs/security.md), so a lock that later names other nodes is refused until
     the pod restarts (and is checked again)."""
@@ -262,7 +277,8 @@ class LockRefFollower:
             raise KubeError(f"DistributedLock {self.ref}: the API answered {obj!r}")
         spec = parse_spec(obj.get("spec"))
         credentials = self.ref.credentials
-        if credentials is not None:
+        given_tls = self.ref.tls
+        if credentials is not None or (given_tls is not None and given_tls.client_certificate):
             nodes = frozenset(spec.node_names)
             if self.pinned_nodes is None:
                 self.pinned_nodes = nodes
@@ -275,10 +291,32 @@ class LockRefFollower:
                 )
         ref = spec.secret_ref
         if ref is not None and credentials is None:
-            path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(ref.name)}"
-            secret = await self.client.request("GET", path)
-            credentials = credentials_from_secret(secret or {}, ref, spec.node_names)
+            secret = await self._secret(ref.name)
+            credentials = credentials_from_secret(secret, ref, spec.node_names)
+        spec = await self._tls(spec)
         return election_from_spec(spec, self.identity, credentials)
+
+    async def _secret(self, name: str) -> dict[str, Any]:
+        path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(name)}"
+        secret = await self.client.request("GET", path)
+        return secret if isinstance(secret, dict) else {}
+
+    async def _tls(self, spec: LockSpec) -> LockSpec:
+        """TLS files given with the reference (flags) win; else ``spec.tls``'s Secrets are read
+        (they must consent, as credentials must)."""
+        given = self.ref.tls
+        if given is not None:
+            tls = dataclasses.replace(
+                given,
+                insecure_skip_verify=given.insecure_skip_verify
+                or spec.target.tls.insecure_skip_verify,
+            )
+            return dataclasses.replace(spec, target=spec.target.with_tls(tls))
+        refs = spec.tls_refs
+        if not refs:
+            return spec
+        secrets = {name: await self._secret(name) for name in refs.names()}
+        return with_tls_material(spec, tls_material(refs, secrets, spec.node_names))
 
     async def initial(self) -> ElectionConfig:
         """Read the object, retrying with back-off until it exists and its spec is valid."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import (
     CollectorRegistry,
@@ -12,9 +14,12 @@ from prometheus_client import (
     generate_latest,
 )
 
+from redlease.core.spec import Timing
 from redlease.sidecar.election import Transition
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
+# seconds; up to 10: a renewal close to a default renew deadline (10 s) must be visible
+RENEW_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 class Metrics:
@@ -39,7 +44,7 @@ class Metrics:
             "redlease_renew_seconds",
             "Latency of successful lease renewals",
             labels,
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            buckets=RENEW_BUCKETS,
             registry=self.registry,
         )
         self.errors = Counter(
@@ -67,14 +72,34 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        self.timing_ = Gauge(
+            "redlease_timing_seconds",
+            "The lock's timing: ttl, renew_deadline, retry_period (for alert thresholds)",
+            [*labels, "setting"],
+            registry=self.registry,
+        )
+        self.leader_seen = Gauge(
+            "redlease_leader_last_seen_timestamp_seconds",
+            "When this sidecar last knew of a leader (itself or a holder in Redis); its start "
+            "time until then",
+            labels,
+            registry=self.registry,
+        )
         self.is_leader.labels(lock).set(0)
+        self.leader_seen.labels(lock).set(time.time())
 
     def transition(self, transition: Transition) -> None:
         if transition.kind != "observed":
             self.transitions.labels(self.lock, transition.kind).inc()
 
+    def timing(self, timing: Timing) -> None:
+        for setting in ("ttl", "renew_deadline", "retry_period"):
+            self.timing_.labels(self.lock, setting).set(getattr(timing, setting))
+
     def update(self, doc: dict[str, object]) -> None:
         self.is_leader.labels(self.lock).set(1 if doc.get("leader") else 0)
+        if doc.get("leader") or doc.get("holder"):
+            self.leader_seen.labels(self.lock).set(time.time())
         token = doc.get("fencing_token")
         self.fencing_token.labels(self.lock).set(token if isinstance(token, int) else 0)
         candidates = doc.get("candidates")

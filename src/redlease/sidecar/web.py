@@ -34,7 +34,12 @@ class Source(Protocol):
     def metrics(self) -> bytes: ...
 
 
-def make_app(source: Source, middlewares: Sequence[Any] = ()) -> web.Application:
+def make_app(
+    source: Source, middlewares: Sequence[Any] = (), *, metrics_only: bool = False
+) -> web.Application:
+    """The endpoints; ``metrics_only``: just ``/metrics`` (``--metrics``, for a scraper on the
+    pod network, while ``/status`` and the probes stay on the loopback ``--http``)."""
+
     async def status(_: web.Request) -> web.Response:
         return web.json_response(source.status())
 
@@ -55,11 +60,13 @@ def make_app(source: Source, middlewares: Sequence[Any] = ()) -> web.Application
         return web.Response(body=body, content_type=content_type, charset=charset or None)
 
     app = web.Application(middlewares=list(middlewares))
+    app.router.add_get("/metrics", metrics)
+    if metrics_only:
+        return app
     app.router.add_get("/status", status)
     app.router.add_get("/", root)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
     return app
 
 
@@ -81,13 +88,13 @@ class HttpServer:
         await self.runner.cleanup()
 
 
-async def serve(source: Source, host: str, port: int) -> HttpServer:
+async def serve(source: Source, host: str, port: int, *, metrics_only: bool = False) -> HttpServer:
     """Start serving; an ``OSError`` if the address cannot be bound."""
     # asyncio logs every failed accept (EMFILE) once per second per server: keep one a while
     logging.getLogger("asyncio").addFilter(RateLimit())
     guard = ConnectionGuard(cap=connection_cap(MAX_CONNECTIONS), timeout=REQUEST_TIMEOUT)
     runner = web.AppRunner(
-        make_app(source, [guard.middleware]),
+        make_app(source, [guard.middleware], metrics_only=metrics_only),
         access_log=None,
         handle_signals=False,
         keepalive_timeout=REQUEST_TIMEOUT,

@@ -1,0 +1,111 @@
+"""The ``coordination.k8s.io/v1`` Lease object: its API path, its record, and compare-and-swap.
+
+Pure (no I/O). Two writers use it, each through its own HTTP client: the operator elects its
+active replica through a Lease (:mod:`redlease.operator.leadership`), and the sidecar mirrors
+a lock's Redis leadership into one (:mod:`redlease.sidecar.mirror`) so that ``kubectl get
+lease`` and client-go tooling see the leader. Both write with a JSON patch whose first
+operation tests ``metadata.resourceVersion``: the API server applies it only to the version the
+writer read (optimistic concurrency, as client-go's Update does), and refuses it otherwise
+(409 or 422), so two writers can never both believe their write won.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+API_VERSION = "coordination.k8s.io/v1"
+KIND = "Lease"
+CONFLICT_STATUSES = (409, 422)  # resourceVersion changed (409), or the patch's test failed (422)
+
+
+def lease_path(namespace: str, name: str | None = None) -> str:
+    """The API path of the namespace's Leases, or of one Lease."""
+    base = f"/apis/{API_VERSION}/namespaces/{quote(namespace)}/leases"
+    return base if name is None else f"{base}/{quote(name)}"
+
+
+def micro_time(seconds: float) -> str:
+    """Epoch seconds as a Kubernetes MicroTime (RFC 3339, microseconds, UTC)."""
+    stamp = _dt.datetime.fromtimestamp(seconds, tz=_dt.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_micro_time(text: object) -> float | None:
+    """A MicroTime (or any RFC 3339 time) as epoch seconds; None if absent or unreadable."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return _dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """The ``spec`` of a Lease, as client-go's leader election reads and writes it."""
+
+    holder: str | None = None
+    duration: int = 15  # leaseDurationSeconds
+    acquire_time: float | None = None  # epoch seconds
+    renew_time: float | None = None
+    transitions: int = 0
+
+    def spec(self) -> dict[str, Any]:
+        """The Lease ``spec`` (a released lease has no holder)."""
+        return {
+            "holderIdentity": self.holder,
+            "leaseDurationSeconds": self.duration,
+            "acquireTime": None if self.acquire_time is None else micro_time(self.acquire_time),
+            "renewTime": None if self.renew_time is None else micro_time(self.renew_time),
+            "leaseTransitions": self.transitions,
+        }
+
+    @classmethod
+    def of(cls, lease: Mapping[str, Any]) -> LeaseRecord:
+        """The record of a Lease object (missing fields: their zero values)."""
+        spec = lease.get("spec") or {}
+        transitions = spec.get("leaseTransitions")
+        duration = spec.get("leaseDurationSeconds")
+        return cls(
+            holder=str(spec["holderIdentity"]) if spec.get("holderIdentity") else None,
+            duration=int(duration) if isinstance(duration, int) and duration > 0 else 1,
+            acquire_time=parse_micro_time(spec.get("acquireTime")),
+            renew_time=parse_micro_time(spec.get("renewTime")),
+            transitions=int(transitions) if isinstance(transitions, int) else 0,
+        )
+
+
+def duration_seconds(ttl: float) -> int:
+    """``leaseDurationSeconds`` for a TTL in seconds: whole seconds, at least 1, never less
+    than the TTL (a reader must not think the lease ran out while it still runs)."""
+    return max(1, math.ceil(ttl))
+
+
+def new_lease(namespace: str, name: str, record: LeaseRecord, labels: Mapping[str, str]) -> Any:
+    """The body that creates the Lease (POST to :func:`lease_path`)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "spec": record.spec(),
+    }
+
+
+def cas_patch(resource_version: str, record: LeaseRecord) -> list[dict[str, Any]]:
+    """A JSON patch replacing the Lease's spec by ``record``, applied only if the Lease is still
+    at ``resource_version`` (Content-Type ``application/json-patch+json``)."""
+    return [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+        {"op": "add", "path": "/spec", "value": record.spec()},  # add = set or replace
+    ]
+
+
+def resource_version(lease: Mapping[str, Any]) -> str | None:
+    meta = lease.get("metadata") or {}
+    value = meta.get("resourceVersion")
+    return str(value) if value is not None else None

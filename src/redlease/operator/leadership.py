@@ -1,0 +1,279 @@
+"""The operator elects its active replica through a ``coordination.k8s.io/v1`` Lease.
+
+client-go's leader election, written once: :class:`Leadership` decides (pure, clock passed
+in), :class:`LeaseElector` does the I/O (the ``kubernetes`` client in worker threads, every
+call bounded). A candidate reads the Lease every retry period; it takes the Lease when nobody
+holds it, or when the holder has not renewed it for ``leaseDurationSeconds`` as measured on the
+candidate's own monotonic clock since it last saw the record change (so clocks need not agree).
+The leader renews every retry period and stops leading at its renew deadline (renew deadline
+after the last renewal it *sent*), which always comes before a standby may take over. Every
+write is a compare-and-swap on ``resourceVersion`` (:func:`redlease.core.k8slease.cas_patch`).
+On shutdown the leader releases the Lease, so the standby takes over at its next read.
+
+Why not kopf's peering: it is built to pause operators of lower priority (a developer's
+laptop), not to fail over between equals -- replicas of the same priority all pause -- and it
+needs kopf's own CRDs and cluster-wide or per-namespace RBAC. A Lease needs one object and
+``get``/``create``/``update`` on Leases in the operator's own namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from redlease.core.k8slease import (
+    CONFLICT_STATUSES,
+    LeaseRecord,
+    cas_patch,
+    duration_seconds,
+    new_lease,
+    resource_version,
+)
+from redlease.core.spec import Timing
+
+log = logging.getLogger("redlease.operator")
+LABELS = {"app.kubernetes.io/name": "redlease", "app.kubernetes.io/component": "operator"}
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionConfig:
+    """Which Lease, who this replica is, and client-go's three timings (15 s / 10 s / 2 s)."""
+
+    namespace: str
+    name: str
+    identity: str
+    timing: Timing = field(default_factory=Timing)
+
+
+class Leadership:
+    """What one replica knows about the Lease and decides from it (no I/O)."""
+
+    def __init__(self, config: ElectionConfig) -> None:
+        self.config = config
+        self.observed: LeaseRecord | None = None
+        self.observed_at = 0.0  # monotonic time the observed record last changed
+        self.renew_by = 0.0  # monotonic: leader strictly before this instant
+
+    def leading(self, now: float) -> bool:
+        return now < self.renew_by
+
+    def observe(self, record: LeaseRecord | None, now: float) -> None:
+        if record != self.observed:
+            self.observed = record
+            self.observed_at = now
+
+    def claim(self, record: LeaseRecord | None, now: float, wall: float) -> LeaseRecord | None:
+        """The record to write to acquire or renew, or None while another holder's lease runs
+        (``record`` is the Lease as just read, None if there is none)."""
+        me = self.config.identity
+        duration = duration_seconds(self.config.timing.ttl)
+        if record is None:
+            return LeaseRecord(me, duration, wall, wall, 0)
+        self.observe(record, now)
+        holder = record.holder
+        if holder and holder != me and now < self.observed_at + record.duration:
+            return None
+        if holder == me:
+            return replace(record, duration=duration, renew_time=wall)
+        return LeaseRecord(me, duration, wall, wall, record.transitions + 1)
+
+    def written(self, record: LeaseRecord, sent_at: float) -> None:
+        """Our write of ``record`` (sent at monotonic ``sent_at``) succeeded."""
+        self.observe(record, sent_at)
+        self.renew_by = sent_at + self.config.timing.renew_deadline
+
+    def lost(self) -> None:
+        self.renew_by = 0.0
+
+    def release(self, record: LeaseRecord, wall: float) -> LeaseRecord | None:
+        """The record that gives the Lease up (client-go's ReleaseOnCancel), if we hold it."""
+        if record.holder != self.config.identity:
+            return None
+        return LeaseRecord(None, 1, record.acquire_time, wall, record.transitions)
+
+
+class LeaseApi:
+    """GET / POST / JSON-patch one Lease with the ``kubernetes`` client, in worker threads.
+
+    Raises :class:`Conflict` when the API refused a write because the Lease changed meanwhile
+    (or was created by someone else), :class:`LeaseApiError` for anything else."""
+
+    def __init__(self, configuration: Any, config: ElectionConfig, timeout: float) -> None:
+        import kubernetes.client
+
+        self._client: Any = kubernetes.client.ApiClient(configuration)
+        self._api: Any = kubernetes.client.CoordinationV1Api(self._client)
+        self.config = config
+        self.timeout = timeout
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            obj = fn(*args, _request_timeout=self.timeout, **kwargs)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            if exc.status in CONFLICT_STATUSES:
+                raise Conflict(f"HTTP {exc.status}") from None
+            raise LeaseApiError(f"HTTP {exc.status} {exc.reason}") from None
+        except Exception as exc:  # noqa: BLE001 - urllib3/socket errors: one line, retried
+            raise LeaseApiError(f"{type(exc).__name__}: {exc}") from None
+        out: dict[str, Any] = self._client.sanitize_for_serialization(obj)
+        return out
+
+    async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            async with asyncio.timeout(self.timeout + 0.5):
+                return await asyncio.to_thread(self._call, fn, *args, **kwargs)
+        except TimeoutError:
+            raise LeaseApiError(f"no answer within {self.timeout:g}s") from None
+
+    async def get(self) -> dict[str, Any] | None:
+        cfg = self.config
+        lease: dict[str, Any] | None = await self._run(
+            self._api.read_namespaced_lease, cfg.name, cfg.namespace
+        )
+        return lease
+
+    async def create(self, record: LeaseRecord) -> dict[str, Any]:
+        cfg = self.config
+        body = new_lease(cfg.namespace, cfg.name, record, LABELS)
+        lease = await self._run(self._api.create_namespaced_lease, cfg.namespace, body)
+        if lease is None:
+            raise LeaseApiError(f"namespace {cfg.namespace!r} not found")
+        return dict(lease)
+
+    async def swap(self, version: str, record: LeaseRecord) -> dict[str, Any]:
+        cfg = self.config
+        ops = cas_patch(version, record)
+        lease = await self._run(self._api.patch_namespaced_lease, cfg.name, cfg.namespace, ops)
+        if lease is None:
+            raise Conflict("the Lease was deleted")
+        return dict(lease)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+
+class LeaseApiError(Exception):
+    """The API could not be asked or refused (not a conflict)."""
+
+
+class Conflict(LeaseApiError):
+    """The Lease changed between our read and our write: someone else wrote first."""
+
+
+Hook = Callable[[], Awaitable[None]]
+
+
+class LeaseElector:
+    """Runs the election until stopped; ``on_started``/``on_stopped`` are awaited inline when
+    this replica starts and stops leading (start quickly: renewals wait for them)."""
+
+    def __init__(
+        self, config: ElectionConfig, api: LeaseApi, on_started: Hook, on_stopped: Hook
+    ) -> None:
+        self.config = config
+        self.api = api
+        self.state = Leadership(config)
+        self.on_started = on_started
+        self.on_stopped = on_stopped
+        self.is_leader = False  # what the hooks were told
+        self.transitions = 0
+        self.last_error: str | None = None
+
+    def leading(self) -> bool:
+        """True while this replica may act as the active one (before its renew deadline)."""
+        return self.state.leading(time.monotonic())
+
+    async def run(self, stop: asyncio.Event) -> None:
+        timing = self.config.timing
+        try:
+            while not stop.is_set():
+                await self._round()
+                if self.is_leader and not self.leading():
+                    log.warning(
+                        "operator lease %s/%s lost: no renewal within %gs (%s)",
+                        self.config.namespace,
+                        self.config.name,
+                        timing.renew_deadline,
+                        self.last_error or "no answer",
+                    )
+                    await self._stopped()
+                wait = timing.retry_period * (1.0 if self.is_leader else random.uniform(0.9, 1.1))
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await stop.wait()
+        finally:
+            if self.is_leader:
+                await self._stopped()
+                await self._release()
+
+    async def _round(self) -> None:
+        """One try to acquire or renew, bounded by the renew deadline while leading."""
+        budget = self.config.timing.retry_period * 2
+        if self.is_leader:
+            budget = max(0.05, self.state.renew_by - time.monotonic())
+        try:
+            async with asyncio.timeout(budget):
+                await self._try()
+        except TimeoutError:
+            self.last_error = f"no answer within {budget:.2f}s"
+        except LeaseApiError as exc:
+            self.last_error = str(exc)
+            log.debug("operator lease: %s", exc)
+        else:
+            self.last_error = None
+
+    async def _try(self) -> None:
+        lease = await self.api.get()
+        now, wall = time.monotonic(), time.time()
+        record = None if lease is None else LeaseRecord.of(lease)
+        claim = self.state.claim(record, now, wall)
+        if claim is None:
+            return
+        if lease is None:
+            await self.api.create(claim)
+        else:
+            await self.api.swap(resource_version(lease) or "", claim)
+        self.state.written(claim, now)
+        if not self.is_leader:
+            self.transitions += 1
+            log.info(
+                "operator lease %s/%s acquired by %s (transition %d)",
+                self.config.namespace,
+                self.config.name,
+                self.config.identity,
+                claim.transitions,
+            )
+            self.is_leader = True
+            await self.on_started()
+
+    async def _stopped(self) -> None:
+        self.state.lost()
+        self.is_leader = False
+        await self.on_stopped()
+
+    async def _release(self) -> None:
+        """Give the Lease up so that a standby takes over at its next read (best effort)."""
+        try:
+            async with asyncio.timeout(max(1.0, self.config.timing.retry_period)):
+                lease = await self.api.get()
+                if lease is None:
+                    return
+                record = self.state.release(LeaseRecord.of(lease), time.time())
+                if record is not None:
+                    await self.api.swap(resource_version(lease) or "", record)
+                    log.info(
+                        "operator lease %s/%s released", self.config.namespace, self.config.name
+                    )
+        except (TimeoutError, LeaseApiError) as exc:
+            log.warning("operator lease not released (it expires by itself): %s", exc)

@@ -1,0 +1,300 @@
+"""Opt-in Kubernetes views of the sidecar's leadership: a Lease mirror and Events.
+
+**Lease mirror** (``--lease-mirror``): while this sidecar leads, it keeps a
+``coordination.k8s.io/v1`` Lease named after the lock (holderIdentity, leaseDurationSeconds,
+acquireTime, renewTime, and leaseTransitions: the lock's holder changes as Redis counts them) so
+that ``kubectl get lease`` and client-go tooling
+see the leader. Redis stays the source of truth: the mirror only copies the leader's status
+document; it is written on change and at most once per retry period (a renewal is a change of
+renewTime, so a leader writes once per retry period, as client-go's own election does);
+standbys never write. Every write is a compare-and-swap on ``resourceVersion``
+(:mod:`redlease.core.k8slease`). On a clean shutdown the leader, if the Lease still names it,
+marks it released. The API being slow or down never touches the election: writes happen in
+their own task, failures are logged and retried with back-off.
+
+**Events** (``--events``): "became leader" / "stopped leading" on the lock's object (the
+DistributedLock with ``--lock-ref``, else the Lease named after the lock), reason
+``LeaderElection`` as client-go posts them. A token bucket (:class:`RateLimit`: 8 at once, then
+one per 30 s) bounds what a flapping sidecar can post; suppressed events are counted in the
+next one. Posting is best effort: a bounded queue, dropped (and logged) when the API fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import quote
+
+import structlog
+
+from redlease.core.k8slease import (
+    CONFLICT_STATUSES,
+    LeaseRecord,
+    cas_patch,
+    duration_seconds,
+    lease_path,
+    new_lease,
+    parse_micro_time,
+    resource_version,
+)
+from redlease.core.spec import GROUP, KIND, VERSION
+from redlease.sidecar.election import Transition
+from redlease.sidecar.kube import KubeClient, KubeError
+
+log = structlog.get_logger("redlease.sidecar")
+LABELS = {"app.kubernetes.io/managed-by": "redlease"}
+JSON_PATCH = "application/json-patch+json"
+
+
+def leader_record(doc: Mapping[str, Any], ttl: float) -> LeaseRecord | None:
+    """The Lease record a status document asks for: None unless this sidecar leads."""
+    if not doc.get("leader"):
+        return None
+    transitions = doc.get("transitions")
+    return LeaseRecord(
+        holder=str(doc["identity"]),
+        duration=duration_seconds(ttl),
+        acquire_time=parse_micro_time(doc.get("acquired_at")),
+        renew_time=parse_micro_time(doc.get("renewed_at")),
+        transitions=transitions if isinstance(transitions, int) else 0,
+    )
+
+
+class LeaseMirror:
+    """Copies this sidecar's leadership into a Lease (see the module docstring)."""
+
+    def __init__(
+        self, client: KubeClient, namespace: str, name: str, retry_period: float, ttl: float
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.name = name
+        self.retry_period = retry_period
+        self.ttl = ttl
+        self.desired: LeaseRecord | None = None
+        self.written: LeaseRecord | None = None
+        self.writes = 0
+        self._lease: dict[str, Any] | None = None  # the object as our last write left it
+        self._last_write = -float("inf")
+        self._wake = asyncio.Event()
+        self._failing = False
+
+    def update(self, doc: Mapping[str, Any], ttl: float, retry_period: float) -> None:
+        """The latest status document (cheap; called on every change)."""
+        self.ttl, self.retry_period = ttl, retry_period
+        record = leader_record(doc, ttl)
+        if record != self.desired:
+            self.desired = record
+            self._wake.set()
+
+    async def run(self) -> None:
+        delay = self.retry_period
+        while True:
+            await self._wake.wait()
+            # the rate limit: at most one write per retry period, always of the latest state
+            await asyncio.sleep(max(0.0, self._last_write + self.retry_period - time.monotonic()))
+            self._wake.clear()
+            record = self.desired
+            if record is None or record == self.written:
+                continue  # standbys never write
+            try:
+                await self._write(record)
+            except KubeError as exc:
+                if not self._failing:
+                    log.warning("lease mirror not written", lease=self.where, error=str(exc))
+                self._failing = True
+                self._lease = None
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, max(self.ttl, self.retry_period))
+                self._wake.set()
+                continue
+            if self._failing:
+                log.info("lease mirror written again", lease=self.where)
+            self._failing = False
+            delay = self.retry_period
+
+    @property
+    def where(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    async def _write(self, record: LeaseRecord) -> None:
+        self._last_write = time.monotonic()
+        for _ in range(3):  # a conflict means someone wrote first: read again and decide again
+            lease = self._lease or await self._get()
+            try:
+                if lease is None:
+                    body = new_lease(self.namespace, self.name, record, LABELS)
+                    path = lease_path(self.namespace)
+                    self._lease = await self.client.request("POST", path, body=body, timeout=5.0)
+                else:
+                    self._lease = await self._swap(lease, record)
+            except KubeError as exc:
+                if exc.status not in (*CONFLICT_STATUSES, 404):
+                    raise
+                self._lease = None
+                continue
+            self.written = record
+            self.writes += 1
+            return
+        raise KubeError(f"Lease {self.where}: kept changing under us")
+
+    async def _get(self) -> dict[str, Any] | None:
+        try:
+            lease = await self.client.request(
+                "GET", lease_path(self.namespace, self.name), timeout=5.0
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return lease if isinstance(lease, dict) else None
+
+    async def _swap(self, lease: Mapping[str, Any], record: LeaseRecord) -> Any:
+        return await self.client.request(
+            "PATCH",
+            lease_path(self.namespace, self.name),
+            body=cas_patch(resource_version(lease) or "", record),
+            content_type=JSON_PATCH,
+            timeout=5.0,
+        )
+
+    async def final(self, timeout: float = 2.0) -> None:
+        """On a clean shutdown (after the Redis lease was released): mark the Lease released
+        if it still names this sidecar. Bounded; a failure just leaves it to expire."""
+        if self.written is None:
+            return
+        with contextlib.suppress(KubeError, TimeoutError):
+            async with asyncio.timeout(timeout):
+                lease = await self._get()
+                if lease is None:
+                    return
+                current = LeaseRecord.of(lease)
+                if current.holder != self.written.holder:
+                    return
+                released = replace(current, holder=None, duration=1, renew_time=time.time())
+                await self.client.request(
+                    "PATCH",
+                    lease_path(self.namespace, self.name),
+                    body=cas_patch(resource_version(lease) or "", released),
+                    content_type=JSON_PATCH,
+                    timeout=timeout,
+                )
+
+
+@dataclass(slots=True)
+class RateLimit:
+    """A token bucket: ``burst`` at once, then one more every ``every`` seconds."""
+
+    burst: int = 8
+    every: float = 30.0
+    tokens: float = 8.0
+    at: float = 0.0
+
+    def allow(self, now: float) -> bool:
+        if self.at:
+            self.tokens = min(self.burst, self.tokens + (now - self.at) / self.every)
+        self.at = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+def involved_lease(namespace: str, name: str) -> dict[str, Any]:
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "namespace": namespace,
+            "name": name}  # fmt: skip
+
+
+def involved_lock(namespace: str, name: str) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "namespace": namespace, "name": name}
+
+
+class LeaderEvents:
+    """Posts became/stopped-leading Events (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        involved: Mapping[str, Any],
+        host: str | None = None,
+        limit: RateLimit | None = None,
+        queue_size: int = 16,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.involved = dict(involved)
+        self.host = host
+        self.limit = limit or RateLimit()
+        self.suppressed = 0
+        self.posted = 0
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(queue_size)
+
+    def transition(self, transition: Transition) -> None:
+        """Queue the Event for ``transition`` (this sidecar's own changes only)."""
+        if transition.kind == "elected":
+            kind, message = "Normal", f"{transition.identity} became leader"
+            if transition.fencing_token is not None:
+                message += f" (fencing token {transition.fencing_token})"
+        elif transition.kind in ("lost", "stepped_down"):
+            kind = "Warning" if transition.kind == "lost" else "Normal"
+            message = f"{transition.identity} stopped leading: {transition.reason}"
+        else:
+            return
+        if not self.limit.allow(time.monotonic()):
+            if not self.suppressed:
+                log.warning("leader events rate-limited", lock=transition.lock)
+            self.suppressed += 1
+            return
+        if self.suppressed:
+            message += f" ({self.suppressed} earlier event(s) suppressed by the rate limit)"
+            self.suppressed = 0
+        try:
+            self._queue.put_nowait(self._event(kind, message, transition.identity))
+        except asyncio.QueueFull:
+            self.suppressed += 1
+
+    def _event(self, kind: str, message: str, identity: str) -> dict[str, Any]:
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{self.involved['name']}.{time.time_ns():x}",
+                "namespace": self.namespace,
+            },
+            "involvedObject": self.involved,
+            "reason": "LeaderElection",
+            "message": message,
+            "type": kind,
+            "source": {"component": "redlease-sidecar", "host": self.host or ""},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+            "reportingComponent": "redlease.dev/sidecar",
+            "reportingInstance": identity,
+        }
+
+    async def run(self) -> None:
+        path = f"/api/v1/namespaces/{quote(self.namespace)}/events"
+        while True:
+            event = await self._queue.get()
+            try:
+                await self.client.request("POST", path, body=event, timeout=5.0)
+                self.posted += 1
+            except KubeError as exc:
+                log.warning("leader event not posted", message=event["message"], error=str(exc))
+
+    async def final(self, timeout: float = 2.0) -> None:
+        """Post what is queued (the stopped-leading event of a shutdown), bounded."""
+        path = f"/api/v1/namespaces/{quote(self.namespace)}/events"
+        with contextlib.suppress(KubeError, TimeoutError):
+            async with asyncio.timeout(timeout):
+                while not self._queue.empty():
+                    await self.client.request("POST", path, body=self._queue.get_nowait())
+                    self.posted += 1
