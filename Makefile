@@ -40,13 +40,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# Two pytest workers (tests wait on timeouts and servers far more than they compute; each file
+# runs in one worker, and the local server runner and the sidecar helper survive a port taken by
+# the other worker). PYTEST_WORKERS=0 runs everything in one process.
+PYTEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
+
 # the suites on the default server, then tests/core and tests/quorum on the other flavours
 test: lint typecheck chaos-quick
-	$(PY) -m pytest -q -p no:cacheprovider
-	$(PY) tests/matrix.py --others
+	$(PYTEST)
+	$(PY) tests/matrix.py --others $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
 test-quick: lint typecheck
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # the core behaviour and quorum suites once per server flavour, then a mixed node set
 test-matrix: $(STAMP)

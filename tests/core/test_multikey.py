@@ -124,9 +124,9 @@ def test_waiter_is_woken_by_release_of_the_blocking_name(any_client: Any, lock_n
 
 def test_hold_renews_every_name_and_releases_them(any_client: Any, lock_name: str) -> None:
     names = spread(lock_name)
-    multi = redlease.MultiLock(any_client, names, ttl=1.0, identity="r")
+    multi = redlease.MultiLock(any_client, names, ttl=2.0, identity="r")
     with multi.hold(timeout=5) as lease:
-        end = time.monotonic() + 2.2  # past two TTLs: only renewal keeps every name
+        end = time.monotonic() + 4.2  # past two TTLs: only renewal keeps every name
         while time.monotonic() < end:
             assert lease.valid
             time.sleep(0.05)
@@ -208,9 +208,9 @@ async def test_async_cancelled_wait_leaves_nothing_behind(any_aclient: Any, lock
 
 async def test_async_hold_renews_every_name(any_aclient: Any, lock_name: str) -> None:
     names = spread(lock_name)
-    multi = aio.MultiLock(any_aclient, names, ttl=1.0, identity="r")
+    multi = aio.MultiLock(any_aclient, names, ttl=2.0, identity="r")
     async with multi.hold(timeout=5) as lease:
-        await asyncio.sleep(2.2)  # past two TTLs: only renewal keeps every name
+        await asyncio.sleep(4.2)  # past two TTLs: only renewal keeps every name
         assert lease.valid
         assert {s.holder for s in (await multi.states()).values()} == {"r"}
     assert all(s.holder is None for s in (await multi.states()).values())

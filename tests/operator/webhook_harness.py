@@ -149,7 +149,11 @@ async def running_webhook(
     inject: InjectConfig | None = None,
     failure_policy: str = "Ignore",
     locks: type[LockSource] = LockSource,
+    lookup_timeout: float = 15.0,
 ) -> AsyncIterator[Webhook]:
+    """The operator's webhook over HTTPS against KMock. The lookups get ``lookup_timeout`` (not
+    the 2 s the product uses under the API server's 5 s budget): a busy test machine can make
+    KMock slow, and these tests check what is injected, not how fast."""
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", SERVICE_DNS)
     certfile, keyfile = tmp / "tls.crt", tmp / "tls.key"
@@ -163,13 +167,16 @@ async def running_webhook(
         keyfile=str(keyfile),
         failure_policy=failure_policy,
         inject=inject or InjectConfig(),
+        lock_timeout=lookup_timeout,
     )
     async with Emulator() as api, kmock.Server(api) as server:
         declare(api)
         url = str(server.url).rstrip("/")
         conf = kubernetes.client.Configuration(host=url)
         config = OperatorConfig(namespaces=(NAMESPACE,), refresh=0.3, webhook=hook)
-        runtime = Runtime(config, secrets=SecretSource(conf, ttl=0.0), locks=locks(conf))
+        runtime = Runtime(
+            config, secrets=SecretSource(conf, ttl=0.0), locks=locks(conf, timeout=lookup_timeout)
+        )
         registry = build_registry(runtime, kopf.OperatorRegistry())
         async with KopfThread(registry, url, NAMESPACE, config) as kopf_thread:
             await until(lambda: watching(api) or kopf_thread.error, what="kopf's watch")

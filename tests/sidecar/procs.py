@@ -138,8 +138,30 @@ class Sidecar:
         return bool(doc and doc["leader"])
 
     def wait_up(self, timeout: float = 15.0) -> Sidecar:
-        wait_until(lambda: self.get("/healthz")[0] == 200, timeout)
-        return self
+        for _ in range(5):
+            # "sidecar started" is logged once its HTTP server has bound the port: then the
+            # answers on that port are this process's (not another test process's sidecar)
+            wait_until(
+                lambda: (
+                    self._port_taken()
+                    or ('"sidecar started"' in self.log() and self.get("/healthz")[0] == 200)
+                ),
+                timeout,
+            )
+            if not self._port_taken():
+                return self
+            # another test process took the free port first: start again on another one
+            old, self.port = self.port, free_port()
+            self.args[self.args.index(f"127.0.0.1:{old}")] = f"127.0.0.1:{self.port}"
+            self.start()
+        raise AssertionError("no free port for the sidecar's HTTP server")
+
+    def _port_taken(self) -> bool:
+        return (
+            self.proc is not None
+            and self.proc.poll() == 2
+            and "cannot listen on" in self.log()[-2000:]
+        )
 
     def signal(self, sig: int) -> None:
         assert self.proc is not None

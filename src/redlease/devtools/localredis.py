@@ -52,6 +52,10 @@ class ServerError(RuntimeError):
     """A local redis-server could not be found or started."""
 
 
+class PortTaken(ServerError):
+    """The server could not have the port it was given: another process holds it."""
+
+
 @dataclass(frozen=True)
 class Flavour:
     """A kind of server the tests can run on, and where its binary comes from."""
@@ -297,6 +301,7 @@ class RedisServer:
     tls_port: int = 0
 
     def __post_init__(self) -> None:
+        self._auto_port = not self.port  # chosen here: another may be chosen if it is taken
         if not self.port:
             self.port = free_port(with_bus=self.cluster)
         if self.tls is not None and not self.tls_port:
@@ -346,15 +351,28 @@ class RedisServer:
     def start(self, timeout: float = 10.0) -> RedisServer:
         if self.proc is not None and self.proc.poll() is None:
             return self
-        # the console gets what the server says before its logfile is open (bad options)
-        with open(self.workdir / "console.log", "ab") as console:
-            self.proc = subprocess.Popen(
-                self.args(), stdout=console, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=die_with_parent(),
-            )  # fmt: skip
-        if self not in _STARTED:
-            _STARTED.append(self)
-        self.wait_ready(timeout)
+        first = self not in _STARTED
+        for attempt in range(5):
+            # the console gets what the server says before its logfile is open (bad options)
+            with open(self.workdir / "console.log", "ab") as console:
+                self.proc = subprocess.Popen(
+                    self.args(), stdout=console, stderr=subprocess.STDOUT,
+                    start_new_session=True, preexec_fn=die_with_parent(),
+                )  # fmt: skip
+            if self not in _STARTED:
+                _STARTED.append(self)
+            try:
+                self.wait_ready(timeout)
+                return self
+            except PortTaken:
+                # a free port was taken between our check and the server's bind (several test
+                # processes at once): pick another one, on the first start only
+                self.kill()
+                if not (first and self._auto_port) or attempt == 4:
+                    raise
+                self.port = free_port(with_bus=self.cluster)
+                if self.tls is not None:
+                    self.tls_port = free_port()
         return self
 
     def wait_ready(self, timeout: float = 10.0) -> None:
@@ -363,10 +381,18 @@ class RedisServer:
         try:
             while True:
                 if self.proc is not None and self.proc.poll() is not None:
-                    raise ServerError(f"{self.binary} on port {self.port} exited: {self.failure()}")
+                    why = self.failure()
+                    error = PortTaken if "already in use" in why else ServerError
+                    raise error(f"{self.binary} on port {self.port} exited: {why}")
                 try:
                     if client.ping():
-                        return
+                        # ours, not another test process's server on the same port
+                        if (
+                            self.proc is None
+                            or client.info("server").get("process_id") == self.proc.pid
+                        ):
+                            return
+                        raise PortTaken(f"port {self.port} is served by another process")
                 except redis.RedisError:
                     pass
                 if time.monotonic() > deadline:
