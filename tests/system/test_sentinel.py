@@ -155,6 +155,61 @@ def test_sidecar_leads_again_after_failover(deployment: SentinelDeployment) -> N
         sc.stop()
 
 
+async def test_elector_fails_closed_and_follows_replicas() -> None:
+    """The sidecar's elector with ``replicas`` on a master without replicas: a change to
+    ``replicas=1`` (as from ``spec.replicas``) makes the leader step down; every acquisition
+    after it fails closed (undone: nobody holds the lock); without WAIT it leads again."""
+    import asyncio
+    import dataclasses
+
+    from redlease.core.connect import validate_target
+    from redlease.core.spec import validate_timing
+    from redlease.sidecar.config import ElectionConfig
+    from redlease.sidecar.elector import Elector, Hooks
+
+    errors: list[str] = []
+
+    class Record(Hooks):
+        def error(self, kind: str) -> None:
+            errors.append(kind)
+
+    async def until(check: Callable[[], Any], what: str) -> None:
+        deadline = time.monotonic() + 30
+        while not check():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.02)
+
+    lock = name()
+    with RedisServer() as server:
+        config = ElectionConfig(
+            keys=(lock,),
+            identity="pod-0",
+            target=validate_target([server.url]),
+            timing=validate_timing(3, 2, 0.1),
+        )
+        elector = Elector(config, Record())
+        task = asyncio.create_task(elector.run())
+        try:
+            await until(elector.leading, "leading without WAIT")
+            elector.reconfigure(dataclasses.replace(config, replicas=1, replica_timeout=0.05))
+            await until(lambda: not elector.leading(), "step-down on the new rule")
+            await until(lambda: errors.count("ReplicationError") >= 2, "failed-closed attempts")
+            assert not elector.leading()
+        finally:
+            elector.stop()
+            await asyncio.wait_for(task, 30)
+        # stopped (no attempt in flight), well within the TTL: every refused grant was undone
+        assert holder_on(server, lock).holder is None
+
+        again = Elector(config)
+        task = asyncio.create_task(again.run())
+        try:
+            await until(again.leading, "leading again without WAIT")
+        finally:
+            again.stop()
+            await asyncio.wait_for(task, 30)
+
+
 @pytest.mark.parametrize("mode", [MODES[1], MODES[3]], ids=["no-wait", "replicas-1"])
 def test_async_failover_window_quick(mode: Any) -> None:
     """One trial each: without WAIT a replica 200 ms behind at the crash lets a second client
