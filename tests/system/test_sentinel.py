@@ -12,13 +12,14 @@ measurement is marked slow."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
-from sentinel_window import MODES, trial
+from sentinel_window import MODES, Mode, trial
 
 import redlease.aio
 from redlease import Lock, LockContention, LockUnavailable
@@ -160,7 +161,6 @@ async def test_elector_fails_closed_and_follows_replicas() -> None:
     ``replicas=1`` (as from ``spec.replicas``) makes the leader step down; every acquisition
     after it fails closed (undone: nobody holds the lock); without WAIT it leads again."""
     import asyncio
-    import dataclasses
 
     from redlease.core.connect import validate_target
     from redlease.core.spec import validate_timing
@@ -211,11 +211,12 @@ async def test_elector_fails_closed_and_follows_replicas() -> None:
 
 
 @pytest.mark.parametrize("mode", [MODES[1], MODES[3]], ids=["no-wait", "replicas-1"])
-def test_async_failover_window_quick(mode: Any) -> None:
-    """One trial each: without WAIT a replica 200 ms behind at the crash lets a second client
-    in while the first still holds (a lost lease, its fencing token reused); with
-    ``replicas=1`` the first grant fails closed (ReplicationError) and nobody is doubled."""
-    result = trial(mode)
+def test_async_failover_window_quick(mode: Mode) -> None:
+    """One trial each: without WAIT a replica behind at the crash lets a second client in
+    while the first still holds (a lost lease, its fencing token reused); with ``replicas=1``
+    the first grant fails closed (ReplicationError) and nobody is doubled. (2 s of lag here,
+    so that even a stalled test process cuts the link before the grant gets through.)"""
+    result = trial(dataclasses.replace(mode, lag=2.0))
     if mode.replicas:
         assert not result.held and result.error == "ReplicationError"
         assert not result.lost
