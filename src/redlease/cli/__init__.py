@@ -485,9 +485,17 @@ def _election_config(args: argparse.Namespace) -> Any:
             if args.preferred_holder
             else None
         ),
-        replicas=args.replicas,
-        replica_timeout=args.replica_timeout,
+        **_replication(args),
     )
+
+
+def _replication(args: argparse.Namespace) -> dict[str, Any]:
+    """``--replicas``/``--replica-timeout`` checked by the library's own rule."""
+    from redlease.core.protocol import validate_replication
+
+    names = ("--replicas", "--replica-timeout")
+    replicas, timeout = validate_replication(args.replicas, args.replica_timeout, names)
+    return {"replicas": replicas, "replica_timeout": timeout}
 
 
 def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
@@ -506,7 +514,8 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
     from dataclasses import replace
 
     ref = replace(
-        sc.parse_lock_ref(args.lock_ref, kube.namespace), replica_timeout=args.replica_timeout
+        sc.parse_lock_ref(args.lock_ref, kube.namespace),
+        replica_timeout=_replication(args)["replica_timeout"],
     )
     tls = _tls(args)
     if tls is not None:  # given (injected pods: from the spec.tls Secrets as volumes)
