@@ -50,6 +50,9 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("retry-below-derived-deadline", spec(ttlSeconds=4, retryPeriodSeconds=2), OK),
     ("full-timing", spec(ttlSeconds=30, renewDeadlineSeconds=20, retryPeriodSeconds=4), OK),
     ("preferred", spec(preferredHolder="pod-0", paused=True), OK),
+    ("replicas", spec(nodes=[{"url": "redis+sentinel://s1:26379/m"}], replicas=1), OK),
+    ("replicas-zero", spec(replicas=0), OK),
+    ("replicas-max", spec(nodes=THREE, replicas=15), OK),
     ("no-keys", spec(keys=[]), "spec.keys"),
     ("duplicate-keys", spec(keys=["a", "a"]), "spec.keys"),
     ("brace-in-key", spec(keys=["ok", "bad{brace}"]), "spec.keys[1]"),
@@ -120,6 +123,10 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
         "spec.tls.clientCertSecretRef.keyKey",
     ),
     ("preferred-space", spec(preferredHolder="pod 0"), "spec.preferredHolder"),
+    ("replicas-negative", spec(replicas=-1), "spec.replicas"),
+    ("replicas-too-many", spec(replicas=16), "spec.replicas"),
+    ("replicas-string", spec(replicas="1"), "spec.replicas"),
+    ("replicas-bool", spec(replicas=True), "spec.replicas"),
 ]
 
 

@@ -53,6 +53,20 @@ def run_cli(argv: list[str]) -> int:
             "--lease-mirror",
         ),
         ([*KUBE, "--lock", "x", "--events"], {}, "--events: needs the POD_NAMESPACE"),
+        ([*BASE, "--replicas", "-1"], {}, "--replicas"),
+        ([*BASE, "--replicas", "one"], {}, "--replicas"),
+        ([*BASE, "--replica-timeout", "0"], {}, "--replica-timeout"),
+        (BASE, {"REDLEASE_REPLICAS": "-2"}, "REDLEASE_REPLICAS (for --replicas)"),
+        (
+            ["run", "--lock", "x", "--redis", "redis://h", "--replicas", "x", "--", "true"],
+            {},
+            "--replicas",
+        ),
+        (
+            ["sidecar", "--lock-ref", "x", "--replicas", "1", "--kube-api", "https://k"],
+            {},
+            "--replicas: cannot be combined with --lock-ref",
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(
@@ -83,6 +97,36 @@ def test_env_vars_fill_flags_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> N
     assert args.ttl == 9.0 and args.paused is True
     assert args.redis == ["redis://a:1/0", "redis://b:2/0", "redis://c:3/0"]
     assert args.http == "127.0.0.1:4040" and args.state_dir == "/var/run/redlease"
+
+
+@pytest.mark.parametrize("command", ["sidecar", "run"])
+def test_replicas_from_flags_env_and_spec(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--replicas``/``--replica-timeout`` (or REDLEASE_REPLICAS) reach the election the
+    sidecar and `redlease run` hold; a DistributedLock's ``spec.replicas`` does the same."""
+    from redlease import cli
+    from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
+    from redlease.core.spec import parse_spec
+    from redlease.sidecar.config import election_from_spec
+
+    parser = cli.build_parser()
+    argv = [command, "--lock", "x", "--redis", "redis+sentinel://s1:1,s2:2/m"]
+    args = parser.parse_args(argv)
+    cli._fill_from_env(parser, args)
+    default = cli._election_config(args)
+    assert (default.replicas, default.replica_timeout) == (0, DEFAULT_REPLICA_TIMEOUT)
+
+    monkeypatch.setenv("REDLEASE_REPLICAS", "2")
+    args = parser.parse_args([*argv, "--replica-timeout", "0.5"])
+    cli._fill_from_env(parser, args)
+    election = cli._election_config(args)
+    assert (election.replicas, election.replica_timeout) == (2, 0.5)
+    args = parser.parse_args([*argv, "--replicas", "1"])  # the flag wins over the env var
+    cli._fill_from_env(parser, args)
+    assert cli._election_config(args).replicas == 1
+
+    spec = parse_spec({"keys": ["x"], "nodes": [{"url": "redis://r:1"}], "replicas": 1})
+    from_spec = election_from_spec(spec, "pod-0", replica_timeout=0.3)
+    assert (from_spec.replicas, from_spec.replica_timeout) == (1, 0.3)
 
 
 def test_real_process_bad_state_dir_and_env() -> None:

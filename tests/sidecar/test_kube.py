@@ -115,5 +115,13 @@ async def run_steps(
         await patch_spec({"paused": False})
         await until(lambda: leaders() == [first])
         await until(lambda: label(api, first) == "true")
+
+        # spec.replicas 1 on a master without replicas: the leader steps down and nobody leads
+        # (every grant fails closed) until the spec asks for no WAIT again
+        await patch_spec({"replicas": 1})
+        await until(lambda: "only 0 of 1 replicas confirmed" in scs[first].log())
+        assert leaders() == []
+        await patch_spec({"replicas": 0})
+        await until(lambda: leaders() == [first])
     log = scs[first].log()
     assert "pw-from-secret" not in log and '"configuration applied"' in log

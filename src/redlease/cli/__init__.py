@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from redlease import __version__
 from redlease.cli import inject as inject_cli
+from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.spec import DEFAULT_READY, READY_MODES
 from redlease.errors import ConfigError, RedleaseError
 
@@ -220,6 +221,16 @@ def _positive(value: str) -> float:
 _positive.__name__ = "positive number"
 
 
+def _count(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
+_count.__name__ = "count (integer >= 0)"
+
+
 def _add_connection_flags(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument("--lock", help="lock name (Redis key {NAME})")
     p.add_argument(
@@ -248,6 +259,18 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--identity", help="candidate identity ($POD_NAME, then hostname)")
     p.add_argument("--paused", action="store_true", help="make no new acquisitions")
     p.add_argument("--preferred-holder", metavar="ID", help="planned hand-off to ID")
+    p.add_argument(
+        "--replicas",
+        type=_count,
+        default=0,
+        help="WAIT for N replicas after every grant and renewal; fail closed if fewer (0)",
+    )
+    p.add_argument(
+        "--replica-timeout",
+        type=_positive,
+        default=DEFAULT_REPLICA_TIMEOUT,
+        help=f"how long WAIT may take, s ({DEFAULT_REPLICA_TIMEOUT:g})",
+    )
 
 
 def _add_lock_ref_flags(p: argparse.ArgumentParser) -> None:
@@ -462,7 +485,17 @@ def _election_config(args: argparse.Namespace) -> Any:
             if args.preferred_holder
             else None
         ),
+        **_replication(args),
     )
+
+
+def _replication(args: argparse.Namespace) -> dict[str, Any]:
+    """``--replicas``/``--replica-timeout`` checked by the library's own rule."""
+    from redlease.core.protocol import validate_replication
+
+    names = ("--replicas", "--replica-timeout")
+    replicas, timeout = validate_replication(args.replicas, args.replica_timeout, names)
+    return {"replicas": replicas, "replica_timeout": timeout}
 
 
 def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
@@ -475,15 +508,19 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
         if value:
             raise ConfigError(flag, "cannot be combined with --lock-ref (the DistributedLock "
                               "gives the keys and nodes)")  # fmt: skip
-    ref = sc.parse_lock_ref(args.lock_ref, kube.namespace)
+    if args.replicas:
+        raise ConfigError("--replicas", "cannot be combined with --lock-ref (the "
+                          "DistributedLock gives spec.replicas)")  # fmt: skip
+    from dataclasses import replace
+
+    ref = replace(
+        sc.parse_lock_ref(args.lock_ref, kube.namespace),
+        replica_timeout=_replication(args)["replica_timeout"],
+    )
     tls = _tls(args)
     if tls is not None:  # given (injected pods: from the spec.tls Secrets as volumes)
-        from dataclasses import replace
-
         ref = replace(ref, tls=tls)
     if args.password:  # given (injected pods: from the Secret via env): the Secret is not read
-        from dataclasses import replace
-
         from redlease.core.spec import Credentials
 
         ref = replace(ref, credentials=Credentials(args.username or None, args.password))

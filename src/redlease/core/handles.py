@@ -41,17 +41,14 @@ def make_options(
         raise ConfigError("ttl", f"must be between 0.005 and {86400 * 365} seconds, got {ttl!r}")
     if not isinstance(handoff, int | float) or handoff < 0:
         raise ConfigError("handoff", f"must be >= 0 seconds, got {handoff!r}")
-    if not isinstance(replicas, int) or replicas < 0:
-        raise ConfigError("replicas", f"must be an integer >= 0, got {replicas!r}")
-    if not isinstance(replica_timeout, int | float) or replica_timeout <= 0:
-        raise ConfigError("replica_timeout", f"must be > 0 seconds, got {replica_timeout!r}")
+    replicas, replica_timeout = protocol.validate_replication(replicas, replica_timeout)
     ident = validate_identity(default_identity() if identity is None else identity)
     return Options(
         ttl=float(ttl),
         identity=ident,
         handoff=float(handoff),
         replicas=replicas,
-        replica_timeout=float(replica_timeout),
+        replica_timeout=replica_timeout,
     )
 
 
@@ -90,7 +87,7 @@ class HandleCore:
         identity: str | None = None,
         handoff: float = 0.25,
         replicas: int = 0,
-        replica_timeout: float = 0.1,
+        replica_timeout: float = protocol.DEFAULT_REPLICA_TIMEOUT,
     ) -> None:
         options = make_options(
             ttl=ttl,

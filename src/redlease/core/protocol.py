@@ -18,6 +18,7 @@ from redlease.core import scripts
 from redlease.core.keys import LockKeys
 from redlease.errors import (
     AlreadyHeld,
+    ConfigError,
     LockContention,
     LockTimeout,
     NotOwned,
@@ -183,6 +184,29 @@ def decode_acquire(reply: object, lock: str) -> Outcome:
 # --- primitives ----------------------------------------------------------------------------------
 
 
+DEFAULT_REPLICA_TIMEOUT = 0.1  # seconds a WAIT may take before the write counts as unconfirmed
+
+
+def validate_replication(
+    replicas: object,
+    timeout: object,
+    names: tuple[str, str] = ("replicas", "replica_timeout"),
+) -> tuple[int, float]:
+    """``replicas`` (an integer >= 0: WAIT for that many replicas after every grant and
+    extension, fail closed if fewer confirm) and the WAIT timeout in seconds (> 0); errors
+    name ``names`` (the argument, the flag or the spec field)."""
+    replicas_name, timeout_name = names
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise ConfigError(replicas_name, f"must be an integer >= 0, got {replicas!r}")
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout < float("inf")
+    ):
+        raise ConfigError(timeout_name, f"must be > 0 seconds, got {timeout!r}")
+    return replicas, float(timeout)
+
+
 @dataclass(frozen=True, slots=True)
 class Options:
     """Per-lock settings shared by every primitive (seconds unless named otherwise)."""
@@ -193,7 +217,7 @@ class Options:
     max_wait_step: float = 5.0  # longest single BLPOP; a bounded fallback, not a poll
     registration_grace: float = 0.5  # a waiter's registration outlives its BLPOP by this much
     replicas: int = 0  # WAIT for this many replicas after writes; fail closed if fewer
-    replica_timeout: float = 0.1
+    replica_timeout: float = DEFAULT_REPLICA_TIMEOUT
 
     @property
     def ttl_ms(self) -> int:

@@ -43,6 +43,7 @@ DEFAULT_READY = "connected"
 
 MAX_KEYS = 16
 MAX_NODES = 15
+MAX_REPLICAS = 15  # spec.replicas: WAIT for this many replicas of a (Sentinel-managed) master
 MAX_SECONDS = 3600
 DEFAULT_TTL = 15
 _K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS-1123 subdomain
@@ -304,6 +305,7 @@ class LockSpec:
     paused: bool = False
     preferred_holder: str | None = None
     tls_refs: TlsRefs = TlsRefs()
+    replicas: int = 0  # WAIT for this many replicas after every write; fail closed if fewer
 
     @property
     def name(self) -> str:
@@ -424,7 +426,7 @@ def parse_spec(spec: object) -> LockSpec:
 
     Raises :class:`ConfigError` naming the first bad field. Defaults: ``ttlSeconds`` 15,
     ``renewDeadlineSeconds`` two thirds and ``retryPeriodSeconds`` two fifteenths of the TTL
-    (client-go's ratios), quorum a majority of the nodes.
+    (client-go's ratios), quorum a majority of the nodes, ``replicas`` 0 (no WAIT).
     """
     if not isinstance(spec, Mapping):
         raise ConfigError("spec", "is required and must be an object")
@@ -453,6 +455,7 @@ def parse_spec(spec: object) -> LockSpec:
         url_field="spec.nodes[{i}].url",
         quorum_field="spec.quorum",
     )
+    replicas = _integer(spec, "replicas", 0, MAX_REPLICAS) or 0
     preferred = spec.get("preferredHolder")
     if preferred is not None:
         validate_identity(preferred, "spec.preferredHolder")
@@ -464,4 +467,5 @@ def parse_spec(spec: object) -> LockSpec:
         paused=_boolean(spec, "paused", "spec.paused"),
         preferred_holder=preferred or None,
         tls_refs=tls_refs,
+        replicas=replicas,
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from redlease.core.connect import Target, Tls
+from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.spec import (
     DEFAULT_READY,
     LEADER_LABEL,
@@ -79,6 +80,7 @@ class LockRef:
     name: str
     credentials: Credentials | None = field(default=None, repr=False, compare=False)
     tls: Tls | None = field(default=None, compare=False)  # from flags (injected: Secret volumes)
+    replica_timeout: float = DEFAULT_REPLICA_TIMEOUT  # --replica-timeout (spec.replicas: how many)
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -111,7 +113,9 @@ class ElectionConfig:
     """What the election needs: the lock's keys, identity, Redis, timing and two policy switches.
 
     Several ``keys`` are held together as one lease (a DistributedLock's ``spec.keys``); the
-    first names the lock on every surface (status ``lock``, the state file).
+    first names the lock on every surface (status ``lock``, the state file). ``replicas``: WAIT
+    for that many replicas after every grant and renewal, within ``replica_timeout`` seconds,
+    and fail closed if fewer confirm (a Sentinel-managed master; see docs/safety.md).
     """
 
     keys: tuple[str, ...]
@@ -120,6 +124,8 @@ class ElectionConfig:
     timing: Timing = field(default_factory=Timing)
     paused: bool = False
     preferred_holder: str | None = None
+    replicas: int = 0
+    replica_timeout: float = DEFAULT_REPLICA_TIMEOUT
 
     @property
     def lock(self) -> str:
@@ -127,9 +133,13 @@ class ElectionConfig:
 
 
 def election_from_spec(
-    spec: LockSpec, identity: str, credentials: Credentials | None = None
+    spec: LockSpec,
+    identity: str,
+    credentials: Credentials | None = None,
+    replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
 ) -> ElectionConfig:
-    """The election a DistributedLock asks for (identity is the pod's own)."""
+    """The election a DistributedLock asks for (identity is the pod's own; the WAIT timeout
+    for ``spec.replicas`` is the sidecar's ``--replica-timeout``)."""
     target = spec.target
     if credentials is not None:
         target = target.with_credentials(credentials.username, credentials.password)
@@ -140,6 +150,8 @@ def election_from_spec(
         timing=spec.timing,
         paused=spec.paused,
         preferred_holder=spec.preferred_holder,
+        replicas=spec.replicas,
+        replica_timeout=replica_timeout,
     )
 
 

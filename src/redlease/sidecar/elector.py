@@ -142,7 +142,14 @@ class Elector:
         cfg = self.config
         # every key of the lock as one lease (one key: exactly a Lock); leader only while all
         # of them are held
-        lock = aio.MultiLock(self._client, cfg.keys, ttl=cfg.timing.ttl, identity=cfg.identity)
+        lock = aio.MultiLock(
+            self._client,
+            cfg.keys,
+            ttl=cfg.timing.ttl,
+            identity=cfg.identity,
+            replicas=cfg.replicas,
+            replica_timeout=cfg.replica_timeout,
+        )
         budget = action.timeout + self._socket_timeout() + 1.0
         try:
             lease = await self._bounded(lock.acquire(timeout=action.timeout), budget)
@@ -225,6 +232,9 @@ class Elector:
             self.election = Election(new)
             self._client = self._connect()
         else:
+            if (new.replicas, new.replica_timeout) != (old.replicas, old.replica_timeout):
+                # the held lease's handle WAITs as it was told: take a new term under the new rule
+                await self._step_down("configuration changed: replicas")
             self.election.update(new)
         log.info(
             "configuration applied",
@@ -233,6 +243,7 @@ class Elector:
             ttl=new.timing.ttl,
             paused=new.paused,
             preferred_holder=new.preferred_holder,
+            replicas=new.replicas,
         )
 
     # -- observer loop ------------------------------------------------------------------------

@@ -294,7 +294,7 @@ class LockRefFollower:
             secret = await self._secret(ref.name)
             credentials = credentials_from_secret(secret, ref, spec.node_names)
         spec = await self._tls(spec)
-        return election_from_spec(spec, self.identity, credentials)
+        return election_from_spec(spec, self.identity, credentials, self.ref.replica_timeout)
 
     async def _secret(self, name: str) -> dict[str, Any]:
         path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(name)}"
