@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -119,6 +120,25 @@ def test_grant_that_arrived_after_the_wait_ended_is_taken_by_the_next_attempt(
     assert req is None and grant.fence == 2 and not grant.reentered
     assert late.state().holder == "late" and late.state().expires_in_ms > 4500
     assert not any_client.exists(LockKeys.for_name(lock_name).grants(token))
+
+
+def test_release_drops_enlistments_of_lapsed_registrations(any_client: Any, lock_name: str) -> None:
+    """A waiter that vanished without a word (its registration lapsed) is not granted the
+    lease, and its enlistment goes with its registration."""
+    holder = redlease.Lock(any_client, lock_name, ttl=5, identity="holder")
+    holder.acquire()
+    gone = redlease.Lock(any_client, lock_name, ttl=5, identity="gone")
+    prim = replace(gone.prim, options=replace(gone.prim.options, registration_grace=0.05))
+    flow = protocol.acquire(
+        prim, "g" * 32, blocking=True, timeout=0.05, state=protocol.AcquireState()
+    )
+    req, _ = protocol.resume(flow)
+    protocol.resume(flow, gone._node.execute(req))  # refused and enlisted, then never again
+    assert _enlisted(any_client, lock_name)
+    wait_until(lambda: holder.state().waiters == 0)  # its registration lapsed (100 ms)
+    holder.release()
+    assert holder.state().holder is None
+    assert any_client.hlen(LockKeys.for_name(lock_name).direct) == 0
 
 
 def test_a_long_wait_renews_the_handed_lease(any_client: Any, lock_name: str) -> None:

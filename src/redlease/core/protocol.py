@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from redlease.core import scripts
@@ -285,22 +285,22 @@ class Primitive:
     onto the waiter's own list, and the waiter returns without another acquire.
     """
 
-    def with_direct(self) -> Primitive:
-        """This primitive with the direct hand-off, where it applies (mutex or reentrant, one
-        lock); RedLock quorums and read-write locks keep the wake-up hand-off."""
-        if self.group or self.kind not in ("mutex", "reentrant"):
-            return self
-        return Primitive(self.keys, self.options, self.kind, self.group, True)
-
-    def grants(self, token: str) -> str:
-        """The list where ``token`` receives a lease handed over directly ('' : none)."""
-        return self.keys.grants(token) if self.direct else ""
-
     keys: LockKeys
     options: Options
     kind: str  # "mutex" | "reentrant" | "write" | "read"
     group: tuple[LockKeys, ...] = ()
     direct: bool = False  # a release hands the lease to the head waiter itself (one node)
+
+    def with_direct(self) -> Primitive:
+        """This primitive with the direct hand-off, where it applies (mutex or reentrant, one
+        lock); RedLock quorums and read-write locks keep the wake-up hand-off."""
+        if self.group or self.kind not in ("mutex", "reentrant"):
+            return self
+        return replace(self, direct=True)
+
+    def grants(self, token: str) -> str:
+        """The list where ``token`` receives a lease handed over directly ('' : none)."""
+        return self.keys.grants(token) if self.direct else ""
 
     @property
     def name(self) -> str:

@@ -183,8 +183,12 @@ end
 -- a waiter that died meanwhile expires with its TTL; one that gave up is released by LEAVE.
 local function pass_on(lease, fence_key, history, waiters, handoff, wake, direct, handoff_ms,
     wake_all)
-  if live(waiters) == 0 then return 0 end
+  if redis.call('EXISTS', waiters) == 0 then return 0 end
   if direct and not wake_all then
+    -- enlistments of registrations that lapsed (waiters that died) go with them
+    local lapsed = redis.call('ZRANGEBYSCORE', waiters, '-inf', clock() - 1)
+    if #lapsed > 0 then redis.call('HDEL', direct, unpack(lapsed)) end
+    if live(waiters) == 0 then return 0 end
     local head = redis.call('ZRANGE', waiters, 0, 0)[1]
     local info = redis.call('HGET', direct, head)
     if info then
