@@ -3,7 +3,8 @@
 Splits one pair into the three parts that can differ between lock libraries and prints them
 for redlease and redis-py's Lock, sync and asyncio, on one local redis-server:
 
-* Redis execution time (``INFO commandstats``: usec spent inside EVALSHA/SET/...);
+* Redis execution time (``INFO commandstats``: usec spent inside EVALSHA/FCALL/SET/...) and
+  the server's main-thread CPU time (``INFO cpu``, socket I/O included);
 * client CPU (``time.process_time``) per pair;
 * wall time per pair (what pairs/s measures);
 
@@ -25,12 +26,9 @@ import redis
 import redis.asyncio as aioredis
 
 import redlease
+from bench.uncontended import exec_usec, server_cpu_us
 from redlease import aio
 from redlease.devtools.localredis import RedisServer
-
-
-def _exec_usec(client: redis.Redis) -> float:
-    return float(sum(v["usec"] for v in client.info("commandstats").values()))
 
 
 def _calls(client: redis.Redis) -> dict[str, int]:
@@ -43,31 +41,36 @@ def measure_sync(client: redis.Redis, acquire: Callable[[], Any], release: Calla
         acquire()
         release()
     client.config_resetstat()
+    s0 = server_cpu_us([client])
     c0, t0 = time.process_time(), time.perf_counter()
     for _ in range(n):
         acquire()
         release()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    ex = _exec_usec(client)
-    return {"wall_us": wall / n * 1e6, "client_cpu_us": cpu / n * 1e6, "redis_exec_us": ex / n}
+    srv, ex = server_cpu_us([client]) - s0, exec_usec([client])
+    return {"wall_us": wall / n * 1e6, "client_cpu_us": cpu / n * 1e6, "redis_exec_us": ex / n,
+            "redis_cpu_us": srv / n}  # fmt: skip
 
 
 async def measure_async(port: int, make: Callable[[Any], Any], n: int) -> dict[str, float]:
     client = aioredis.Redis(host="127.0.0.1", port=port)
+    stat = [redis.Redis(host="127.0.0.1", port=port)]
     lock = make(client)
     for _ in range(200):
         await lock.acquire()
         await lock.release()
-    await client.config_resetstat()
+    stat[0].config_resetstat()
+    s0 = server_cpu_us(stat)
     c0, t0 = time.process_time(), time.perf_counter()
     for _ in range(n):
         await lock.acquire()
         await lock.release()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    st = await client.info("commandstats")
+    srv, ex = server_cpu_us(stat) - s0, exec_usec(stat)
     await client.aclose()
-    ex = sum(v["usec"] for k, v in st.items() if not k.startswith("cmdstat_config"))
-    return {"wall_us": wall / n * 1e6, "client_cpu_us": cpu / n * 1e6, "redis_exec_us": ex / n}
+    stat[0].close()
+    return {"wall_us": wall / n * 1e6, "client_cpu_us": cpu / n * 1e6, "redis_exec_us": ex / n,
+            "redis_cpu_us": srv / n}  # fmt: skip
 
 
 def quorum_ceiling(seconds: float = 1.0, reps: int = 5) -> tuple[float, float, float]:
@@ -189,12 +192,15 @@ def main() -> None:
         rl.release()
         print("Redis commands behind one redlease pair:", _calls(client))
         print(f"\nper pair, median of {args.reps} interleaved runs of {args.pairs} pairs (us):")
-        print(f"  {'contender':<20} {'wall':>8} {'client CPU':>11} {'Redis exec':>11}")
+        print(
+            f"  {'contender':<20} {'wall':>8} {'client CPU':>11} {'Redis exec':>11} "
+            f"{'Redis CPU':>10}"
+        )
         for name, rs in rows.items():
             med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
             print(
                 f"  {name:<20} {med['wall_us']:8.1f} {med['client_cpu_us']:11.1f} "
-                f"{med['redis_exec_us']:11.1f}"
+                f"{med['redis_exec_us']:11.1f} {med['redis_cpu_us']:10.1f}"
             )
         if args.pyinstrument:
             from pyinstrument import Profiler

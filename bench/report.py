@@ -60,7 +60,7 @@ def markdown(results: dict[str, Any], chart: str | None) -> str:
             "One client, one lock, acquire then release in a loop; pairs per second.",
             "",
             "| scenario | contender | pairs/s | min - max | x reference | redlease x this "
-            "| Redis us/pair |",
+            "| Redis us/pair | Redis CPU us/pair |",
             "|---|---|---:|---:|---:|---:|---:|",
         ]
         rows = unc["contenders"]
@@ -86,16 +86,19 @@ def markdown(results: dict[str, Any], chart: str | None) -> str:
             lines.append(
                 f"| {r['group']} | {name} | {_n(r['pairs_per_s'])} | "
                 f"{_n(min(s))} - {_n(max(s))} | {_x(r['ratio_to_reference'])} | {vs} | "
-                f"{_n(r.get('redis_exec_us_per_pair', math.nan), 1)} |"
+                f"{_n(r.get('redis_exec_us_per_pair', math.nan), 1)} | "
+                f"{_n(r.get('redis_cpu_us_per_pair', math.nan), 1)} |"
             )
         lines += [
             "",
             '"redlease x this": the redlease contender of the same group (sync, asyncio; in the '
             "quorum group the asyncio redlease for asyncio peers, the sync one for sync peers) "
             'divided by this contender. "Redis us/pair": time the server(s) spent executing '
-            "commands per pair (`INFO commandstats`, summed over the nodes): the part of the "
-            "cost that lives in Redis. It is measured in wall time, so it grows when a server "
-            "is preempted (3 servers and the client share 2 CPUs in the quorum group).",
+            "commands per pair (`INFO commandstats`, summed over the nodes; a script's time "
+            'includes the commands it calls, which count once more on their own). "Redis CPU '
+            "us/pair\": CPU time of the servers' main threads per pair (`INFO cpu`), socket "
+            "reads and writes included. Both are measured in wall time, so they grow when a "
+            "server is preempted (3 servers and the client share 2 CPUs in the quorum group).",
         ]
     ho = results.get("handoff")
     if ho:

@@ -21,6 +21,36 @@ def _rate(results: dict[str, Any], name: str) -> float:
     return math.nan
 
 
+def _exec_us(results: dict[str, Any], name: str) -> float:
+    for row in results.get("uncontended", {}).get("contenders", []):
+        if row["name"] == name and not row.get("skipped"):
+            value = row.get("redis_exec_us_per_pair")
+            return math.nan if value is None else float(value)
+    return math.nan
+
+
+def _exec_check(results: dict[str, Any]) -> Check:
+    """Redis execution time per uncontended pair (``INFO commandstats``, the measure of the
+    issue, see bench.uncontended.exec_usec) of redlease's Lock against redis-py's, in the same
+    run: at most 2x."""
+    label = "Redis us/pair <= 2x redis-py Lock's (sync, one node)"
+    ours, theirs = _exec_us(results, "redlease Lock"), _exec_us(results, "redis-py Lock")
+    if math.isnan(ours) or math.isnan(theirs) or not theirs:
+        return Check(label, "not measured", None)
+    r = ours / theirs
+    return Check(label, f"{r:.2f}x ({ours:.1f} vs {theirs:.1f} us)", r <= 2.0)
+
+
+def _quorum_fairness(results: dict[str, Any]) -> list[Check]:
+    """HOOK for the quorum fairness row (max/min sections per process, 4 greedy processes,
+    3 nodes, <= 1.5): ``bench/quorum_compare.py`` provides ``fairness_checks(results)`` and
+    the results it reads; nothing is reported until it does."""
+    from bench import quorum_compare
+
+    checks = getattr(quorum_compare, "fairness_checks", None)
+    return list(checks(results)) if checks is not None else []
+
+
 def _ratio_check(label: str, ours: float, theirs: float, need: float) -> Check:
     if math.isnan(ours) or math.isnan(theirs) or not theirs:
         return Check(label, "not measured", None)
@@ -49,6 +79,8 @@ def evaluate(results: dict[str, Any]) -> list[Check]:
             _rate(results, "aioredlock (3 nodes)"),
             2.0,
         ),
+        _exec_check(results),
+        *_quorum_fairness(results),
     ]
     rows = [r for r in results.get("handoff", {}).get("rows", []) if r["library"] == "redlease"]
     if rows:
@@ -62,6 +94,16 @@ def evaluate(results: dict[str, Any]) -> list[Check]:
                 worst50["p50_ms"] <= 0.5,
             )
         )
+        two = [r for r in rows if r["processes"] == 2]
+        if two:
+            w2 = max(two, key=lambda r: r["p50_ms"])
+            out.append(
+                Check(
+                    "hand-off p50 <= 0.35 ms (2 processes)",
+                    f"worst {w2['p50_ms']:.2f} ms ({w2['mode']})",
+                    w2["p50_ms"] <= 0.35,
+                )
+            )
         out.append(
             Check(
                 "hand-off p99 <= 2 ms (every redlease run)",

@@ -38,6 +38,7 @@ class Contender:
     skipped: str | None = None
     samples: list[float] = field(default_factory=list)
     exec_us: list[float] = field(default_factory=list)  # Redis execution time per pair
+    cpu_us: list[float] = field(default_factory=list)  # Redis CPU time per pair
     _ops: Any = None
     _closers: list[Callable[[], Any]] = field(default_factory=list)
 
@@ -200,29 +201,45 @@ def _setup(c: Contender, runner: asyncio.Runner) -> None:
         c.skipped = f"skipped: {type(exc).__name__}: {str(exc)[:120]}"
 
 
-def _exec_usec(stat_clients: list[redis.Redis]) -> float:
-    """Microseconds the servers spent executing commands since the last CONFIG RESETSTAT."""
+def exec_usec(clients: list[redis.Redis]) -> float:
+    """Microseconds the servers spent executing commands since the last CONFIG RESETSTAT
+    (``INFO commandstats``; a script's time includes the commands it calls, which count once
+    more on their own: the measure the performance targets were set with)."""
     total = 0.0
-    for client in stat_clients:
+    for client in clients:
         for name, st in client.info("commandstats").items():
             if not name.startswith(("cmdstat_config", "cmdstat_info")):
                 total += float(st["usec"])
     return total
 
 
+def server_cpu_us(clients: list[redis.Redis]) -> float:
+    """CPU time (user + system, us) the servers' main threads have used so far: the whole cost
+    of the pairs to Redis, reading and writing the sockets included."""
+    total = 0.0
+    for client in clients:
+        cpu = client.info("cpu")
+        user = cpu.get("used_cpu_user_main_thread", cpu["used_cpu_user"])
+        system = cpu.get("used_cpu_sys_main_thread", cpu["used_cpu_sys"])
+        total += (float(user) + float(system)) * 1e6
+    return total
+
+
 def _measure(
     c: Contender, runner: asyncio.Runner, seconds: float, stat_clients: list[redis.Redis]
 ) -> float:
-    """Pairs/s of one time slice; records the servers' execution time per pair too."""
+    """Pairs/s of one time slice; records the servers' execution and CPU time per pair too."""
     acquire, release = c._ops
     for client in stat_clients:
         client.config_resetstat()
+    cpu0 = server_cpu_us(stat_clients) if stat_clients else 0.0
     if c.is_async:
         n, took = runner.run(_time_async(acquire, release, seconds))
     else:
         n, took = _time_sync(acquire, release, seconds)
     if stat_clients and n:
-        c.exec_us.append(_exec_usec(stat_clients) / n)
+        c.cpu_us.append((server_cpu_us(stat_clients) - cpu0) / n)
+        c.exec_us.append(exec_usec(stat_clients) / n)
     return n / took
 
 
@@ -252,6 +269,7 @@ def run_contenders(
             elif warmup > 0:
                 _measure(c, runner, warmup, stat_clients)
                 c.exec_us.clear()
+                c.cpu_us.clear()
         live: list[Contender | None] = [c for c in contenders if not c.skipped]
         if ref_port is not None and reference.available():
             live.append(None)  # the reference's slot
@@ -315,6 +333,7 @@ def scenario(
                 "pairs_per_s": rate,
                 "samples": c.samples,
                 "redis_exec_us_per_pair": stats.median(c.exec_us) if c.exec_us else float("nan"),
+                "redis_cpu_us_per_pair": stats.median(c.cpu_us) if c.cpu_us else float("nan"),
                 "ratio_to_reference": stats.ratio(rate, ref_rate),
                 "skipped": c.skipped,
             }

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import sys
 import time
 from typing import Any
@@ -40,8 +41,12 @@ def main(cfg: dict[str, Any]) -> None:
 
         while now() < end:
             called = now()
+            # giving up at random moments (``give_up``: the longest wait) exercises waiters
+            # that leave while a lease is being handed to them
+            give_up = cfg.get("give_up")
+            timeout = random.uniform(0.0, give_up) if give_up else 1.0
             try:
-                lease = lock.acquire(timeout=1.0)
+                lease = lock.acquire(timeout=timeout)
             except redlease.LockError as exc:
                 record("acquire_failed", error=type(exc).__name__, called=called)
                 time.sleep(0.05)  # back off after a failure (not a synchronisation)

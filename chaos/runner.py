@@ -48,6 +48,7 @@ class Run:
     ttl: float
     duration: float
     fenced: bool = True
+    give_up: float = 0.0  # clients give up acquiring after a random 0..give_up s (0: 1 s)
     urls: list[str] = field(default_factory=list)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
@@ -69,6 +70,7 @@ class Run:
             "duration": self.duration,
             "writes": 3,
             "work": 0.01,
+            "give_up": self.give_up,
             "history": str(self.workdir / f"{who}.jsonl"),
             **overrides,
         }
@@ -179,6 +181,25 @@ def kill_holder(run: Run, sig: int = signal.SIGKILL) -> None:
         run.spawn_client()
 
 
+def fault_waiter(run: Run, sig: int) -> None:
+    """SIGKILL (and replace) or SIGSTOP for 2.5 TTL a client that is waiting, not holding: with
+    the direct hand-off the lease may be granted to it meanwhile, and must not be stranded."""
+    holder = run.wait_for_holder()
+    waiting = [w for w, p in run.procs.items() if w != holder and p.poll() is None]
+    if holder is None or not waiting:
+        return
+    who = random.choice(waiting)
+    if sig == signal.SIGSTOP:
+        os.kill(run.procs[who].pid, signal.SIGSTOP)
+        run.count("waiter_paused")
+        time.sleep(run.ttl * 2.5)  # the fault itself: a pause of this length
+        os.kill(run.procs[who].pid, signal.SIGCONT)
+        return
+    run.procs[who].kill()
+    run.count("waiter_killed")
+    run.spawn_client()
+
+
 def restart_node(run: Run, index: int, down: float) -> None:
     run.nodes[index].kill()
     run.count("node_killed")
@@ -202,6 +223,7 @@ class Scenario:
     persistent: bool = True
     quick: bool = True
     expect_safe: bool = True  # zero stale writes accepted and zero token regressions
+    give_up: float = 0.0  # clients give up acquiring after a random 0..give_up s (0: 1 s)
 
 
 def _pauses(run: Run, quick: bool) -> None:
@@ -213,6 +235,16 @@ def _pauses(run: Run, quick: bool) -> None:
 def _kills(run: Run, quick: bool) -> None:
     for _ in range(3 if quick else 10):
         time.sleep(random.uniform(0.2, 0.5))
+        kill_holder(run)
+
+
+def _handoff_faults(run: Run, quick: bool) -> None:
+    for _ in range(2 if quick else 6):
+        time.sleep(random.uniform(0.1, 0.3))
+        fault_waiter(run, signal.SIGKILL)
+        time.sleep(random.uniform(0.1, 0.3))
+        fault_waiter(run, signal.SIGSTOP)
+        time.sleep(random.uniform(0.1, 0.3))
         kill_holder(run)
 
 
@@ -279,6 +311,14 @@ SCENARIOS = [
         expect_safe=False,
     ),
     Scenario("holder-kills", "holders SIGKILLed and replaced", _kills),
+    Scenario(
+        "handoff-faults",
+        "direct hand-off: waiters SIGKILLed and SIGSTOPped while waiting, holders SIGKILLed, "
+        "acquirers giving up after 0-30 ms",
+        _handoff_faults,
+        clients=5,
+        give_up=0.03,
+    ),
     Scenario(
         "node-restarts",
         "the single Redis node killed and restarted (AOF, fsync always)",
@@ -364,7 +404,9 @@ def run_scenario(
     resource = RedisServer()  # finds the binary first: no work directory if there is none
     workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{sc.name}-"))
     nodes: list[RedisServer] = []
-    run = Run(sc.name, nodes, resource, workdir, sc.ttl, seconds, fenced=sc.fenced)
+    run = Run(
+        sc.name, nodes, resource, workdir, sc.ttl, seconds, fenced=sc.fenced, give_up=sc.give_up
+    )
     started = now()
     stop = threading.Event()
     observer = threading.Thread(target=run.observe, args=(stop,), daemon=True)

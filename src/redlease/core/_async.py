@@ -45,7 +45,7 @@ class AsyncNode(_redis.NodeBase):
                     )
             except TimeoutError:
                 return False
-            return reply is not None
+            return req.reply(reply)
         if isinstance(req, Replicate):
             if self.cluster:
                 node = self.client.get_node_from_key(req.key)
@@ -68,10 +68,16 @@ class AsyncNode(_redis.NodeBase):
         home = self._home(req.keys[0]) if req.keys else None
         if home is None:
             return await self._routed(req)
+        run = _redis.scripting(home)
         try:
-            reply = await self._exchange(home, req, req.evalsha())
-            if isinstance(reply, rex.NoScriptError):
-                reply = await self._exchange(home, req, req.eval())
+            sent = run.command(req)
+            reply = await self._exchange(home, req, sent)
+            while isinstance(reply, rex.ResponseError):
+                recovery = run.recover(req, sent, reply)
+                if not recovery:
+                    break
+                for sent in recovery:
+                    reply = await self._exchange(home, req, sent)
         except rex.RedisError as exc:
             raise self.error(exc, home if self.cluster else None) from exc
         if isinstance(reply, rex.MovedError | rex.AskError):  # resharded or failed over

@@ -32,7 +32,7 @@ class SyncNode(_redis.NodeBase):
         if isinstance(req, Call):
             return self._call(req)
         if isinstance(req, Wait):
-            return self._blpop(req.keys, req.timeout)
+            return req.reply(self._blpop(req.keys, req.timeout))
         if isinstance(req, Replicate):
             if self.cluster:
                 node = self.client.get_node_from_key(req.key)
@@ -56,10 +56,16 @@ class SyncNode(_redis.NodeBase):
         pool = self._pool(req.keys[0]) if req.keys else None
         if pool is None:
             return self._routed(req)
+        run = _redis.scripting(pool)
         try:
-            reply = self._exchange(pool, req, req.evalsha())
-            if isinstance(reply, rex.NoScriptError):
-                reply = self._exchange(pool, req, req.eval())
+            sent = run.command(req)
+            reply = self._exchange(pool, req, sent)
+            while isinstance(reply, rex.ResponseError):
+                recovery = run.recover(req, sent, reply)
+                if not recovery:
+                    break
+                for sent in recovery:
+                    reply = self._exchange(pool, req, sent)
         except rex.RedisError as exc:
             raise self.error(exc, pool if self.cluster else None) from exc
         if isinstance(reply, rex.MovedError | rex.AskError):  # resharded or failed over
@@ -107,8 +113,8 @@ class SyncNode(_redis.NodeBase):
         except rex.NoScriptError:
             return self.client.execute_command(*req.eval())
 
-    def _blpop(self, keys: tuple[str, ...], timeout: float) -> bool:
-        """BLPOP with a client-side deadline.
+    def _blpop(self, keys: tuple[str, ...], timeout: float) -> Any:
+        """BLPOP with a client-side deadline: [key, value], or None if nothing arrived in time.
 
         Redis checks blocking timeouts only at its ``hz`` tick (100 ms by default), so the server
         timeout is a safety net and the precise deadline is kept here: if nothing arrived in
@@ -116,14 +122,14 @@ class SyncNode(_redis.NodeBase):
         """
         pool = self._pool(keys[0])
         if pool is None:
-            return False  # the cluster's slot map is not ready: the next attempt re-routes
+            return None  # the cluster's slot map is not ready: the next attempt re-routes
         conn = pool.get_connection()
         try:
             conn.send_command("BLPOP", *keys, round(timeout + 1.0, 3))
             if conn.can_read(timeout=timeout):
-                return conn.read_response() is not None
+                return conn.read_response()
             conn.disconnect()
-            return False
+            return None
         except BaseException:
             conn.disconnect()
             raise

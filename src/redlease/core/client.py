@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import redis.exceptions as rex
 
-from redlease.core.protocol import Call, Request
+from redlease.core.protocol import Call, Request, Scripting
 from redlease.errors import LockError, LockUnavailable, ProtocolError
 
 PIN_HOLD = 30.0  # a pinned connection nobody came back for is closed after this many seconds
@@ -47,6 +47,24 @@ class NodeBase:
         pool or cluster node it happened on, named instead of the whole cluster)."""
         mapped = translate(exc, self.lock, self.name if home is None else home_name(home))
         return exc if mapped is None else mapped
+
+
+_SCRIPTING: dict[int, Scripting] = {}
+
+
+def scripting(home: Any) -> Scripting:
+    """How the server behind ``home`` (a connection pool or cluster node) runs scripts; shared
+    by every lock on it, so only the first call learns whether it has Functions.
+
+    Kept by ``id(home)`` (asyncio cluster nodes cannot be weakly referenced): a reused id only
+    costs a :meth:`Scripting.recover` round trip, and the table is emptied when it grows large.
+    """
+    found = _SCRIPTING.get(id(home))
+    if found is None:
+        if len(_SCRIPTING) > 4096:
+            _SCRIPTING.clear()
+        found = _SCRIPTING.setdefault(id(home), Scripting())
+    return found
 
 
 @dataclass(slots=True)

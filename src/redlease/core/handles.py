@@ -108,6 +108,7 @@ class HandleCore:
         ``plain(client, name)`` (one node or a cluster)."""
         if getattr(client, "is_redlease_nodeset", False):  # redlease.core.quorum.NodeSet
             return client.node_for(self)  # type: ignore[no-any-return]
+        self.prim = self.prim.with_direct()  # one node or a cluster slot: direct hand-off
         return plain(client, self.name)
 
     # -- properties ---------------------------------------------------------------------------

@@ -56,6 +56,11 @@ class LockKeys:
     readers: str  # zset: reader owner token -> expiry (server ms)
     writers_waiting: str  # zset: writer owner token -> registration expiry (server ms)
     candidates: str  # zset: candidate identity -> heartbeat expiry (server ms)
+    direct: str  # hash: waiter owner token -> 'ttl_ms identity', for a direct hand-off
+
+    def grants(self, token: str) -> str:
+        """The list a waiter ``token`` BLPOPs for a lease handed over to it directly."""
+        return f"{self.wake}:{token}"
 
     @classmethod
     def for_name(cls, name: str) -> LockKeys:
@@ -71,6 +76,7 @@ class LockKeys:
             readers=f"{base}:readers",
             writers_waiting=f"{base}:wwait",
             candidates=f"{base}:candidates",
+            direct=f"{base}:direct",
         )
 
     def all(self) -> tuple[str, ...]:
@@ -85,6 +91,7 @@ class LockKeys:
             self.readers,
             self.writers_waiting,
             self.candidates,
+            self.direct,
         )
 
 

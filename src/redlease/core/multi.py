@@ -124,14 +124,16 @@ def acquire(
         if refusal is None:
             return (yield from _seal(name, parts, token, grants, started, clock))
         part, outcome = refusal
+        if pacing.registering and part not in state.registered:
+            # registered by the refusal: known before anything else is sent, so that an
+            # interruption during the give-back below still leaves it (see abort)
+            state.registered.append(part)
         while state.taken:  # give back what this attempt took, newest first
             yield state.taken[-1].release(token)
             state.taken.pop()
         for other in [p for p in state.registered if p != part]:  # wait on one name only
             yield other.leave(token)
             state.registered.remove(other)
-        if pacing.registering and part not in state.registered:
-            state.registered.append(part)
         wait = pacing.refused(name, outcome, repr(part.name))
         yield Wait(part.wake_keys(), wait)
 

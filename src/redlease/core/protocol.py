@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from redlease.core import scripts
@@ -56,15 +56,73 @@ class Call:
         """The Redis command that runs the script from source (after a NOSCRIPT reply)."""
         return ("EVAL", self.script.lua, len(self.keys), *self.keys, *self.args)
 
+    def fcall(self) -> tuple[str | int, ...]:
+        """The Redis command that runs the script as a function of the redlease library."""
+        return ("FCALL", self.script.function, len(self.keys), *self.keys, *self.args)
+
+
+class Scripting:
+    """How one server runs :class:`Call` s: ``FCALL`` of the redlease Functions library where
+    the server has Functions (Redis 7+, Valkey; the helpers are built once, at load), else
+    ``EVALSHA`` (Redis 6.2), with ``SCRIPT LOAD`` after a ``NOSCRIPT`` reply.
+
+    Every transport asks :meth:`command` for what to send and, after an error reply,
+    :meth:`recover` for what to send next; one instance per server (see
+    ``client.scripting``) remembers what the server supports.
+    """
+
+    __slots__ = ("functions", "loaded")
+
+    def __init__(self) -> None:
+        self.functions = True  # FCALL until the server says it has no Functions
+        self.loaded = False  # this client loaded the library (a second miss: give up on it)
+
+    def command(self, call: Call) -> tuple[str | int, ...]:
+        if self.functions:
+            self.loaded = False
+            return call.fcall()
+        return call.evalsha()
+
+    def recover(
+        self, call: Call, sent: tuple[str | int, ...], error: BaseException
+    ) -> tuple[tuple[str | int, ...], ...]:
+        """The commands to send after ``error`` answered ``sent`` (a command for ``call``), in
+        order (the reply to the last is the script's); ``()`` when the error stands. The script
+        did not run (the server refused the command), so sending it again is safe."""
+        text = str(error).lower()
+        if sent[0] == "FCALL":
+            if "function not found" in text and not self.loaded:  # new or emptied server
+                self.loaded = True
+                return (("FUNCTION", "LOAD", "REPLACE", scripts.LIBRARY), call.fcall())
+            if "function not found" in text or "unknown command" in text or "permission" in text:
+                # no Functions here (Redis 6), not allowed to use them, or loading did not
+                # take: EVALSHA from now on
+                self.functions = False
+                return (call.evalsha(),)
+        elif sent[0] == "EVALSHA" and text.startswith(("noscript", "no matching script")):
+            # loaded scripts stay cached (an EVAL'd one can be evicted, see docs/servers.md)
+            return (("SCRIPT", "LOAD", call.script.lua), call.evalsha())
+        return ()
+
 
 @dataclass(frozen=True, slots=True)
 class Wait:
     """Block until a wake token arrives on one of ``keys`` (wake lists on one node) or
-    ``timeout`` seconds pass (BLPOP). The reply is ``True`` if a token was popped, else ``False``.
+    ``timeout`` seconds pass (BLPOP). The reply is ``True`` if a token was popped, else ``False``;
+    a lease handed over directly (popped from ``grants``, one of ``keys``) is the reply itself.
     """
 
     keys: tuple[str, ...]
     timeout: float
+    grants: str = ""
+
+    def reply(self, popped: Any) -> Any:
+        """The reply for a BLPOP that returned ``popped`` ([key, value], or None: timed out)."""
+        if not popped:
+            return False
+        if self.grants and as_str(popped[0]) == self.grants:
+            return popped[1]
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +239,17 @@ def decode_acquire(reply: object, lock: str) -> Outcome:
     raise ProtocolError(lock, f"unknown acquire status {status}")
 
 
+def decode_handed(value: object, lock: str) -> Outcome:
+    """Decode a lease handed over directly: 'fence now_ms transitions' (see scripts.pass_on)."""
+    parts = as_str(value).split()
+    if len(parts) != 3:
+        raise ProtocolError(lock, f"unexpected hand-off grant: {value!r}")
+    fence, server_ms, transitions = (as_int(p, lock, "grant") for p in parts)
+    return Outcome(
+        scripts.GRANTED, fence=fence, count=1, server_ms=server_ms, transitions=transitions
+    )
+
+
 # --- primitives ----------------------------------------------------------------------------------
 
 
@@ -235,12 +304,27 @@ class Primitive:
     ``group``: several locks held together as one lease, all on one node (a multi-key lease:
     the exclusive scripts take each lock's keys in turn and act on all of them at once); empty
     for a lease on ``keys`` alone. Every request carries its owner token (see :class:`Call`).
+    ``direct``: the direct hand-off (one exclusive lock on one node or cluster slot, see
+    :meth:`with_direct`): a waiter enlists, the release grants it the lease and pushes the grant
+    onto the waiter's own list, and the waiter returns without another acquire.
     """
 
     keys: LockKeys
     options: Options
     kind: str  # "mutex" | "reentrant" | "write" | "read"
     group: tuple[LockKeys, ...] = ()
+    direct: bool = False  # a release hands the lease to the head waiter itself (one node)
+
+    def with_direct(self) -> Primitive:
+        """This primitive with the direct hand-off, where it applies (mutex or reentrant, one
+        lock); RedLock quorums and read-write locks keep the wake-up hand-off."""
+        if self.group or self.kind not in ("mutex", "reentrant"):
+            return self
+        return replace(self, direct=True)
+
+    def grants(self, token: str) -> str:
+        """The list where ``token`` receives a lease handed over directly ('' : none)."""
+        return self.keys.grants(token) if self.direct else ""
 
     @property
     def name(self) -> str:
@@ -261,13 +345,20 @@ class Primitive:
         ``''`` for a single lock."""
         return ", ".join(repr(self.group[i - 1].name) for i in positions) if self.group else ""
 
-    def wake_keys(self, blocked: Sequence[int] = ()) -> tuple[str, ...]:
+    def wake_keys(self, blocked: Sequence[int] = (), token: str = "") -> tuple[str, ...]:
         """The wake lists to wait on: those of the locks at 1-based positions ``blocked``
-        (where the refused acquire registered), or of every lock."""
+        (where the refused acquire registered), or of every lock; with the direct hand-off,
+        ``token``'s own grant list first."""
+        if self.direct and token:
+            return (self.keys.grants(token), self.keys.wake)
         locks = self.group or (self.keys,)
         return tuple(locks[i - 1].wake for i in blocked) or tuple(k.wake for k in locks)
 
-    def acquire(self, token: str, wait_ms: int, min_fence: int = 0) -> Call:
+    def acquire(
+        self, token: str, wait_ms: int, min_fence: int = 0, registered: bool = True
+    ) -> Call:
+        """``registered``: the owner may be registered as a waiter (False spares the script a
+        look at the waiters when the lock is not reserved)."""
         k, o = self.keys, self.options
         if self.kind == "read":
             return Call(
@@ -292,10 +383,21 @@ class Primitive:
                 token,
             )
         reentrant = "1" if self.kind == "reentrant" else "0"
+        keys = self.each(lambda k: (k.lease, k.fence, k.history, k.waiters, k.handoff))
+        if self.direct:
+            keys += (k.direct, k.grants(token))
         return Call(
             scripts.ACQUIRE,
-            self.each(lambda k: (k.lease, k.fence, k.history, k.waiters, k.handoff)),
-            (token, o.ttl_ms, o.identity, reentrant, wait_ms, min_fence),
+            keys,
+            (
+                token,
+                o.ttl_ms,
+                o.identity,
+                reentrant,
+                wait_ms,
+                min_fence,
+                "1" if registered else "0",
+            ),
             token,
         )
 
@@ -309,9 +411,12 @@ class Primitive:
                 token,
             )
         wake_all = "1" if self.kind == "write" else "0"
+        keys = self.each(lambda k: (k.lease, k.waiters, k.handoff, k.wake))
+        if self.direct:
+            keys += (k.fence, k.history, k.direct)
         return Call(
             scripts.RELEASE,
-            self.each(lambda k: (k.lease, k.waiters, k.handoff, k.wake)),
+            keys,
             (token, "1" if full else "0", o.handoff_ms, wake_all),
             token,
         )
@@ -323,9 +428,13 @@ class Primitive:
         return Call(scripts.EXTEND, leases, (token, ttl_ms), token, timeout)
 
     def leave(self, token: str) -> Call:
+        k = self.keys
+        keys = self.each(lambda k: (k.lease, k.waiters, k.handoff, k.wake, k.writers_waiting))
+        if self.direct:
+            keys += (k.fence, k.history, k.direct, k.grants(token))
         return Call(
             scripts.LEAVE,
-            self.each(lambda k: (k.lease, k.waiters, k.handoff, k.wake, k.writers_waiting)),
+            keys,
             (token, self.options.handoff_ms),
             token,
         )
@@ -447,7 +556,7 @@ def acquire(
         wait_ms = pacing.attempt()
         sent_at = clock()
         state.in_flight = True
-        reply = yield prim.acquire(token, wait_ms, min_fence)
+        reply = yield prim.acquire(token, wait_ms, min_fence, state.registered)
         state.in_flight = False
         outcome = decode_acquire(reply, prim.name)
         if outcome.status == scripts.GRANTED:
@@ -468,7 +577,30 @@ def acquire(
             raise AlreadyHeld(prim.name, "already held by this owner (not a reentrant lock)")
         state.registered = state.registered or pacing.registering
         wait = pacing.refused(prim.name, outcome, prim.names_at(outcome.blocked))
-        yield Wait(prim.wake_keys(outcome.blocked), wait)
+        woke = yield Wait(prim.wake_keys(outcome.blocked, token), wait, prim.grants(token))
+        if woke is True or woke is False:
+            continue
+        # handed over directly by the release: granted after this attempt was sent
+        state.granted = True
+        state.registered = False
+        handed = decode_handed(woke, prim.name)
+        deadline = local_deadline(sent_at, opts.ttl)
+        if clock() - sent_at > opts.ttl / 3:  # a long wait: renew for a full deadline
+            try:
+                deadline, _ = yield from extend(prim, token, clock=clock)
+            except NotOwned:  # expired before this waiter got to it (stopped, overloaded)
+                state.granted = False
+                continue
+        else:
+            yield from confirm_replicas(prim.name, prim.keys.lease, opts, "acquisition")
+        return Grant(
+            fence=handed.fence,
+            count=1,
+            server_ms=handed.server_ms,
+            transitions=handed.transitions,
+            sent_at=sent_at,
+            deadline=deadline,
+        )
 
 
 def abort_acquire(prim: Primitive, token: str, state: AcquireState) -> Flow:

@@ -23,13 +23,21 @@ RESERVED = 3
 
 @dataclass(frozen=True, slots=True)
 class Script:
-    """A named Lua script and its SHA1 (for EVALSHA)."""
+    """A named Lua script: ``lua`` (for EVAL, its SHA1 ``sha`` for EVALSHA) and the name of the
+    same code as a function of the redlease Functions library (``function``, for FCALL).
+
+    ``body`` is the script without the helper prelude: the library defines the helpers once,
+    at load, and wraps every body in a function (:data:`LIBRARY`), so both forms run one source.
+    """
 
     name: str
     lua: str
     sha: str = field(init=False)
+    body: str = field(init=False)
+    function: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "body", self.lua.replace(_PRELUDE, ""))
         if _PRELUDE in self.lua:
             object.__setattr__(self, "lua", self.lua.replace(_PRELUDE, _prelude_for(self.lua)))
         object.__setattr__(self, "sha", hashlib.sha1(self.lua.encode()).hexdigest())  # noqa: S324
@@ -105,11 +113,10 @@ end
     "admissible": """
 -- May the caller take a free lock? True when there is no reservation, or it is a live
 -- registered waiter, or every registered waiter has lapsed (then the third result says the
--- reservation must go). The second result tells whether anyone is registered (so the caller's
--- own registration may need removing); with no waiters key at all, no reservation can apply.
-local function admissible(waiters, handoff, token)
-  if redis.call('EXISTS', waiters) == 0 then return true, false, false end
-  if redis.call('EXISTS', handoff) == 0 then return true, true, false end
+-- reservation must go). The second result tells whether the caller may be registered (so its
+-- registration may need removing): ``registered`` says so when there is no reservation.
+local function admissible(waiters, handoff, token, registered)
+  if redis.call('EXISTS', handoff) == 0 then return true, registered, false end
   local s = redis.call('ZSCORE', waiters, token)
   if (s and tonumber(s) >= clock()) or live(waiters) == 0 then return true, true, true end
   return false, true, false
@@ -118,7 +125,7 @@ end
     "admitted": """
 -- admissible(), and the reservation lifted when the caller is admitted through it.
 local function admitted(waiters, handoff, token)
-  local ok, waiting, reserved = admissible(waiters, handoff, token)
+  local ok, waiting, reserved = admissible(waiters, handoff, token, true)
   if reserved then redis.call('DEL', handoff) end
   return ok, waiting
 end
@@ -131,23 +138,73 @@ local function soonest(a, b)  -- the earlier of two expiry hints in ms (-1: none
 end
 """,
     "grant": """
+-- The lease record is compact: owner, holder, fence, acquired_ms, ttl_ms; 'count' only once a
+-- reentrant hold is re-entered, 'mode' only for a writer, 'renewed_ms' only once extended
+-- (absent: the defaults 1, 'x' and acquired_ms). The transitions count lives in the history.
 local function grant(lease, fence_key, history, token, identity, ttl, min_fence, mode)
   local fence = redis.call('INCR', fence_key)
   if fence < min_fence then
     redis.call('SET', fence_key, min_fence)
     fence = min_fence
   end
-  local h = redis.call('HMGET', history, 'transitions', 'holder')
-  local transitions = tonumber(h[1] or '0')
-  if h[2] ~= identity then
-    transitions = redis.call('HINCRBY', history, 'transitions', 1)
-    redis.call('HSET', history, 'holder', identity, 'changed_ms', clock())
+  local h = redis.call('HMGET', history, 'holder', 'transitions')
+  local transitions = tonumber(h[2] or '0')
+  if h[1] ~= identity then
+    transitions = transitions + 1
+    redis.call('HSET', history, 'holder', identity, 'transitions', transitions,
+      'changed_ms', clock())
   end
-  redis.call('HSET', lease, 'owner', token, 'holder', identity, 'fence', fence, 'count', 1,
-    'acquired_ms', clock(), 'renewed_ms', clock(), 'ttl_ms', ttl, 'transitions', transitions,
-    'mode', mode)
+  if mode == 'x' then
+    redis.call('HSET', lease, 'owner', token, 'holder', identity, 'fence', fence,
+      'acquired_ms', clock(), 'ttl_ms', ttl)
+  else
+    redis.call('HSET', lease, 'owner', token, 'holder', identity, 'fence', fence,
+      'acquired_ms', clock(), 'ttl_ms', ttl, 'mode', mode)
+  end
   redis.call('PEXPIRE', lease, ttl)
   return {1, fence, 1, clock(), transitions}
+end
+""",
+    "enlist": """
+-- Register ``token`` for a direct hand-off: a release grants the lease to the head waiter itself
+-- if it is enlisted here (``direct`` hash: token -> 'ttl_ms identity').
+local function enlist(direct, token, wait, ttl, identity)
+  if wait > 0 then
+    redis.call('HSET', direct, token, ttl .. ' ' .. identity)
+    keep_alive(direct, wait)
+  end
+end
+""",
+    "pass_on": """
+-- After a release of an exclusive lease: if the head waiter (the registration that lapses
+-- first) is enlisted for a direct hand-off, grant it the lease here and push the grant
+-- 'fence now_ms transitions' onto its own list (wake .. ':' .. token, same slot), which it
+-- BLPOPs: it returns without another round trip. Otherwise wake waiters (notify). A grant to
+-- a waiter that died meanwhile expires with its TTL; one that gave up is released by LEAVE.
+local function pass_on(lease, fence_key, history, waiters, handoff, wake, direct, handoff_ms,
+    wake_all)
+  if redis.call('EXISTS', waiters) == 0 then return 0 end
+  if direct and not wake_all then
+    -- enlistments of registrations that lapsed (waiters that died) go with them
+    local lapsed = redis.call('ZRANGEBYSCORE', waiters, '-inf', clock() - 1)
+    if #lapsed > 0 then redis.call('HDEL', direct, unpack(lapsed)) end
+    if live(waiters) == 0 then return 0 end
+    local head = redis.call('ZRANGE', waiters, 0, 0)[1]
+    local info = redis.call('HGET', direct, head)
+    if info then
+      local sep = string.find(info, ' ', 1, true)
+      local ttl = tonumber(string.sub(info, 1, sep - 1))
+      redis.call('ZREM', waiters, head)
+      redis.call('HDEL', direct, head)
+      local g = grant(lease, fence_key, history, head, string.sub(info, sep + 1), ttl, 0, 'x')
+      local box = wake .. ':' .. head
+      redis.call('RPUSH', box, g[2] .. ' ' .. g[4] .. ' ' .. g[5])
+      redis.call('PEXPIRE', box, ttl)
+      redis.call('DEL', handoff)
+      return 1
+    end
+  end
+  return notify(waiters, handoff, wake, handoff_ms, wake_all)
 end
 """,
 }
@@ -165,18 +222,26 @@ ACQUIRE = Script(
 --   KEYS[5] handoff flag
 -- ARGV[1] owner token  ARGV[2] ttl ms  ARGV[3] holder identity  ARGV[4] reentrant '1'|'0'
 -- ARGV[5] waiter registration ms (0: do not register)  ARGV[6] minimum fence (0: none)
+-- ARGV[7] '0': the owner is registered as a waiter nowhere (absent: it may be)
+-- With one lock, two more keys may follow: KEYS[6] direct hand-off hash, KEYS[7] the caller's
+-- own grant list (wake list .. ':' .. owner token). A refused caller then
+-- enlists for a direct hand-off (see pass_on); a caller that finds the lease already granted to
+-- it that way (it stopped waiting before the grant arrived) takes it with a fresh TTL.
 -- Returns {1, fence, count, now_ms, transitions} granted (transitions -1 on re-entry)
 --         {0, pttl_ms, holder, i...} held   {3, pttl_ms, '', i...} reserved for waiters
 --           (i...: positions of the locks that refused; the caller is registered there only;
 --            pttl_ms: the soonest of their expiries)
 --         {2, fence, count} already held by this owner (any of the locks)
+--         (a lease handed over directly is popped as 'fence now_ms transitions' from KEYS[7])
 """
     + _PRELUDE
     + """
 local token = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local wait = tonumber(ARGV[5])
-local n = #KEYS / 5
+local registered = ARGV[7] ~= '0'
+local n = math.floor(#KEYS / 5)
+local direct = KEYS[5 * n + 1]
 local status, hint, holder, mine = 1, -1, '', nil
 local refused, admit = {}, {}
 for i = 1, n do
@@ -188,7 +253,8 @@ for i = 1, n do
     hint = soonest(hint, redis.call('PTTL', KEYS[5 * i - 4]))
     refused[#refused + 1] = i
   else
-    local ok, waiting, reserved = admissible(KEYS[5 * i - 1], KEYS[5 * i], token)
+    local ok, waiting, reserved = admissible(KEYS[5 * i - 1], KEYS[5 * i], token,
+      registered)
     if ok then
       admit[i] = {waiting, reserved}
     else
@@ -199,16 +265,26 @@ for i = 1, n do
   end
 end
 if mine then
-  if ARGV[4] == '1' and n == 1 then
-    local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
+  if direct and registered and redis.call('HEXISTS', direct, token) == 0 then
+    -- handed over to this waiter directly after it stopped waiting: take it, TTL from now
+    redis.call('ZREM', KEYS[4], token)
+    redis.call('DEL', KEYS[7])
     redis.call('HSET', KEYS[1], 'renewed_ms', clock(), 'ttl_ms', ttl)
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    local t = tonumber(redis.call('HGET', KEYS[3], 'transitions') or '0')
+    return {1, tonumber(mine[3]), tonumber(mine[4] or '1'), clock(), t}
+  end
+  if ARGV[4] == '1' and n == 1 then
+    local count = tonumber(mine[4] or '1') + 1
+    redis.call('HSET', KEYS[1], 'count', count, 'renewed_ms', clock(), 'ttl_ms', ttl)
     redis.call('PEXPIRE', KEYS[1], ttl)
     return {1, tonumber(mine[3]), count, clock(), -1}
   end
-  return {2, tonumber(mine[3]), tonumber(mine[4])}
+  return {2, tonumber(mine[3]), tonumber(mine[4] or '1')}
 end
 if #refused > 0 then
   for _, i in ipairs(refused) do enqueue(KEYS[5 * i - 1], token, wait) end
+  if direct then enlist(direct, token, wait, ttl, ARGV[3]) end
   for i, a in pairs(admit) do  -- no stale registration where the lock was free
     if a[1] then redis.call('ZREM', KEYS[5 * i - 1], token) end
   end
@@ -223,7 +299,10 @@ end
 local granted, transitions = nil, 0
 for i = 1, n do
   if admit[i][2] then redis.call('DEL', KEYS[5 * i]) end
-  if admit[i][1] then redis.call('ZREM', KEYS[5 * i - 1], token) end
+  if admit[i][1] then
+    redis.call('ZREM', KEYS[5 * i - 1], token)
+    if direct then redis.call('HDEL', direct, token) end
+  end
   granted = grant(KEYS[5 * i - 4], KEYS[5 * i - 3], KEYS[5 * i - 2], token, ARGV[3], ttl,
     floor, 'x')
   transitions = math.max(transitions, granted[5])
@@ -240,6 +319,9 @@ RELEASE = Script(
 -- of a multi-key lease).
 -- KEYS, four per lock (KEYS[1..4] the first lock, KEYS[5..8] the second, ...):
 --   KEYS[1] lease hash  KEYS[2] waiters zset  KEYS[3] handoff flag  KEYS[4] wake list
+-- With one lock, three more keys may follow for a direct hand-off (see pass_on): KEYS[5] fence
+-- counter  KEYS[6] history hash  KEYS[7] direct hand-off hash. The head waiter's own grant list
+-- (KEYS[4] .. ':' .. its token, same slot) is the one key not passed: only the script knows it.
 -- ARGV[1] owner token  ARGV[2] '1' release every reentrant count, '0' one
 -- ARGV[3] handoff ms   ARGV[4] '1' wake every waiter, '0' one
 -- Returns {1, remaining count} released (0 = lease gone)
@@ -247,8 +329,9 @@ RELEASE = Script(
 """
     + _PRELUDE
     + """
+local n = math.floor(#KEYS / 4)
 local owned, count = 0, 0
-for i = 1, #KEYS, 4 do
+for i = 1, 4 * n, 4 do
   local cur = redis.call('HMGET', KEYS[i], 'owner', 'count')
   if cur[1] == ARGV[1] then
     owned = owned + 1
@@ -256,11 +339,12 @@ for i = 1, #KEYS, 4 do
       count = redis.call('HINCRBY', KEYS[i], 'count', -1)
     else
       redis.call('DEL', KEYS[i])
-      notify(KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], tonumber(ARGV[3]), ARGV[4] == '1')
+      pass_on(KEYS[i], KEYS[5], KEYS[6], KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], KEYS[7],
+        tonumber(ARGV[3]), ARGV[4] == '1')
     end
   end
 end
-if owned * 4 < #KEYS then return {0, 0} end
+if owned < n then return {0, 0} end
 return {1, count}
 """,
 )
@@ -298,13 +382,28 @@ LEAVE = Script(
 -- KEYS, five per lock (KEYS[1..5] the first lock, KEYS[6..10] the second, ...):
 --   KEYS[1] lease hash  KEYS[2] waiters zset  KEYS[3] handoff flag  KEYS[4] wake list
 --   KEYS[5] writers-waiting zset
+-- With one lock, four more keys may follow for a direct hand-off: KEYS[6] fence counter
+-- KEYS[7] history hash  KEYS[8] direct hand-off hash  KEYS[9] the caller's own grant list. A
+-- lease handed over to the caller while it gave up is released and passed on.
 -- ARGV[1] owner token  ARGV[2] handoff ms
 -- Returns {live waiters, summed over the locks}
 """
     + _PRELUDE
     + """
+local m = 5 * math.floor(#KEYS / 5)
+if KEYS[m + 3] then
+  redis.call('HDEL', KEYS[8], ARGV[1])
+  redis.call('DEL', KEYS[9])
+  if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    pass_on(KEYS[1], KEYS[6], KEYS[7], KEYS[2], KEYS[3], KEYS[4], KEYS[8], tonumber(ARGV[2]),
+      false)
+    return {live(KEYS[2])}
+  end
+end
 local total = 0
-for i = 1, #KEYS, 5 do
+for i = 1, m, 5 do
   local lease, waiters, handoff, wake, writers = KEYS[i], KEYS[i + 1], KEYS[i + 2], KEYS[i + 3],
     KEYS[i + 4]
   redis.call('ZREM', waiters, ARGV[1])
@@ -386,7 +485,7 @@ local token = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local wait = tonumber(ARGV[4])
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'holder', 'fence', 'count')
-if cur[1] == token then return {2, tonumber(cur[3]), tonumber(cur[4])} end
+if cur[1] == token then return {2, tonumber(cur[3]), tonumber(cur[4] or '1')} end
 if cur[1] then
   enqueue(KEYS[4], token, wait)
   enqueue(KEYS[3], token, wait)
@@ -539,7 +638,7 @@ RETIRE = Script(
 -- and history included, which otherwise never expire. Refused while the lease is held, a
 -- reader or a waiter is live, or a candidate is alive (a running sidecar would take it again).
 -- KEYS[1] lease hash  KEYS[2] readers zset  KEYS[3] waiters zset  KEYS[4] candidates zset
--- KEYS[5..] the lock's other keys (fence, history, handoff, wake, writers-waiting)
+-- KEYS[5..] the lock's other keys (fence, history, handoff, wake, writers-waiting, direct)
 -- Returns {1, keys deleted} retired   {0, reason} refused: 'held' | 'readers' | 'waiters' |
 --   'candidates'
 local t = redis.call('TIME')
@@ -567,3 +666,25 @@ ALL_SCRIPTS = (
     RAISE_FENCE,
     RETIRE,
 )
+
+
+def _library(all_scripts: tuple[Script, ...]) -> tuple[str, str]:
+    """The redlease Functions library (Redis 7+, Valkey): every helper defined once, at load, and
+    every script's body as a function. Its name and its function names carry a version (a hash
+    of the code), so clients of different versions can share a server; ``FUNCTION LOAD
+    REPLACE`` of the same version is idempotent. Sets each script's ``function``."""
+    version = hashlib.sha1("".join(s.sha for s in all_scripts).encode()).hexdigest()[:12]  # noqa: S324
+    parts = [f"#!lua name=redlease_{version}\n", *_SNIPPETS.values()]
+    for s in all_scripts:
+        name = f"redlease_{version}_{s.name}"
+        object.__setattr__(s, "function", name)
+        # now_cache is the helpers' per-call TIME cache: a library keeps it between calls
+        parts.append(
+            f"redis.register_function('{name}', function(KEYS, ARGV)\nnow_cache = nil\n"
+            f"{s.body}\nend)\n"
+        )
+    return f"redlease_{version}", "".join(parts)
+
+
+# FUNCTION LOAD REPLACE this where FCALL says the function is missing (see protocol.Scripting)
+LIBRARY_NAME, LIBRARY = _library(ALL_SCRIPTS)

@@ -62,6 +62,9 @@ def decode_state(keys: LockKeys, reply: object) -> LockState:
         return as_int(d[key], name, key) if key in d else None
 
     held = bool(lease.get("owner"))
+    acquired = opt(lease, "acquired_ms") if held else None
+    # a compact record leaves out renewed_ms until extended, count until re-entered, and the
+    # mode of an exclusive lease (see scripts.grant)
     return LockState(
         name=name,
         now_ms=as_int(items[0], name, "time"),
@@ -69,11 +72,11 @@ def decode_state(keys: LockKeys, reply: object) -> LockState:
         fencing_token=opt(lease, "fence") if held else None,
         last_fence=as_int(items[3], name, "fence"),
         expires_in_ms=pttl if held and pttl >= 0 else None,
-        acquired_ms=opt(lease, "acquired_ms") if held else None,
-        renewed_ms=opt(lease, "renewed_ms") if held else None,
+        acquired_ms=acquired,
+        renewed_ms=(opt(lease, "renewed_ms") or acquired) if held else None,
         ttl_ms=opt(lease, "ttl_ms") if held else None,
-        mode=lease.get("mode") if held else None,
-        count=opt(lease, "count") or 0 if held else 0,
+        mode=lease.get("mode", "x") if held else None,
+        count=(opt(lease, "count") or 1) if held else 0,
         transitions=opt(history, "transitions") or 0,
         last_transition_ms=opt(history, "changed_ms"),
         readers=as_int(items[5], name, "readers"),

@@ -1,0 +1,247 @@
+"""The direct hand-off (a release grants the lease to the head waiter and pushes the grant to
+it) and how scripts run (Functions where the server has them, EVALSHA otherwise).
+
+A waiter that died or gave up must never strand a grant: the lease it was handed expires or is
+passed on. The worst moments are forced through the protocol flows, step by step, and with a
+real process killed while it waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+import redlease
+from redlease import aio
+from redlease.core import _sync, protocol, scripts
+from redlease.core.client import scripting
+from redlease.core.keys import LockKeys
+from redlease.devtools.localredis import RedisServer
+
+from .test_processes import spawn
+from .util import async_wait_until, wait_until
+
+
+def _enlisted(client: Any, name: str, n: int = 1) -> bool:
+    return int(client.hlen(LockKeys.for_name(name).direct)) >= n
+
+
+class Counting:
+    """A blocking executor that counts the scripts it runs, by name."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: list[str] = []
+        self.name, self.lock, self.socket_timeout = inner.name, inner.lock, inner.socket_timeout
+
+    def execute(self, req: Any) -> Any:
+        if isinstance(req, protocol.Call):
+            self.calls.append(req.script.name)
+        return self.inner.execute(req)
+
+
+def test_release_hands_the_lease_to_the_waiter_in_one_round_trip(
+    any_client: Any, lock_name: str
+) -> None:
+    a = redlease.Lock(any_client, lock_name, ttl=5, identity="a")
+    b = redlease.Lock(any_client, lock_name, ttl=5, identity="b")
+    counting = Counting(b._node)
+    b._node = counting
+    first = a.acquire()
+    got: list[redlease.Lease] = []
+    waiter = threading.Thread(target=lambda: got.append(b.acquire(timeout=10)))
+    waiter.start()
+    wait_until(lambda: _enlisted(any_client, lock_name))
+    a.release()
+    waiter.join(10)
+    lease = got[0]
+    assert lease.fencing_token == first.fencing_token + 1 and lease.valid
+    assert 4.5 < lease.remaining() <= 5.0
+    assert counting.calls == ["acquire"]  # the grant came with the wake-up: no second acquire
+    state = b.state()
+    assert state.holder == "b" and state.fencing_token == lease.fencing_token
+    assert state.waiters == 0 and state.transitions == 2
+    assert any_client.hlen(LockKeys.for_name(lock_name).direct) == 0
+    b.release()
+    assert b.state().holder is None
+
+
+def _blocked(client: Any, name: str, who: str) -> tuple[Any, Any, Any, Any, str]:
+    """A held lock and ``who``'s acquire flow, run up to its wait for a wake-up (refused and
+    enlisted), not further: (holder, who's lock, flow, flow state, who's owner token)."""
+    holder = redlease.Lock(client, name, ttl=5, identity="holder")
+    lock = redlease.Lock(client, name, ttl=5, identity=who)
+    holder.acquire()
+    token, state = who[0] * 32, protocol.AcquireState()
+    node = lock._node
+    flow = protocol.acquire(
+        lock.prim, token, blocking=True, timeout=10, state=state, socket_timeout=node.socket_timeout
+    )
+    req, _ = protocol.resume(flow)
+    req, _ = protocol.resume(flow, node.execute(req))
+    assert isinstance(req, protocol.Wait) and req.grants
+    return holder, lock, flow, state, token
+
+
+def test_waiter_that_gives_up_as_the_grant_arrives_passes_it_on(
+    any_client: Any, lock_name: str
+) -> None:
+    holder, quitter, flow, state, token = _blocked(any_client, lock_name, "quitter")
+    got: list[redlease.Lease] = []
+    nxt = redlease.Lock(any_client, lock_name, ttl=5, identity="next")
+    waiter = threading.Thread(target=lambda: got.append(nxt.acquire(timeout=10)))
+    waiter.start()
+    wait_until(lambda: _enlisted(any_client, lock_name, 2))
+    holder.release()  # granted to the quitter, the head waiter, which has stopped waiting
+    assert quitter.state().holder == "quitter"
+    flow.close()
+    _sync.drive(quitter._node, protocol.abort_acquire(quitter.prim, token, state))
+    waiter.join(10)
+    assert got and got[0].valid  # passed on to the next waiter, directly
+    assert nxt.state().holder == "next"
+    assert not any_client.exists(LockKeys.for_name(lock_name).grants(token))
+    nxt.release()
+
+
+def test_grant_that_arrived_after_the_wait_ended_is_taken_by_the_next_attempt(
+    any_client: Any, lock_name: str
+) -> None:
+    holder, late, flow, _, token = _blocked(any_client, lock_name, "late")
+    holder.release()  # the grant is pushed while the waiter is not listening
+    req, _ = protocol.resume(flow, False)  # its wait timed out: it tries again
+    req, grant = protocol.resume(flow, late._node.execute(req))
+    assert req is None and grant.fence == 2 and not grant.reentered
+    assert late.state().holder == "late" and late.state().expires_in_ms > 4500
+    assert not any_client.exists(LockKeys.for_name(lock_name).grants(token))
+
+
+def test_release_drops_enlistments_of_lapsed_registrations(any_client: Any, lock_name: str) -> None:
+    """A waiter that vanished without a word (its registration lapsed) is not granted the
+    lease, and its enlistment goes with its registration."""
+    holder = redlease.Lock(any_client, lock_name, ttl=5, identity="holder")
+    holder.acquire()
+    gone = redlease.Lock(any_client, lock_name, ttl=5, identity="gone")
+    prim = replace(gone.prim, options=replace(gone.prim.options, registration_grace=0.05))
+    flow = protocol.acquire(
+        prim, "g" * 32, blocking=True, timeout=0.05, state=protocol.AcquireState()
+    )
+    req, _ = protocol.resume(flow)
+    protocol.resume(flow, gone._node.execute(req))  # refused and enlisted, then never again
+    assert _enlisted(any_client, lock_name)
+    wait_until(lambda: holder.state().waiters == 0)  # its registration lapsed (100 ms)
+    holder.release()
+    assert holder.state().holder is None
+    assert any_client.hlen(LockKeys.for_name(lock_name).direct) == 0
+
+
+def test_a_long_wait_renews_the_handed_lease(any_client: Any, lock_name: str) -> None:
+    """The local deadline of a handed lease counts from the attempt before the wait; after a
+    wait longer than a third of the TTL the waiter renews it instead of returning it short."""
+    a = redlease.Lock(any_client, lock_name, ttl=5, identity="a")
+    b = redlease.Lock(any_client, lock_name, ttl=0.6, identity="b")
+    a.acquire()
+    got: list[redlease.Lease] = []
+    waiter = threading.Thread(target=lambda: got.append(b.acquire(timeout=10)))
+    waiter.start()
+    wait_until(lambda: _enlisted(any_client, lock_name))
+    time.sleep(0.3)  # the wait being measured, not synchronisation
+    a.release()
+    waiter.join(10)
+    assert got[0].remaining() > 0.45
+    b.release()
+
+
+def test_waiter_sigkilled_while_enlisted_never_strands_the_lock(
+    redis_server: RedisServer,
+) -> None:
+    client = redis_server.client()
+    holder = redlease.Lock(client, "k", ttl=5, identity="holder")
+    first = holder.acquire()
+    proc = spawn("hold", str(redis_server.port), "k", "1.0")
+    try:
+        wait_until(lambda: _enlisted(client, "k"))
+        proc.kill()
+        proc.wait()
+        holder.release()  # handed to the dead waiter: its lease must expire
+        assert holder.state().holder == "worker-k"
+        t0 = time.monotonic()
+        lease = redlease.Lock(client, "k", ttl=5, identity="c").acquire(timeout=10)
+        assert time.monotonic() - t0 < 3.0  # woken at the dead waiter's expiry (TTL 1 s)
+        assert lease.fencing_token == first.fencing_token + 2
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_cancelled_waiter_never_strands_the_grant(redis_server: RedisServer) -> None:
+    """Cancel the waiter right when its grant is pushed: it either returns the lease or, if
+    the cancellation wins, its clean-up passes the lease on."""
+    sync = redis_server.client()
+    for _ in range(5):
+        ac = aioredis.Redis(port=redis_server.port)
+        bc = aioredis.Redis(port=redis_server.port)
+        a = aio.Lock(ac, "c", ttl=5, identity="a")
+        b = aio.Lock(bc, "c", ttl=5, identity="b")
+        await a.acquire()
+        task = asyncio.create_task(b.acquire(timeout=10))
+        await async_wait_until(lambda: asyncio.to_thread(_enlisted, sync, "c"))
+        await a.release()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            third = aio.Lock(ac, "c", ttl=5, identity="third")
+            await third.acquire(blocking=False)  # not stranded with the cancelled waiter
+            await third.release()
+        else:
+            await b.release()
+        assert (await a.state()).holder is None
+        await ac.aclose()
+        await bc.aclose()
+    sync.close()
+
+
+def test_functions_are_loaded_once_and_again_after_a_flush(redis_server: RedisServer) -> None:
+    client = redis_server.client()
+    lock = redlease.Lock(client, "f", ttl=5)
+    with lock:
+        pass
+    run = scripting(client.connection_pool)
+    if not run.functions:
+        pytest.skip("this server has no Functions (Redis 6): EVALSHA is used")
+    libs = client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", scripts.LIBRARY_NAME)
+    assert len(libs) == 1
+    client.execute_command("FUNCTION", "FLUSH")  # a server that lost its functions
+    with lock as lease:
+        assert lease.fencing_token == 2
+    assert run.functions
+    client.config_resetstat()
+    with lock:
+        pass
+    stats = client.info("commandstats")
+    assert stats["cmdstat_fcall"]["calls"] == 2 and "cmdstat_evalsha" not in stats
+
+
+def test_scripting_falls_back_to_evalsha_without_functions() -> None:
+    """Redis 6 says FCALL is an unknown command: EVALSHA from then on, SCRIPT LOAD after
+    NOSCRIPT."""
+    run = protocol.Scripting()
+    call = protocol.Call(scripts.STATUS, ("k",), ())
+    assert run.command(call)[0] == "FCALL"
+    unknown = redis.ResponseError("unknown command `FCALL`, with args beginning with: ...")
+    assert run.recover(call, call.fcall(), unknown) == (call.evalsha(),)
+    assert run.command(call)[0] == "EVALSHA"
+    # another request sent FCALL before the first answer came: it falls back the same way
+    assert run.recover(call, call.fcall(), unknown) == (call.evalsha(),)
+    noscript = redis.exceptions.NoScriptError("No matching script. Please use EVAL.")
+    load = ("SCRIPT", "LOAD", scripts.STATUS.lua)
+    assert run.recover(call, call.evalsha(), noscript) == (load, call.evalsha())
+    wrongtype = redis.ResponseError("WRONGTYPE Operation")
+    assert run.recover(call, call.evalsha(), wrongtype) == ()
