@@ -1,17 +1,23 @@
 """RedLock on 3 local nodes: redlease vs pottery's Redlock vs aioredlock, in one run.
 
-    .venv/bin/python bench/quorum_compare.py [--seconds 2]
+    .venv/bin/python -m bench.quorum_compare [--seconds 2]
 
 Prints uncontended acquire+release pairs/s on 3 independent redis-servers (sync and asyncio),
-and redlease's acquire latency (p50/p99) on 3 nodes against 1 node. Needs the `bench` extra.
+redlease's acquire latency (p50/p99) on 3 nodes against 1 node, and the quorum fairness run
+(:func:`fairness`: critical sections per greedy process, leftover waiter registrations). Needs
+the `bench` extra. :func:`scenario` is the ``quorum`` scenario of ``python -m bench`` and
+:func:`checks` its rows of the targets table.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
+import multiprocessing as mp
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -19,6 +25,7 @@ import redis.asyncio as aioredis
 
 import redlease
 import redlease.aio
+from redlease.core.keys import LockKeys
 from redlease.devtools.localredis import RedisServer
 from redlease.quorum import NodeSet
 
@@ -57,10 +64,125 @@ def latency(ns: NodeSet, name: str, rounds: int = 500) -> tuple[float, float]:
     return statistics.median(samples) * 1e3, samples[int(len(samples) * 0.99)] * 1e3
 
 
+# --- fairness: greedy processes on one quorum lock ----------------------------------------------
+
+HOLD = 0.001  # busy-wait inside each critical section, as in bench/handoff.py
+
+
+def _greedy(ports: list[int], name: str, start: float, seconds: float, out: Any) -> None:
+    """One greedy process: acquire, hold ``HOLD``, release, at once again, until the window
+    closes; sends its count of critical sections."""
+    ns = NodeSet([redis.Redis(host="127.0.0.1", port=p) for p in ports])
+    warm = redlease.Lock(ns, f"{name}-warm-{time.monotonic_ns()}", ttl=10)
+    warm.acquire()
+    warm.release()
+    lock = redlease.Lock(ns, name, ttl=10)
+    while time.monotonic() < start:
+        time.sleep(0.001)
+    end = start + seconds
+    sections = 0
+    while time.monotonic() < end:
+        lock.acquire()
+        until = time.monotonic() + HOLD
+        while time.monotonic() < until:
+            pass
+        lock.release()
+        sections += 1
+    ns.close()
+    out.send(sections)
+
+
+def waiter_registrations(ports: list[int], name: str) -> list[int]:
+    """Members of the lock's waiter zset on every node (lapsed ones included)."""
+    key = LockKeys.for_name(name).waiters
+    counts = []
+    for p in ports:
+        c = redis.Redis(host="127.0.0.1", port=p)
+        counts.append(int(c.zcard(key)))
+        c.close()
+    return counts
+
+
+def fairness(
+    ports: list[int], processes: int = 4, seconds: float = 2.0, name: str = "fair"
+) -> dict[str, Any]:
+    """``processes`` greedy processes on one lock over the nodes ``ports`` for ``seconds``.
+
+    Returns the critical sections per process, max/min of them (the fairness ratio: 1.0 is
+    perfectly fair), and the waiter registrations left on each node right after every process
+    has exited (a granted or abandoned acquire must leave none).
+    """
+    ctx = mp.get_context("spawn")
+    start = time.monotonic() + 3.0  # spawning and importing takes a while on 2 busy cores
+    pipes, procs = [], []
+    for _ in range(processes):
+        rx, tx = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_greedy, args=(ports, name, start, seconds, tx))
+        proc.start()
+        pipes.append(rx)
+        procs.append(proc)
+    counts = [rx.recv() for rx in pipes]
+    for proc in procs:
+        proc.join()
+    leftover = waiter_registrations(ports, name)
+    ratio = max(counts) / min(counts) if min(counts) else math.inf
+    return {"processes": processes, "seconds": seconds, "sections": counts, "ratio": ratio,
+            "leftover_waiters": leftover}  # fmt: skip
+
+
+def scenario(seconds: float, log: Callable[[str], None]) -> dict[str, Any]:
+    """The ``quorum`` scenario of ``python -m bench``: fairness on 3 nodes (results.json)."""
+    servers = [RedisServer().start() for _ in range(3)]
+    try:
+        log("quorum fairness: 4 greedy processes, 3 nodes ...")
+        return {"fairness": fairness([s.port for s in servers], seconds=max(seconds, 1.0))}
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def checks(results: dict[str, Any]) -> list[Any]:
+    """The quorum rows of the targets table (:mod:`bench.targets`)."""
+    from bench.targets import Check, _rate, _ratio_check
+
+    pairs = (  # (target, ours, theirs, ratio needed): same run, pairs/s
+        ("3-node quorum asyncio >= 1.0x aioredlock", "redlease aio.Lock", "aioredlock", 1.0),
+        ("3-node quorum sync >= 4x pottery Redlock", "redlease Lock", "pottery Redlock", 4.0),
+    )
+    out = [
+        _ratio_check(
+            label, _rate(results, f"{ours} (3 nodes)"), _rate(results, f"{theirs} (3 nodes)"), need
+        )
+        for label, ours, theirs, need in pairs
+    ]
+    fair = results.get("quorum", {}).get("fairness")
+    target = "quorum fairness max/min <= 1.5 (4 greedy, 3 nodes)"
+    if not fair:
+        out.append(Check(target, "not measured", None))
+        return out
+    ratio, left = fair["ratio"], sum(fair["leftover_waiters"])
+    sections = "/".join(str(n) for n in fair["sections"])
+    out.append(
+        Check(
+            target,
+            f"{ratio:.2f} (sections {sections})",
+            ratio <= 1.5,
+        )
+    )
+    out.append(Check("quorum: no waiter registration left", f"{left} left", left == 0))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--fairness-only", action="store_true", help="only the fairness run")
     args = parser.parse_args()
+    if args.fairness_only:
+        result = scenario(args.seconds, print)["fairness"]
+        print(f"sections per process {result['sections']}  max/min {result['ratio']:.2f}")
+        print(f"waiter registrations left per node {result['leftover_waiters']}")
+        return
     secs = args.seconds
     servers = [RedisServer().start() for _ in range(3)]
     try:
