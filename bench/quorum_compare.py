@@ -6,7 +6,7 @@ Prints uncontended acquire+release pairs/s on 3 independent redis-servers (sync 
 redlease's acquire latency (p50/p99) on 3 nodes against 1 node, and the quorum fairness run
 (:func:`fairness`: critical sections per greedy process, leftover waiter registrations). Needs
 the `bench` extra. :func:`scenario` is the ``quorum`` scenario of ``python -m bench`` and
-:func:`checks` its rows of the targets table.
+:func:`fairness_checks` its rows of the targets table.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def scenario(seconds: float, log: Callable[[str], None]) -> dict[str, Any]:
             s.stop()
 
 
-def checks(results: dict[str, Any]) -> list[Any]:
+def fairness_checks(results: dict[str, Any]) -> list[Any]:
     """The quorum rows of the targets table (:mod:`bench.targets`)."""
     from bench.targets import Check, _rate, _ratio_check
 
