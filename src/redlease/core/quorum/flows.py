@@ -356,6 +356,9 @@ def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
     results = yield FanOut(dict.fromkeys(members, call), cfg.node_timeout)
     outcomes = {i: _decode(cfg, r) for i, r in results.items()}
     d = decide_acquire(outcomes, cfg.quorum, members)
+    cfg.registered = tuple(
+        i for i, o in outcomes.items() if isinstance(o, Outcome) and o.status != scripts.GRANTED
+    )
     if d.already:
         return [scripts.ALREADY, d.fence, 1]
     retry_ms = round(jitter(cfg.rng) * 1000)
@@ -382,9 +385,6 @@ def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
         yield from _undo(cfg, token, d.undo)
     if d.unavailable:
         raise unavailable(cfg, "cannot acquire", [*d.failed_nodes, *outside], results)
-    cfg.registered = tuple(
-        i for i, o in outcomes.items() if isinstance(o, Outcome) and o.status != scripts.GRANTED
-    )
     hint = d.wait_hint_ms
     if hint < 0:
         hint = retry_ms if d.undo else busy_hint(outcomes.values(), retry_ms)
