@@ -1,8 +1,9 @@
 """RedLock on 3 local nodes: redlease vs pottery's Redlock vs aioredlock, in one run.
 
-    .venv/bin/python -m bench.quorum_compare [--seconds 2]
+    .venv/bin/python -m bench.quorum_compare [--seconds 1] [--rounds 5] [--fairness-only]
 
-Prints uncontended acquire+release pairs/s on 3 independent redis-servers (sync and asyncio),
+Prints uncontended acquire+release pairs/s on 3 independent redis-servers (sync and asyncio;
+the contenders of :mod:`bench.uncontended`, interleaved rounds, medians),
 redlease's acquire latency (p50/p99) on 3 nodes against 1 node, and the quorum fairness run
 (:func:`fairness`: critical sections per greedy process, leftover waiter registrations). Needs
 the `bench` extra. :func:`scenario` is the ``quorum`` scenario of ``python -m bench`` and
@@ -12,7 +13,6 @@ the `bench` extra. :func:`scenario` is the ``quorum`` scenario of ``python -m be
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 import multiprocessing as mp
 import statistics
@@ -21,35 +21,21 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-import redis.asyncio as aioredis
 
 import redlease
-import redlease.aio
 from redlease.core.keys import LockKeys
 from redlease.devtools.localredis import RedisServer
 from redlease.quorum import NodeSet
 
 
-def rate_sync(acquire: Any, release: Any, seconds: float) -> float:
-    n = 0
-    start = time.perf_counter()
-    end = start + seconds
-    while time.perf_counter() < end:
-        acquire()
-        release()
-        n += 1
-    return n / (time.perf_counter() - start)
+def throughput(ports: list[int], seconds: float, rounds: int) -> dict[str, float]:
+    """Uncontended pairs/s of the quorum contenders of :mod:`bench.uncontended` on ``ports``:
+    interleaved rounds in rotating order (each sees the same machine), the median of each."""
+    from bench.uncontended import quorum_contenders, run_contenders
 
-
-async def rate_async(acquire: Any, release: Any, seconds: float) -> float:
-    n = 0
-    start = time.perf_counter()
-    end = start + seconds
-    while time.perf_counter() < end:
-        token = await acquire()
-        await release(token)
-        n += 1
-    return n / (time.perf_counter() - start)
+    contenders = quorum_contenders(ports)
+    run_contenders(contenders, seconds=seconds, reps=rounds, warmup=0.2, log=print)
+    return {c.name: statistics.median(c.samples) for c in contenders if c.samples}
 
 
 def latency(ns: NodeSet, name: str, rounds: int = 500) -> tuple[float, float]:
@@ -62,6 +48,13 @@ def latency(ns: NodeSet, name: str, rounds: int = 500) -> tuple[float, float]:
         lock.release()
     samples.sort()
     return statistics.median(samples) * 1e3, samples[int(len(samples) * 0.99)] * 1e3
+
+
+# (target, ours, theirs, ratio needed): pairs/s of bench.uncontended's quorum contenders
+PAIRS = (
+    ("3-node quorum asyncio >= 1.0x aioredlock", "redlease aio.Lock", "aioredlock", 1.0),
+    ("3-node quorum sync >= 4x pottery Redlock", "redlease Lock", "pottery Redlock", 4.0),
+)
 
 
 # --- fairness: greedy processes on one quorum lock ----------------------------------------------
@@ -145,15 +138,11 @@ def fairness_checks(results: dict[str, Any]) -> list[Any]:
     """The quorum rows of the targets table (:mod:`bench.targets`)."""
     from bench.targets import Check, _rate, _ratio_check
 
-    pairs = (  # (target, ours, theirs, ratio needed): same run, pairs/s
-        ("3-node quorum asyncio >= 1.0x aioredlock", "redlease aio.Lock", "aioredlock", 1.0),
-        ("3-node quorum sync >= 4x pottery Redlock", "redlease Lock", "pottery Redlock", 4.0),
-    )
     out = [
         _ratio_check(
             label, _rate(results, f"{ours} (3 nodes)"), _rate(results, f"{theirs} (3 nodes)"), need
         )
-        for label, ours, theirs, need in pairs
+        for label, ours, theirs, need in PAIRS
     ]
     fair = results.get("quorum", {}).get("fairness")
     target = "quorum fairness max/min <= 1.5 (4 greedy, 3 nodes)"
@@ -175,7 +164,8 @@ def fairness_checks(results: dict[str, Any]) -> list[Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--seconds", type=float, default=1.0, help="per contender and round")
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--fairness-only", action="store_true", help="only the fairness run")
     args = parser.parse_args()
     if args.fairness_only:
@@ -183,51 +173,17 @@ def main() -> None:
         print(f"sections per process {result['sections']}  max/min {result['ratio']:.2f}")
         print(f"waiter registrations left per node {result['leftover_waiters']}")
         return
-    secs = args.seconds
     servers = [RedisServer().start() for _ in range(3)]
     try:
         ports = [s.port for s in servers]
-        results: dict[str, float] = {}
-
+        rates = throughput(ports, args.seconds, args.rounds)
+        for name, value in rates.items():
+            print(f"{name:32s} {value:8.0f} pairs/s (median of {args.rounds} rounds)")
+        for label, ours, theirs, _ in PAIRS:
+            mine, peer = rates.get(f"{ours} (3 nodes)"), rates.get(f"{theirs} (3 nodes)")
+            if mine and peer:
+                print(f"{label}: {mine / peer:.2f}x")
         ns = NodeSet([redis.Redis(port=p) for p in ports])
-        lock = redlease.Lock(ns, "bench-sync", ttl=10)
-        results["redlease sync, 3 nodes"] = rate_sync(lock.acquire, lock.release, secs)
-
-        from pottery import Redlock
-
-        masters = {redis.Redis(port=p) for p in ports}
-        pl = Redlock(key="bench-pottery", masters=masters, auto_release_time=10)
-        results["pottery Redlock, 3 nodes"] = rate_sync(pl.acquire, pl.release, secs)
-
-        async def run_async() -> None:
-            ans = NodeSet([aioredis.Redis(port=p) for p in ports])
-            al = redlease.aio.Lock(ans, "bench-async", ttl=10)
-
-            async def rl_release(_: object) -> None:
-                await al.release()
-
-            results["redlease asyncio, 3 nodes"] = await rate_async(al.acquire, rl_release, secs)
-            await ans.aclose()
-
-            from aioredlock import Aioredlock
-
-            manager = Aioredlock([{"host": "127.0.0.1", "port": p} for p in ports])
-
-            async def ar_acquire() -> Any:
-                return await manager.lock("bench-aioredlock", lock_timeout=10)
-
-            results["aioredlock, 3 nodes"] = await rate_async(ar_acquire, manager.unlock, secs)
-            await manager.destroy()
-
-        asyncio.run(run_async())
-        for name, value in results.items():
-            print(f"{name:32s} {value:8.0f} pairs/s")
-        base = results["pottery Redlock, 3 nodes"]
-        print(f"redlease sync / pottery: {results['redlease sync, 3 nodes'] / base:.2f}x")
-        print(
-            "redlease asyncio / aioredlock: "
-            f"{results['redlease asyncio, 3 nodes'] / results['aioredlock, 3 nodes']:.2f}x"
-        )
         p50_3, p99_3 = latency(ns, "lat3")
         one = NodeSet([redis.Redis(port=ports[0])])
         p50_1, p99_1 = latency(one, "lat1")
