@@ -150,19 +150,19 @@ class QuorumExecutor:
     def _wait(self, req: Wait) -> Steps:
         """BLPOP the wake list on one reachable node (the next one on failure); bounded fallback.
 
-        Each release pushes one wake token on every node where waiters are registered. The
-        node is the first in name order among those where the last attempt registered the
-        caller (a release there wakes it): so all the waiters of a lock listen on one node,
-        and a release wakes one of them, the one that waited longest (BLPOP serves first come,
-        first served), instead of one per node racing each other for the lock. A node whose
-        wait failed is passed over for a while.
+        Each release pushes one wake token on every node where it held the lease and waiters
+        are registered. The node is the first in name order among those the last attempt named
+        (:func:`~redlease.core.quorum.flows.wait_nodes`: where the holder's lease is): so all
+        the waiters of a lock listen on one node, and a release wakes one of them, the one that
+        waited longest (BLPOP serves first come, first served), instead of one per node racing
+        each other for the lock. A node whose wait failed is passed over for a while.
         """
         channels = self.nodeset.channels()
         now = time.monotonic()
-        mine, outside = self.settings.registered, self.settings.outside
+        best, outside = self.settings.wait_on, self.settings.outside
         order = sorted(
             self._wait_order,
-            key=lambda i: (i not in mine, i in outside, self._avoid.get(i, 0) > now),
+            key=lambda i: (i not in best, i in outside, self._avoid.get(i, 0) > now),
         )
         for i in order:
             if channels[i].probe is None:

@@ -118,9 +118,9 @@ class Settings:
     rng: random.Random = field(default_factory=random.Random)
     reseed_state: dict[str, float] = field(default_factory=dict)
     outside: dict[int, str] = field(default_factory=dict)  # non-members and why
-    # nodes that refused the last refused acquire: the caller is registered as a waiter there,
-    # so a release there wakes it (where to wait; a hint shared by the handle's owners)
-    registered: tuple[int, ...] = ()
+    # where to wait for a wake-up after the last refused acquire (see :func:`wait_nodes`); a
+    # hint shared by the handle's owners
+    wait_on: tuple[int, ...] = ()
 
     @property
     def n(self) -> int:
@@ -356,9 +356,7 @@ def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
     results = yield FanOut(dict.fromkeys(members, call), cfg.node_timeout)
     outcomes = {i: _decode(cfg, r) for i, r in results.items()}
     d = decide_acquire(outcomes, cfg.quorum, members)
-    cfg.registered = tuple(
-        i for i, o in outcomes.items() if isinstance(o, Outcome) and o.status != scripts.GRANTED
-    )
+    cfg.wait_on = wait_nodes(outcomes)
     if d.already:
         return [scripts.ALREADY, d.fence, 1]
     retry_ms = round(jitter(cfg.rng) * 1000)
@@ -389,6 +387,21 @@ def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
     if hint < 0:
         hint = retry_ms if d.undo else busy_hint(outcomes.values(), retry_ms)
     return [scripts.HELD, hint, d.holder or ""]
+
+
+def wait_nodes(outcomes: Mapping[int, Outcome | Down | Late]) -> tuple[int, ...]:
+    """The nodes where a refused acquirer waits for its wake-up: those where the holder's lease
+    is (its release there wakes the registered waiters), else every node that refused (and so
+    registered the caller). Every waiter of the lock sees the same holder: they listen on
+    the same node (:meth:`~redlease.core.quorum.executor.QuorumExecutor._wait`), including
+    when the holder's quorum leaves out a node that refused it."""
+    refused = {
+        i: o.status
+        for i, o in outcomes.items()
+        if isinstance(o, Outcome) and o.status != scripts.GRANTED
+    }
+    held = tuple(i for i, status in refused.items() if status == scripts.HELD)
+    return held or tuple(refused)
 
 
 def busy_hint(outcomes: Iterable[Outcome | Down | Late], default: int) -> int:
