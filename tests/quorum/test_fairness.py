@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
+from collections.abc import Callable
 
 import pytest
 import redis.asyncio as aioredis
@@ -25,7 +25,8 @@ from redlease.quorum import NodeSet
 from tests.core.util import wait_until
 
 GREEDY = 4
-WINDOW = 1.0  # seconds of contention
+SECTIONS = 5  # contend until every greedy client has had this many critical sections
+STARVED = 30.0  # ... which must not take longer than this (a client starved: fail)
 # A leftover registration lives >= 5 s (the default wait step plus the grace): gone within this
 # much after the clients exit means the clients removed it, not that it lapsed.
 CLEAN_WITHIN = 2.0
@@ -57,13 +58,31 @@ def assert_no_registrations(servers: list[RedisServer], name: str) -> None:
         raise AssertionError(f"waiter registrations left per node: {seen}") from None
 
 
+def contend(
+    threads: list[threading.Thread],
+    enough: Callable[[], bool],
+    stop: threading.Event,
+    errors: list[BaseException],
+) -> None:
+    """Run the client threads until ``enough()`` (or a client failed), then stop them all."""
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: enough() or bool(errors), STARVED)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors
+
+
 @pytest.mark.parametrize("redis_nodes", [3, 5], indirect=True)
 def test_greedy_clients_leave_no_registration(
     redis_nodes: list[RedisServer], lock_name: str
 ) -> None:
-    """Greedy blocking clients and one that gives up: every greedy client gets sections, and
-    no waiter registration is left on any node once they are all gone."""
-    start = threading.Event()
+    """Greedy blocking clients and one that gives up: every greedy client gets its sections
+    (none starves), and no waiter registration is left on any node once they are all gone."""
     stop = threading.Event()
     sections = [0] * GREEDY
     gave_up = [0]
@@ -73,7 +92,6 @@ def test_greedy_clients_leave_no_registration(
         ns = NodeSet([s.client(socket_timeout=5) for s in redis_nodes])
         try:
             lock = redlease.Lock(ns, lock_name, ttl=5)
-            start.wait()
             body(lock)  # type: ignore[operator]
         except BaseException as exc:  # noqa: BLE001 - reported by the test thread
             errors.append(exc)
@@ -100,25 +118,18 @@ def test_greedy_clients_leave_no_registration(
 
     threads = [threading.Thread(target=client, args=(greedy(k),)) for k in range(GREEDY)]
     threads.append(threading.Thread(target=client, args=(impatient,)))
-    for t in threads:
-        t.start()
-    start.set()
-    time.sleep(WINDOW)  # the contention window itself is what is measured, not a sync point
-    stop.set()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads)
-    assert not errors, errors
-    assert min(sections) >= 1, f"a greedy client never got the lock: {sections}"
+    contend(threads, lambda: min(sections) >= SECTIONS and gave_up[0] >= 1, stop, errors)
     assert_no_registrations(redis_nodes, lock_name)
 
 
-async def test_asyncio_clients_leave_no_registration(
+def test_asyncio_clients_leave_no_registration(
     redis_nodes: list[RedisServer], lock_name: str
 ) -> None:
-    """The same over the asyncio transport: greedy tasks, each with its own node set."""
-    stop = asyncio.Event()
+    """The same over the asyncio transport: greedy clients, each with its own event loop (in
+    its own thread) and node set, so their requests reach the nodes in different orders."""
+    stop = threading.Event()
     sections = [0] * GREEDY
+    errors: list[BaseException] = []
 
     async def greedy(k: int) -> None:
         ns = NodeSet([aioredis.Redis(port=s.port, socket_timeout=5) for s in redis_nodes])
@@ -127,17 +138,18 @@ async def test_asyncio_clients_leave_no_registration(
             while not stop.is_set():
                 await lock.acquire(timeout=30)
                 sections[k] += 1
-                await asyncio.sleep(0)  # let the others run while holding
                 await lock.release()
         finally:
             await ns.aclose()
             for c in ns.clients:
                 await c.aclose()
 
-    tasks = [asyncio.create_task(greedy(k)) for k in range(GREEDY)]
-    await asyncio.sleep(WINDOW)  # the contention window itself, not a sync point
-    stop.set()
-    async with asyncio.timeout(60):
-        await asyncio.gather(*tasks)
-    assert min(sections) >= 1, f"a greedy client never got the lock: {sections}"
-    await asyncio.to_thread(assert_no_registrations, redis_nodes, lock_name)
+    def client(k: int) -> None:
+        try:
+            asyncio.run(greedy(k))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(GREEDY)]
+    contend(threads, lambda: min(sections) >= SECTIONS, stop, errors)
+    assert_no_registrations(redis_nodes, lock_name)
