@@ -62,16 +62,19 @@ PAIRS = (
 HOLD = 0.001  # busy-wait inside each critical section, as in bench/handoff.py
 
 
-def _greedy(ports: list[int], name: str, start: float, seconds: float, out: Any) -> None:
-    """One greedy process: acquire, hold ``HOLD``, release, at once again, until the window
-    closes; sends its count of critical sections."""
+def _greedy(ports: list[int], name: str, seconds: float, conn: Any) -> None:
+    """One greedy process: once every process is ready (connected, scripts loaded), acquire,
+    hold ``HOLD``, release, at once again, until the window closes; sends its count of
+    critical sections."""
     ns = NodeSet([redis.Redis(host="127.0.0.1", port=p) for p in ports])
     warm = redlease.Lock(ns, f"{name}-warm-{time.monotonic_ns()}", ttl=10)
     warm.acquire()
     warm.release()
     lock = redlease.Lock(ns, name, ttl=10)
+    conn.send("ready")
+    start = conn.recv()  # a common start time on CLOCK_MONOTONIC (shared by all processes)
     while time.monotonic() < start:
-        time.sleep(0.001)
+        pass
     end = start + seconds
     sections = 0
     while time.monotonic() < end:
@@ -82,7 +85,7 @@ def _greedy(ports: list[int], name: str, start: float, seconds: float, out: Any)
         lock.release()
         sections += 1
     ns.close()
-    out.send(sections)
+    conn.send(sections)
 
 
 def waiter_registrations(ports: list[int], name: str) -> list[int]:
@@ -106,15 +109,19 @@ def fairness(
     has exited (a granted or abandoned acquire must leave none).
     """
     ctx = mp.get_context("spawn")
-    start = time.monotonic() + 3.0  # spawning and importing takes a while on 2 busy cores
     pipes, procs = [], []
     for _ in range(processes):
-        rx, tx = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_greedy, args=(ports, name, start, seconds, tx))
+        here, there = ctx.Pipe()
+        proc = ctx.Process(target=_greedy, args=(ports, name, seconds, there))
         proc.start()
-        pipes.append(rx)
+        pipes.append(here)
         procs.append(proc)
-    counts = [rx.recv() for rx in pipes]
+    for conn in pipes:
+        conn.recv()  # ready
+    start = time.monotonic() + 0.05
+    for conn in pipes:
+        conn.send(start)
+    counts = [conn.recv() for conn in pipes]
     for proc in procs:
         proc.join()
     leftover = waiter_registrations(ports, name)
