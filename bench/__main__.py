@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = ("uncontended", "handoff", "failover")
+SCENARIOS = ("uncontended", "handoff", "failover", "quorum")
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                 reps=plan.failover_reps, ttl=plan.failover_ttl, idle_seconds=plan.idle_seconds,
                 log=log,
             )  # fmt: skip
+        if "quorum" in only:
+            from bench import quorum_compare
+
+            results["quorum"] = quorum_compare.scenario(seconds=plan.handoff_seconds * 2, log=log)
         results["environment"]["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
         results["duration_s"] = time.monotonic() - t0
         args.json.parent.mkdir(parents=True, exist_ok=True)

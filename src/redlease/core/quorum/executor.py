@@ -56,6 +56,8 @@ class Sleep:
 
 
 Step = Settle | Collect | Blpop | Sleep
+
+AVOID_FAILED = 1.0  # seconds a node whose wake-up wait failed is passed over
 Steps = Generator[Step, Any, Any]
 
 
@@ -78,7 +80,10 @@ class QuorumExecutor:
         self.nodeset = nodeset
         self.settings = settings
         self._waiters = [self.single(c, self.lock) for c in nodeset.clients]
-        self._next_wait = settings.rng.randrange(len(self._waiters))
+        # every client of the set waits on the same node first (the same order by name), so a
+        # release's wake token there wakes the longest-waiting waiter, and only that one
+        self._wait_order = sorted(range(len(self._waiters)), key=lambda i: settings.names[i])
+        self._avoid: dict[int, float] = {}  # node -> until when to wait elsewhere (it failed)
 
     def steps(self, req: Request) -> Steps:
         """Carry out ``req``; yields what the driver must wait for; returns the reply."""
@@ -143,17 +148,29 @@ class QuorumExecutor:
         }
 
     def _wait(self, req: Wait) -> Steps:
-        """BLPOP the wake list on one reachable node (rotating on failure); bounded fallback."""
-        n = len(self._waiters)
+        """BLPOP the wake list on one reachable node (the next one on failure); bounded fallback.
+
+        Each release pushes one wake token on every node where it held the lease and waiters
+        are registered. The node is the first in name order among those the last attempt named
+        (:func:`~redlease.core.quorum.flows.wait_nodes`: where the holder's lease is): so all
+        the waiters of a lock listen on one node, and a release wakes one of them, the one that
+        waited longest (BLPOP serves first come, first served), instead of one per node racing
+        each other for the lock. A node whose wait failed is passed over for a while.
+        """
         channels = self.nodeset.channels()
-        for k in range(n):
-            i = (self._next_wait + k) % n
+        now = time.monotonic()
+        best, outside = self.settings.wait_on, self.settings.outside
+        order = sorted(
+            self._wait_order,
+            key=lambda i: (i not in best, i in outside, self._avoid.get(i, 0) > now),
+        )
+        for i in order:
             if channels[i].probe is None:
                 continue
             woke = yield Blpop(self._waiters[i], req)
             if not isinstance(woke, LockError):
                 return bool(woke)
-            self._next_wait = (i + 1) % n
+            self._avoid[i] = time.monotonic() + AVOID_FAILED
         yield Sleep(min(req.timeout, 0.05))
         return False
 

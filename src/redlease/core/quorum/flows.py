@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -118,6 +118,9 @@ class Settings:
     rng: random.Random = field(default_factory=random.Random)
     reseed_state: dict[str, float] = field(default_factory=dict)
     outside: dict[int, str] = field(default_factory=dict)  # non-members and why
+    # where to wait for a wake-up after the last refused acquire (see :func:`wait_nodes`); a
+    # hint shared by the handle's owners
+    wait_on: tuple[int, ...] = ()
 
     @property
     def n(self) -> int:
@@ -353,6 +356,7 @@ def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
     results = yield FanOut(dict.fromkeys(members, call), cfg.node_timeout)
     outcomes = {i: _decode(cfg, r) for i, r in results.items()}
     d = decide_acquire(outcomes, cfg.quorum, members)
+    cfg.wait_on = wait_nodes(outcomes)
     if d.already:
         return [scripts.ALREADY, d.fence, 1]
     retry_ms = round(jitter(cfg.rng) * 1000)
@@ -367,6 +371,7 @@ def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
             raised = yield FanOut(raise_calls, cfg.node_timeout)
             confirmed = raise_confirmed(d, raised, d.fence, cfg.quorum)
         if confirmed and validity(ttl, cfg.clock() - start) > 0:
+            yield from _leave(cfg, token, refused(results, d.granted_nodes))
             return [scripts.GRANTED, d.fence, d.count, d.server_ms, d.transitions]
         if fresh:
             yield from _undo(cfg, token, d.undo)
@@ -378,8 +383,58 @@ def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
         yield from _undo(cfg, token, d.undo)
     if d.unavailable:
         raise unavailable(cfg, "cannot acquire", [*d.failed_nodes, *outside], results)
-    hint = d.wait_hint_ms if d.wait_hint_ms >= 0 else retry_ms
+    hint = d.wait_hint_ms
+    if hint < 0:
+        hint = retry_ms if d.undo else busy_hint(outcomes.values(), retry_ms)
     return [scripts.HELD, hint, d.holder or ""]
+
+
+def wait_nodes(outcomes: Mapping[int, Outcome | Down | Late]) -> tuple[int, ...]:
+    """The nodes where a refused acquirer waits for its wake-up: those where the holder's lease
+    is (its release there wakes the registered waiters), else every node that refused (and so
+    registered the caller). Every waiter of the lock sees the same holder: they listen on
+    the same node (:meth:`~redlease.core.quorum.executor.QuorumExecutor._wait`), including
+    when the holder's quorum leaves out a node that refused it."""
+    refused = {
+        i: o.status
+        for i, o in outcomes.items()
+        if isinstance(o, Outcome) and o.status != scripts.GRANTED
+    }
+    held = tuple(i for i, status in refused.items() if status == scripts.HELD)
+    return held or tuple(refused)
+
+
+def busy_hint(outcomes: Iterable[Outcome | Down | Late], default: int) -> int:
+    """How long to wait for a wake token when no node granted the acquire (ms).
+
+    Refused everywhere (held, possibly by several owners of a split, or reserved for the
+    waiters a release just woke): the caller is registered as a waiter on every node that
+    refused, so the next release or undo wakes it; the soonest expiry named is the fallback.
+    Retrying after a short jitter instead would let a refused newcomer (typically the previous
+    holder, acquiring again at once) come back as a registered waiter and be admitted through
+    the reservation ahead of the waiter that was woken for it.
+    """
+    hints = [o.wait_hint_ms for o in outcomes if isinstance(o, Outcome) and o.wait_hint_ms >= 0]
+    return min(hints) if hints else default
+
+
+def refused(results: Mapping[int, Result], granted: Sequence[int]) -> list[int]:
+    """The nodes where an acquire may have left its caller registered as a waiter: those that
+    refused it (a refused acquire registers) and those whose reply is still due."""
+    return [i for i, r in results.items() if i not in granted and not isinstance(r, Down)]
+
+
+def _leave(cfg: Settings, token: str, nodes: Sequence[int]) -> QFlow:
+    """Drop ``token``'s waiter registration on ``nodes`` once a quorum granted the lock.
+
+    A registration left there would make each release on that node reserve the lock for a
+    waiter that is not waiting (its owner holds the lock, or comes back as the greedy next
+    acquirer and is admitted through that reservation ahead of the real waiters). Sent without
+    waiting for the replies (the success path does not wait for it), queued behind the acquire
+    on the same connection, so it runs after any late registration.
+    """
+    if nodes:
+        yield FanOut(dict.fromkeys(nodes, cfg.prim.leave(token)), 0.0, pinned=False)
 
 
 def _undo(cfg: Settings, token: str, nodes: Sequence[int]) -> QFlow:
