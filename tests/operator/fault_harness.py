@@ -44,13 +44,29 @@ def _is_lock(request: kmock.Request) -> bool:
 class FaultyEmulator(Emulator):
     """The emulator plus injected faults: ``gone_events`` / ``gone_http`` answer that many
     DistributedLock watches with 410 Gone (in the stream / as the HTTP status); ``slow`` delays
-    the answer to status patches of the named locks by that many seconds."""
+    the answer to status patches of the named locks by that many seconds; ``lost_answers``
+    Event POSTs are stored, then their connection is reset before the answer."""
 
     gone_events = 0
     gone_http = 0
+    lost_answers = 0
     slow: dict[str, float]
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        if (
+            self.lost_answers > 0
+            and request.action == kmock.action.CREATE
+            and request.resource is not None
+            and request.resource.plural == "events"
+            and request._raw_request is not None
+        ):
+            response = await super()._handle(request)
+            if response.status < 300:  # stored: now lose the answer
+                self.lost_answers -= 1
+                transport = request._raw_request.transport
+                if transport is not None:
+                    transport.abort()
+            return response
         if _is_lock(request) and request.action == kmock.action.WATCH:
             if self.gone_http > 0:
                 self.gone_http -= 1
@@ -69,6 +85,16 @@ class FaultyEmulator(Emulator):
         if delay and _is_lock(request) and request.subresource == "status":
             await asyncio.sleep(delay)  # the fault itself: a slow answer, not synchronisation
         return await super()._handle(request)
+
+    def event_posts(self) -> int:
+        """How many times an Event was POSTed (retries included)."""
+        return sum(
+            1
+            for r in list(self._requests)
+            if r.action == kmock.action.CREATE
+            and r.resource is not None
+            and r.resource.plural == "events"
+        )
 
     def lists(self) -> int:
         """How many times DistributedLocks were listed (kopf lists before every new watch)."""

@@ -5,7 +5,8 @@
 * the API server gone for ~30 s (connections refused, or a partition that never answers what
   was in flight): afterwards the statuses converge to what Redis says and no Event is posted
   twice;
-* slow answers to one lock's status patches do not stall the status refresh of the others.
+* slow answers to one lock's status patches do not stall the status refresh of the others;
+* an Event stored by the API server whose answer was lost is not stored again by the retry.
 """
 
 from __future__ import annotations
@@ -90,6 +91,23 @@ async def test_watch_gone_is_relisted(setup: Setup, redis_server: RedisServer, h
     lock = Lock(redis_server.client(), "after", ttl=60, identity="pod-after")
     lock.acquire()
     await until(lambda: holder(cluster, "after") == "pod-after", what="after: Held")
+    assert operator.proc.returncode is None
+
+
+async def test_event_whose_answer_was_lost_is_stored_once(
+    setup: Setup, redis_server: RedisServer
+) -> None:
+    emulator, _, operator, cluster = setup
+    await cluster.create("lost", spec(redis_server, "lost"))
+    await until(lambda: phase(cluster, "lost") == "Free", what="lost: Free")
+    emulator.lost_answers = 1
+    posts = emulator.event_posts()
+    Lock(redis_server.client(), "lost", ttl=60, identity="pod-lost").acquire()
+    await until(lambda: emulator.lost_answers == 0, what="an Event stored, its answer lost")
+    await until(lambda: emulator.event_posts() >= posts + 2, timeout=30, what="the retry")
+    counts = event_counts(emulator)
+    held = [n for k, n in counts.items() if k[0] == "lost" and "pod-lost holds" in k[2]]
+    assert held == [1], counts
     assert operator.proc.returncode is None
 
 

@@ -5,10 +5,11 @@ Found by tests/operator/test_api_faults.py against kopf's defaults:
 * a request that is never answered (a partition) waits kopf's 5-minute request timeout, so the
   statuses stayed stale for minutes after the API server was back: requests now time out after
   :data:`REQUEST_TIMEOUT` and are retried;
-* kopf retries a failed request for 54 s, then gives up; when the request was a timer's status
-  patch, the timer ends for good, and that DistributedLock was never refreshed again (until a
-  restart; the liveness probe did not notice): retries now go on for as long as the outage lasts,
-  every :data:`MAX_BACKOFF` seconds at most, and Events wait for the API server the same way;
+* kopf retries a failed request for 54 s, then gives up; a timer whose status patch is given up
+  ends, and kopf does not start it again (kopf's ``daemons._runner``: "forever stopped"), so
+  that DistributedLock would not be refreshed again until a restart. Retries now go on for as
+  long as the outage lasts, every :data:`MAX_BACKOFF` seconds at most, and Events wait for the
+  API server the same way (:mod:`.events`);
 * an HTTP 410 Gone answer to a watch request stopped the whole operator: it relists now
   (:mod:`.watchgone`).
 """
