@@ -6,7 +6,9 @@
   was in flight): afterwards the statuses converge to what Redis says and no Event is posted
   twice;
 * slow answers to one lock's status patches do not stall the status refresh of the others;
-* an Event stored by the API server whose answer was lost is not stored again by the retry.
+* an Event stored by the API server whose answer was lost is not stored again by the retry;
+* SIGTERM while the API server refuses connections still stops the operator (the retries go
+  on without end only while it runs).
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
         assert code == 0, operator.text()
 
 
+async def create_free(cluster: Cluster, server: RedisServer, name: str) -> None:
+    """Create a DistributedLock on ``server`` and wait for the operator to call it Free."""
+    await cluster.create(name, spec(server, name))
+    await until(lambda: phase(cluster, name) == "Free", what=f"{name}: Free")
+
+
 def phase(cluster: Cluster, name: str) -> Any:
     return cluster.status(name).get("phase")
 
@@ -71,8 +79,7 @@ def holder(cluster: Cluster, name: str) -> Any:
 @pytest.mark.parametrize("how", ["event", "http"])
 async def test_watch_gone_is_relisted(setup: Setup, redis_server: RedisServer, how: str) -> None:
     emulator, proxy, operator, cluster = setup
-    await cluster.create("before", spec(redis_server, "before"))
-    await until(lambda: phase(cluster, "before") == "Free", what="before: Free")
+    await create_free(cluster, redis_server, "before")
     lists = emulator.lists()
     if how == "event":
         emulator.gone_events = 1
@@ -82,8 +89,7 @@ async def test_watch_gone_is_relisted(setup: Setup, redis_server: RedisServer, h
     await until(lambda: emulator.lists() > lists, timeout=30, what="a relist")
     assert emulator.gone_events == emulator.gone_http == 0  # the 410 was served
     # the operator keeps handling new and changed locks
-    await cluster.create("after", spec(redis_server, "after"))
-    await until(lambda: phase(cluster, "after") == "Free", what="after: Free")
+    await create_free(cluster, redis_server, "after")
     await cluster.patch("before", {"spec": {"keys": ["before-2"]}})
     await until(
         lambda: cluster.status("before").get("observedGeneration") == 2, what="before: gen 2"
@@ -98,8 +104,7 @@ async def test_event_whose_answer_was_lost_is_stored_once(
     setup: Setup, redis_server: RedisServer
 ) -> None:
     emulator, _, operator, cluster = setup
-    await cluster.create("lost", spec(redis_server, "lost"))
-    await until(lambda: phase(cluster, "lost") == "Free", what="lost: Free")
+    await create_free(cluster, redis_server, "lost")
     emulator.lost_answers = 1
     posts = emulator.event_posts()
     Lock(redis_server.client(), "lost", ttl=60, identity="pod-lost").acquire()
@@ -185,3 +190,18 @@ async def test_slow_status_patch_does_not_stall_others(
     emulator.slow.clear()
     await until(lambda: holder(cluster, "slow") == "slow-a", timeout=40, what="slow: Held")
     assert operator.proc.returncode is None
+
+
+@pytest.mark.slow
+async def test_sigterm_during_an_outage_stops_the_operator(
+    setup: Setup, redis_server: RedisServer
+) -> None:
+    _, proxy, operator, cluster = setup
+    await create_free(cluster, redis_server, "term")
+    await proxy.fail("refuse")
+    Lock(redis_server.client(), "term", ttl=60, identity="pod-term").acquire()
+    await until(lambda: "will retry" in operator.text(), timeout=30, what="a failed request")
+    began = time.monotonic()
+    code = await operator.stop()
+    took = time.monotonic() - began
+    assert code == 0 and took < 25, (code, took, operator.text()[-2000:])
