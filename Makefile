@@ -92,3 +92,8 @@ bench: $(BENCH_STAMP)  ## full benchmark, < 10 min: bench/results.json, docs/ben
 
 bench-quick: $(BENCH_STAMP)  ## the same, shorter (< 1 min)
 	$(PY) -m bench --quick
+
+# --- soak (tests/soak/soak.py, docs/soak.md): not part of `make test` -----------------------------
+.PHONY: soak
+soak: $(STAMP)  ## 20 min (<= 25 with setup) of leader kills and Redis restarts; SOAK_MINUTES=N to shorten
+	$(PY) tests/soak/soak.py --report soak-report.json

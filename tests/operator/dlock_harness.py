@@ -168,8 +168,6 @@ class KopfThread:
 
     def _run(self) -> None:
         settings = operator_settings(self.config)
-        settings.watching.connect_timeout = 5
-        settings.networking.request_timeout = 10
         try:
             asyncio.run(
                 kopf.operator(

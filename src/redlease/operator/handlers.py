@@ -32,7 +32,8 @@ from redlease.core.spec import (
     parse_spec,
 )
 from redlease.errors import ConfigError
-from redlease.operator import metrics, reconcile, webhook
+from redlease.operator import apifaults, metrics, reconcile, webhook
+from redlease.operator.events import EventPoster
 from redlease.operator.leadership import ElectionConfig
 from redlease.operator.reader import NodeReader
 from redlease.operator.refresher import Refresher
@@ -91,13 +92,16 @@ class Runtime:
         self.names: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name)
         self.seen: dict[str, float] = {}  # uid -> monotonic time of its last timer tick
         self.released: dict[str, str] = {}  # uid -> force-release annotation already acted on
+        self.events = EventPoster()
         self._next_forget = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._metrics: Any = None
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self.refresher.run())
+            self._task = self._loop.create_task(self.refresher.run())
         if self.serve_metrics and self.config.metrics is not None and self._metrics is None:
             host, port = self.config.metrics
             self._metrics = await metrics.serve(host, port, self.metrics_text)
@@ -116,12 +120,23 @@ class Runtime:
             last_refresh=self.refresher.last_cycle_wall,
             interval=self.config.refresh,
             leader=leader,
+            tasks=self._tasks(),
         )
+
+    def _tasks(self) -> int | None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return None
+        try:
+            return len(asyncio.all_tasks(loop))
+        except RuntimeError:  # the set changed under a reader in another thread, repeatedly
+            return None
 
     async def stop(self) -> None:
         if self._metrics is not None:
             await self._metrics.cleanup()
             self._metrics = None
+        await self.events.aclose()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -186,7 +201,7 @@ class Runtime:
         if not self.leading():
             return  # the lease was lost while reading: the next active replica writes
         for event in reconcile.decide_events(previous, new, invalid):
-            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+            self.events.post(body, type=event.type, reason=event.reason, message=event.message)
             # Our own logger: kopf's per-object logger is quiet unless --verbose (see runner).
             log.log(
                 logging.WARNING if event.type == reconcile.WARNING else logging.INFO,
@@ -241,7 +256,7 @@ class Runtime:
         )
         if failed:
             message += "; failed on " + ", ".join(f"{n}: {e}" for n, e in failed.items())
-        kopf.event(body, type=reconcile.WARNING, reason="ForceReleased", message=message)
+        self.events.post(body, type=reconcile.WARNING, reason="ForceReleased", message=message)
         meta = body.get("metadata", {})
         log.warning("%s/%s ForceReleased: %s", meta.get("namespace"), meta.get("name"), message)
         if done < spec.quorum:
@@ -254,8 +269,10 @@ def operator_settings(
     config: OperatorConfig | None = None, *, webhook_server: bool = True
 ) -> kopf.OperatorSettings:
     """kopf settings: no cluster-wide scanning (least privilege), our own finalizer name, and the
-    injection webhook's HTTPS server when ``config`` asks for it (and ``webhook_server``)."""
+    injection webhook's HTTPS server when ``config`` asks for it (and ``webhook_server``).
+    Every kopf that runs with them rides out API server faults the same way (:mod:`.apifaults`)."""
     settings = kopf.OperatorSettings()
+    apifaults.harden(settings)
     if webhook_server and config is not None and config.webhook is not None:
         settings.admission.server = webhook.server(config.webhook)
     # Serve exactly the namespaces given (no list/watch on namespaces or CRDs needed); the CRD

@@ -28,9 +28,11 @@ def render(
     last_refresh: float | None = None,
     interval: float | None = None,
     leader: bool | None = None,
+    tasks: int | None = None,
 ) -> str:
     """The exposition text. ``statuses`` yields (namespace, name, last written status);
-    ``leader``: whether this replica is the active one (None: no leader election)."""
+    ``leader``: whether this replica is the active one (None: no leader election);
+    ``tasks``: asyncio tasks of the reconciling loop (a leak shows here first)."""
     lines = [
         "# HELP redlease_operator_refresh_cycles_total Refresh cycles completed.",
         "# TYPE redlease_operator_refresh_cycles_total counter",
@@ -56,6 +58,12 @@ def render(
             "# HELP redlease_operator_last_refresh_timestamp_seconds End of the last refresh.",
             "# TYPE redlease_operator_last_refresh_timestamp_seconds gauge",
             f"redlease_operator_last_refresh_timestamp_seconds {last_refresh:.3f}",
+        ]
+    if tasks is not None:
+        lines += [
+            "# HELP redlease_operator_asyncio_tasks Tasks of the reconciling event loop.",
+            "# TYPE redlease_operator_asyncio_tasks gauge",
+            f"redlease_operator_asyncio_tasks {tasks}",
         ]
     if leader is not None:
         lines += [

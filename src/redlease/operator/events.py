@@ -1,0 +1,117 @@
+"""Events posted once, even when the API server's answer is lost.
+
+kopf posts an Event with ``generateName``: when the connection breaks after the API server
+stored it, kopf's retry stores it a second time (found by tests/operator/test_api_faults.py).
+Here each Event gets its name when the operator decides it (the object's name and a digest of
+object, reason, message and that moment), so a retried POST is answered 409 AlreadyExists,
+which counts as posted. One object's Events are posted in the order they were decided, and
+retried for as long as the API server is away (:class:`.apifaults.EndlessBackoff`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from redlease.operator.apifaults import EndlessBackoff
+
+log = logging.getLogger("redlease.operator")
+MAX_MESSAGE = 1024  # what kopf keeps of a message too
+_decided = itertools.count()
+
+
+def event_body(
+    ref: dict[str, Any], *, type: str, reason: str, message: str, settings: Any
+) -> dict[str, Any]:
+    """The v1 Event (kopf's fields) with its own ``metadata.name``."""
+    now = datetime.now(UTC).isoformat()
+    if len(message) > MAX_MESSAGE:
+        message = message[: MAX_MESSAGE - 3] + "..."
+    seed = f"{ref.get('uid')}|{ref.get('name')}|{reason}|{message}|{now}|{next(_decided)}"
+    digest = hashlib.sha256(seed.encode()).hexdigest()[:16]
+    component = settings.posting.reporting_component
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{ref.get('name')}.{digest}", "namespace": ref.get("namespace")},
+        "type": type,
+        "reason": reason,
+        "message": message,
+        "action": reason,
+        "reportingComponent": component,
+        "reportingInstance": settings.posting.reporting_instance,
+        "source": {"component": component},
+        "involvedObject": ref,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "eventTime": now,
+        "count": 1,
+    }
+
+
+class EventPoster:
+    """Post Events of kopf-handled objects in the background (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._tails: dict[str, asyncio.Task[None]] = {}  # object uid -> its last posting
+
+    def post(self, body: Any, *, type: str, reason: str, message: str) -> None:
+        """Queue an Event about ``body``; call it from a kopf handler (it uses kopf's login)."""
+        from kopf._cogs.structs import bodies
+        from kopf._core.engines.posting import settings_var
+
+        ref = dict(bodies.build_object_reference(body))
+        ref.setdefault("namespace", "default")
+        payload = event_body(
+            ref, type=type, reason=reason, message=message, settings=settings_var.get()
+        )
+        key = str(ref.get("uid") or ref.get("name"))
+        previous = self._tails.get(key)
+        task = asyncio.get_running_loop().create_task(self._post(previous, payload))
+        self._tails[key] = task
+        task.add_done_callback(lambda t: self._forget(key, t))
+
+    def _forget(self, key: str, task: asyncio.Task[None]) -> None:
+        if self._tails.get(key) is task:
+            del self._tails[key]
+
+    async def _post(self, previous: asyncio.Task[None] | None, payload: dict[str, Any]) -> None:
+        import aiohttp
+        from kopf._cogs.clients import api, errors
+        from kopf._cogs.structs import references
+        from kopf._core.engines.posting import settings_var
+
+        if previous is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(previous)  # in order (a posting never raises: see below)
+        resource = references.Resource(group="", version="v1", plural="events", namespaced=True)
+        namespace = payload["metadata"]["namespace"]
+        try:
+            await api.post(
+                url=resource.get_url(namespace=namespace),
+                headers={"Content-Type": "application/json"},
+                payload=payload,
+                settings=settings_var.get(),
+                logger=log,
+                backoffs=EndlessBackoff(),
+            )
+        except errors.APIConflictError:
+            pass  # stored already: the answer to an earlier attempt was lost
+        except (errors.APIError, aiohttp.ClientError) as exc:
+            log.warning("Event %s not posted: %s", payload["reason"], exc)
+        except Exception as exc:  # noqa: BLE001 - an Event is auxiliary: log, never fail
+            log.warning("Event %s not posted: %s: %s", payload["reason"], type(exc).__name__, exc)
+
+    async def aclose(self) -> None:
+        """Stop posting (the operator is stopping)."""
+        tasks = list(self._tails.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
