@@ -386,7 +386,7 @@ class RedisServer:
             while True:
                 if self.proc is not None and self.proc.poll() is not None:
                     why = self.failure()
-                    error = PortTaken if "already in use" in why else ServerError
+                    error = PortTaken if self._bind_failed() else ServerError
                     raise error(f"{self.binary} on port {self.port} exited: {why}")
                 try:
                     if client.ping():
@@ -405,12 +405,23 @@ class RedisServer:
         finally:
             client.close()
 
-    def failure(self) -> str:
-        """One line saying why the server stopped: the option it refused, or its last words."""
+    def _logs(self) -> str:
+        """What the server wrote: its console (before its logfile is open), then its logfile."""
         text = ""
         for name in ("console.log", "redis.log"):
             with contextlib.suppress(OSError):
                 text += (self.workdir / name).read_text(errors="replace")
+        return text
+
+    def _bind_failed(self) -> bool:
+        """Whether the server stopped because it could not bind its port (anywhere in its logs:
+        the last line is "Failed listening on port ...", the cause is a line before it)."""
+        text = self._logs()
+        return "already in use" in text or "Failed listening on port" in text
+
+    def failure(self) -> str:
+        """One line saying why the server stopped: the option it refused, or its last words."""
+        text = self._logs()
         # drop the log prefix ``pid:role date time level`` of every line
         lines = [_LOG_PREFIX.sub("", line).strip() for line in text.splitlines() if line.strip()]
         for i, line in enumerate(lines):
