@@ -5,12 +5,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: help venv lint typecheck test test-quick test-matrix demo chaos chaos-quick clean lock
+.PHONY: help venv lint typecheck test test-quick test-long test-matrix demo chaos chaos-quick clean lock
 
 help:
 	@echo "make demo        run the demo on a local redis-server"
-	@echo "make test        lint, type-check, chaos-quick, the whole suite, core+quorum on every server"
+	@echo "make test        lint, type-check, chaos-quick, the suite (not long), core+quorum on every server"
 	@echo "make test-quick  the same without tests marked slow"
+	@echo "make test-long   the minute-long measurements and outages make test leaves out"
 	@echo "make test-matrix tests/core and tests/quorum on Redis 7, Redis 6.2 and Valkey 8"
 	@echo "make chaos       the safety check under faults (< 5 min); chaos-quick < 1 min"
 	@echo "make bench       redlease against its peers (< 10 min); bench-quick < 1 min"
@@ -48,11 +49,15 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider $(if $(filter-out 0,$(PYTEST_WO
 
 # the suites on the default server, then tests/core and tests/quorum on the other flavours
 test: lint typecheck chaos-quick
-	$(PYTEST)
+	$(PYTEST) -m "not long"
 	$(PY) tests/matrix.py --others $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
 test-quick: lint typecheck
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -m "not slow and not long"
+
+# the measurements and minute-long outages `make test` leaves out (Sentinel window, API outage)
+test-long: $(STAMP)
+	$(PYTEST) -m long
 
 # the core behaviour and quorum suites once per server flavour, then a mixed node set
 test-matrix: $(STAMP)

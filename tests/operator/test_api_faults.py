@@ -118,7 +118,7 @@ async def test_event_whose_answer_was_lost_is_stored_once(
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("mode", ["refuse", "blackhole"])
+@pytest.mark.parametrize("mode", [pytest.param("refuse", marks=pytest.mark.long), "blackhole"])
 async def test_api_outage_converges_without_duplicate_events(
     setup: Setup, redis_server: RedisServer, mode: str
 ) -> None:

@@ -8,7 +8,7 @@ returned, so the holder keeps its lease and fencing tokens never go back.
 The window an *asynchronous* failover leaves open (a holder that still believes it leads
 while the promoted replica lets someone else in) is measured in
 :mod:`sentinel_window` (docs/safety.md); a quick trial of each side runs here, the full
-measurement is marked slow."""
+measurement is marked slow and long (`make test-long`)."""
 
 from __future__ import annotations
 
@@ -227,6 +227,7 @@ def test_async_failover_window_quick(mode: Mode) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(900)
 def test_async_failover_window_measured() -> None:
     """The measurement of docs/safety.md, smaller: 5 trials per mode. Without WAIT and a
