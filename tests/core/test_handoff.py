@@ -80,12 +80,12 @@ def _blocked(client: Any, name: str, who: str) -> tuple[Any, Any, Any, Any, str]
     lock = redlease.Lock(client, name, ttl=5, identity=who)
     holder.acquire()
     token, state = who[0] * 32, protocol.AcquireState()
-    node = lock._node
-    flow = protocol.acquire(
-        lock.prim, token, blocking=True, timeout=10, state=state, socket_timeout=node.socket_timeout
-    )
+    # a registration of a minute: it must not lapse while a busy machine runs the test (the
+    # flow is driven by hand and its BLPOP never sent, so no socket timeout bounds it)
+    prim = replace(lock.prim, options=replace(lock.prim.options, max_wait_step=60.0))
+    flow = protocol.acquire(prim, token, blocking=True, timeout=120, state=state)
     req, _ = protocol.resume(flow)
-    req, _ = protocol.resume(flow, node.execute(req))
+    req, _ = protocol.resume(flow, lock._node.execute(req))
     assert isinstance(req, protocol.Wait) and req.grants
     return holder, lock, flow, state, token
 
@@ -94,16 +94,16 @@ def test_waiter_that_gives_up_as_the_grant_arrives_passes_it_on(
     any_client: Any, lock_name: str
 ) -> None:
     holder, quitter, flow, state, token = _blocked(any_client, lock_name, "quitter")
+    holder.release()  # granted to the quitter, the only waiter, which has stopped waiting
+    assert quitter.state().holder == "quitter"
     got: list[redlease.Lease] = []
     nxt = redlease.Lock(any_client, lock_name, ttl=5, identity="next")
-    waiter = threading.Thread(target=lambda: got.append(nxt.acquire(timeout=10)))
+    waiter = threading.Thread(target=lambda: got.append(nxt.acquire(timeout=30)))
     waiter.start()
-    wait_until(lambda: _enlisted(any_client, lock_name, 2))
-    holder.release()  # granted to the quitter, the head waiter, which has stopped waiting
-    assert quitter.state().holder == "quitter"
+    wait_until(lambda: _enlisted(any_client, lock_name, 1))  # the quitter's enlistment is gone
     flow.close()
     _sync.drive(quitter._node, protocol.abort_acquire(quitter.prim, token, state))
-    waiter.join(10)
+    waiter.join(30)
     assert got and got[0].valid  # passed on to the next waiter, directly
     assert nxt.state().holder == "next"
     assert not any_client.exists(LockKeys.for_name(lock_name).grants(token))
