@@ -472,9 +472,12 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "Limit of the harness: KMock matches every request against logs of the requests it "
         "has served (tests/soak/api.py trims the main one), so it gets slower as the run goes "
-        "on; at the end of a 5-minute run it no longer answered a GET within 10 s, and the "
-        "operator's statuses lagged behind the sidecars (the last table). Read the operator's "
-        "end figures with that in mind: they include requests waiting for a slow API server.",
+        "on, the more so on a loaded machine: at the end of one 5-minute run beside other "
+        "test runs it no longer answered a GET within 10 s and the operator's statuses lagged "
+        "behind the sidecars. The last line below says how fast it answered at the end of "
+        "this run and which terms the operator had not seen; read the operator's end figures "
+        "with that in mind. Its open descriptors follow its API connections (they went down "
+        "in one run and up in another), not a leak of their own.",
         "",
         "Sidecar lives last one to two kill periods (each sidecar is the leader, hence killed, "
         "every other period), so their growth is per life, not over the whole run. The "
