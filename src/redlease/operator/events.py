@@ -2,56 +2,23 @@
 
 kopf posts an Event with ``generateName``: when the connection breaks after the API server
 stored it, kopf's retry stores it a second time (found by tests/operator/test_api_faults.py).
-Here each Event gets its name when the operator decides it (the object's name and a digest of
-object, reason, message and that moment), so a retried POST is answered 409 AlreadyExists,
-which counts as posted. One object's Events are posted in the order they were decided, and
-retried for as long as the API server is away (:class:`.apifaults.EndlessBackoff`).
+Here each Event gets its name when the operator decides it (``core.k8sevent.event_body``), so a
+retried POST is answered 409 AlreadyExists, which counts as posted. One object's Events are
+posted in the order they were decided, and retried for as long as the API server is away
+(:class:`.apifaults.EndlessBackoff`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import itertools
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
+from redlease.core.k8sevent import event_body
 from redlease.operator.apifaults import EndlessBackoff
 
 log = logging.getLogger("redlease.operator")
-MAX_MESSAGE = 1024  # what kopf keeps of a message too
-_decided = itertools.count()
-
-
-def event_body(
-    ref: dict[str, Any], *, type: str, reason: str, message: str, settings: Any
-) -> dict[str, Any]:
-    """The v1 Event (kopf's fields) with its own ``metadata.name``."""
-    now = datetime.now(UTC).isoformat()
-    if len(message) > MAX_MESSAGE:
-        message = message[: MAX_MESSAGE - 3] + "..."
-    seed = f"{ref.get('uid')}|{ref.get('name')}|{reason}|{message}|{now}|{next(_decided)}"
-    digest = hashlib.sha256(seed.encode()).hexdigest()[:16]
-    component = settings.posting.reporting_component
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{ref.get('name')}.{digest}", "namespace": ref.get("namespace")},
-        "type": type,
-        "reason": reason,
-        "message": message,
-        "action": reason,
-        "reportingComponent": component,
-        "reportingInstance": settings.posting.reporting_instance,
-        "source": {"component": component},
-        "involvedObject": ref,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "eventTime": now,
-        "count": 1,
-    }
 
 
 class EventPoster:
@@ -67,8 +34,14 @@ class EventPoster:
 
         ref = dict(bodies.build_object_reference(body))
         ref.setdefault("namespace", "default")
+        posting = settings_var.get().posting
         payload = event_body(
-            ref, type=type, reason=reason, message=message, settings=settings_var.get()
+            ref,
+            type=type,
+            reason=reason,
+            message=message,
+            component=posting.reporting_component,
+            instance=posting.reporting_instance,
         )
         key = str(ref.get("uid") or ref.get("name"))
         previous = self._tails.get(key)

@@ -31,6 +31,7 @@ from urllib.parse import quote
 
 import structlog
 
+from redlease.core.k8sevent import event_body
 from redlease.core.k8slease import (
     CONFLICT_STATUSES,
     LeaseRecord,
@@ -259,26 +260,16 @@ class LeaderEvents:
             self.suppressed += 1
 
     def _event(self, kind: str, message: str, identity: str) -> dict[str, Any]:
-        now = time.time()
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-        return {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{self.involved['name']}.{time.time_ns():x}",
-                "namespace": self.namespace,
-            },
-            "involvedObject": self.involved,
-            "reason": "LeaderElection",
-            "message": message,
-            "type": kind,
-            "source": {"component": "redlease-sidecar", "host": self.host or ""},
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-            "reportingComponent": "redlease.dev/sidecar",
-            "reportingInstance": identity,
-        }
+        involved = {"namespace": self.namespace, **self.involved}
+        return event_body(
+            involved,
+            type=kind,
+            reason="LeaderElection",
+            message=message,
+            component="redlease-sidecar",
+            instance=identity,
+            host=self.host or "",
+        )
 
     async def run(self) -> None:
         path = f"/api/v1/namespaces/{quote(self.namespace)}/events"

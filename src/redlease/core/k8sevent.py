@@ -1,0 +1,58 @@
+"""A ``v1`` Kubernetes Event, named when it is decided.
+
+Pure (no I/O). Two posters use it, each through its own HTTP client: the operator
+(:mod:`redlease.operator.events`, kopf's client) and the sidecar's leader Events
+(:mod:`redlease.sidecar.mirror`). The name is fixed here, not left to ``generateName``: a POST
+retried after its answer was lost gets 409 AlreadyExists instead of storing the Event twice.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+MAX_MESSAGE = 1024  # what kopf keeps of a message too
+MAX_NAME = 253  # an object name
+_SUFFIX = 17  # "." and 16 hex digits
+
+
+def event_body(
+    involved: Mapping[str, Any],
+    *,
+    type: str,
+    reason: str,
+    message: str,
+    component: str,
+    instance: str,
+    host: str = "",
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The Event about ``involved`` (an object reference with ``namespace`` and ``name``)."""
+    when = now or datetime.now(UTC)
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if len(message) > MAX_MESSAGE:
+        message = message[: MAX_MESSAGE - 3] + "..."
+    prefix = str(involved.get("name") or "event")[: MAX_NAME - _SUFFIX]
+    source = {"component": component, "host": host} if host else {"component": component}
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": f"{prefix}.{secrets.token_hex(8)}",
+            "namespace": involved.get("namespace"),
+        },
+        "type": type,
+        "reason": reason,
+        "message": message,
+        "action": reason,
+        "reportingComponent": component,
+        "reportingInstance": instance,
+        "source": source,
+        "involvedObject": dict(involved),
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "eventTime": when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "count": 1,
+    }
