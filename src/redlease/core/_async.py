@@ -12,6 +12,7 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
+from redlease.core import idle
 from redlease.core.protocol import Call, Flow, Replicate, Request, Wait, resume
 from redlease.errors import LockError
 
@@ -113,7 +114,10 @@ class AsyncNode(_redis.NodeBase):
             else:
                 await _close([_redis.Pinned(home, conn, unread, 0.0)])
             raise
-        await _give_back(home, conn)
+        if hasattr(home, "get_connection"):
+            await idle.agive(home, conn)
+        else:
+            await _give_back(home, conn)
         return reply
 
     async def _routed(self, req: Call) -> Any:
@@ -127,7 +131,7 @@ class AsyncNode(_redis.NodeBase):
 async def _checkout(home: Any) -> Any:
     """A connected connection from a pool (``get_connection``) or a cluster node."""
     if hasattr(home, "get_connection"):
-        return await home.get_connection()
+        return await idle.atake(home)
     conn = home.acquire_connection()
     if not conn.is_connected:
         try:

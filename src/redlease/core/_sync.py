@@ -10,6 +10,7 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
+from redlease.core import idle
 from redlease.core.protocol import Call, Flow, Replicate, Request, Wait, resume
 from redlease.errors import LockError
 
@@ -77,7 +78,7 @@ class SyncNode(_redis.NodeBase):
     def _exchange(self, pool: Any, req: Call, args: tuple[Any, ...]) -> Any:
         """Send ``args`` (behind the owner's unanswered requests) and read its reply."""
         pinned = self.pins.take(req.owner, pool) if req.owner else None
-        conn = pinned.conn if pinned else pool.get_connection()
+        conn = pinned.conn if pinned else idle.take(pool)
         unread = pinned.unread if pinned else 0
         reply: Any = None
         try:
@@ -97,7 +98,7 @@ class SyncNode(_redis.NodeBase):
             else:
                 self._close([_redis.Pinned(pool, conn, unread, 0.0)])
             raise
-        pool.release(conn)
+        idle.give(pool, conn)
         return reply
 
     @staticmethod
@@ -123,18 +124,20 @@ class SyncNode(_redis.NodeBase):
         pool = self._pool(keys[0])
         if pool is None:
             return None  # the cluster's slot map is not ready: the next attempt re-routes
-        conn = pool.get_connection()
+        conn = idle.take(pool)
         try:
             conn.send_command("BLPOP", *keys, round(timeout + 1.0, 3))
             if conn.can_read(timeout=timeout):
-                return conn.read_response()
+                reply = conn.read_response()
+                idle.give(pool, conn)
+                return reply
             conn.disconnect()
-            return None
         except BaseException:
             conn.disconnect()
-            raise
-        finally:
             pool.release(conn)
+            raise
+        pool.release(conn)
+        return None
 
 
 def drive(node: _redis.Executor, flow: Flow) -> Any:

@@ -181,30 +181,37 @@ end
 -- 'fence now_ms transitions' onto its own list (wake .. ':' .. token, same slot), which it
 -- BLPOPs: it returns without another round trip. Otherwise wake waiters (notify). A grant to
 -- a waiter that died meanwhile expires with its TTL; one that gave up is released by LEAVE.
+-- The head is read first: when it is live, no registration has lapsed (it lapses first), so
+-- the common hand-off reads the queue once.
 local function pass_on(lease, fence_key, history, waiters, handoff, wake, direct, handoff_ms,
     wake_all)
-  if redis.call('EXISTS', waiters) == 0 then return 0 end
-  if direct and not wake_all then
+  if not direct or wake_all then
+    if redis.call('EXISTS', waiters) == 0 then return 0 end
+    return notify(waiters, handoff, wake, handoff_ms, wake_all)
+  end
+  local first = redis.call('ZRANGE', waiters, 0, 0, 'WITHSCORES')
+  if #first == 0 then return 0 end
+  local head = first[1]
+  if tonumber(first[2]) < clock() then
     -- enlistments of registrations that lapsed (waiters that died) go with them
     local lapsed = redis.call('ZRANGEBYSCORE', waiters, '-inf', clock() - 1)
-    if #lapsed > 0 then redis.call('HDEL', direct, unpack(lapsed)) end
-    if live(waiters) == 0 then return 0 end
-    local head = redis.call('ZRANGE', waiters, 0, 0)[1]
-    local info = redis.call('HGET', direct, head)
-    if info then
-      local sep = string.find(info, ' ', 1, true)
-      local ttl = tonumber(string.sub(info, 1, sep - 1))
-      redis.call('ZREM', waiters, head)
-      redis.call('HDEL', direct, head)
-      local g = grant(lease, fence_key, history, head, string.sub(info, sep + 1), ttl, 0, 'x')
-      local box = wake .. ':' .. head
-      redis.call('RPUSH', box, g[2] .. ' ' .. g[4] .. ' ' .. g[5])
-      redis.call('PEXPIRE', box, ttl)
-      redis.call('DEL', handoff)
-      return 1
-    end
+    redis.call('HDEL', direct, unpack(lapsed))
+    redis.call('ZREMRANGEBYSCORE', waiters, '-inf', clock() - 1)
+    head = redis.call('ZRANGE', waiters, 0, 0)[1]
+    if not head then return 0 end
   end
-  return notify(waiters, handoff, wake, handoff_ms, wake_all)
+  local info = redis.call('HGET', direct, head)
+  if not info then return notify(waiters, handoff, wake, handoff_ms, false) end
+  local sep = string.find(info, ' ', 1, true)
+  local ttl = tonumber(string.sub(info, 1, sep - 1))
+  redis.call('ZREM', waiters, head)
+  redis.call('HDEL', direct, head)
+  local g = grant(lease, fence_key, history, head, string.sub(info, sep + 1), ttl, 0, 'x')
+  local box = wake .. ':' .. head
+  redis.call('RPUSH', box, g[2] .. ' ' .. g[4] .. ' ' .. g[5])
+  redis.call('PEXPIRE', box, ttl)
+  redis.call('DEL', handoff)
+  return 1
 end
 """,
 }
