@@ -12,7 +12,7 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core import idle
+from redlease.core import idle, wire
 from redlease.core.protocol import Call, Flow, Replicate, Request, Wait, resume
 from redlease.errors import LockError
 
@@ -97,7 +97,7 @@ class AsyncNode(_redis.NodeBase):
             writer = getattr(conn, "_writer", None)
             if writer is None or writer.transport.is_closing():
                 raise rex.ConnectionError(f"connection to {self.name} lost")
-            writer.writelines(conn.pack_command(*args))
+            writer.writelines(wire.pack(conn, args))
             unread += 1
             while unread:
                 try:

@@ -10,7 +10,7 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core import idle
+from redlease.core import idle, wire
 from redlease.core.protocol import Call, Flow, Replicate, Request, Wait, resume
 from redlease.errors import LockError
 
@@ -82,7 +82,7 @@ class SyncNode(_redis.NodeBase):
         unread = pinned.unread if pinned else 0
         reply: Any = None
         try:
-            conn.send_packed_command(conn.pack_command(*args), check_health=False)
+            conn.send_packed_command(wire.pack(conn, args), check_health=False)
             unread += 1
             while unread:
                 if req.timeout is not None and not conn.can_read(timeout=req.timeout):

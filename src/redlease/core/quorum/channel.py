@@ -29,6 +29,7 @@ from typing import Any
 
 import redis.exceptions as rex
 
+from redlease.core import wire
 from redlease.core.rules import Probe
 
 RETRY_CONNECT = 0.25  # after a failed connect, fail fast for this long
@@ -60,18 +61,19 @@ def lost(slot: Slot) -> bool:
 
 
 def pack(conn: Any, args: tuple[Any, ...], memo: Memo | None) -> Any:
-    """``conn.pack_command(*args)``, packed once per fan-out for nodes whose encoders agree.
+    """``args`` packed for ``conn`` (:func:`redlease.core.wire.pack`), once per fan-out for
+    nodes whose encoders agree.
 
     ``memo`` lives for one fan-out (so ``id(args)`` is stable): the same request to three
     nodes is packed once instead of three times (pure Python in redis-py).
     """
     enc = getattr(conn, "encoder", None)
     if memo is None or enc is None:
-        return conn.pack_command(*args)
+        return wire.pack(conn, args)
     key = (id(args), getattr(enc, "encoding", None), getattr(enc, "encoding_errors", None))
     out = memo.get(key)
     if out is None:
-        out = memo[key] = conn.pack_command(*args)
+        out = memo[key] = wire.pack(conn, args)
     return out
 
 
