@@ -3,9 +3,11 @@ more than KEEP per pool; the pools that decide on return keep their own checkout
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -16,7 +18,7 @@ from redlease import aio
 from redlease.core import idle
 from redlease.devtools.localredis import RedisServer
 
-from .util import async_wait_until
+from .util import async_wait_until, wait_until
 
 
 @pytest.fixture
@@ -131,3 +133,59 @@ async def test_asyncio_restart_and_bound(own_server: RedisServer) -> None:
         await idle.agive(pool, conn)
     assert len(_kept(pool)) == idle.KEEP
     await client.aclose()
+
+
+def _monitor_lines(server: RedisServer, action: Any) -> list[str]:
+    """The MONITOR lines (``ts [db addr] "CMD" ...``) logged while ``action()`` runs."""
+    with server.client().monitor() as mon:
+        action()
+        marker = server.client()
+        marker.echo("end-of-action")
+        lines = []
+        while True:
+            line = mon.next_command()
+            lines.append(f"[{line['client_address']}:{line['client_port']}] {line['command']}")
+            if "end-of-action" in line["command"]:
+                return lines
+
+
+def _wait_after_write_on_same_connection(lines: list[str]) -> None:
+    writes = [ln for ln in lines if "_acquire" in ln and ("FCALL" in ln or "EVALSHA" in ln)]
+    waits = [ln for ln in lines if ln.split("] ", 1)[1].startswith("WAIT")]
+    assert writes and waits, lines
+    assert writes[-1].split("]")[0] == waits[-1].split("]")[0], (writes[-1], waits[-1])
+
+
+def test_wait_runs_on_the_connection_of_the_write(own_server: RedisServer) -> None:
+    """WAIT counts the replicas that have its own connection's last write: on any other
+    connection it would count replicas that never saw the grant."""
+    replica = RedisServer(extra_args=["--replicaof", "127.0.0.1", str(own_server.port)]).start()
+    try:
+        rclient = replica.client()
+        wait_until(lambda: rclient.info("replication").get("master_link_status") == "up")
+        client = own_server.client()
+        lock = redlease.Lock(client, "idle-wait", ttl=10, replicas=1, replica_timeout=2)
+        other = redlease.Lock(client, "idle-wait-other", ttl=10)
+        other.acquire()  # a second connection in play
+        other.release()
+
+        def sync_round() -> None:
+            lock.acquire()
+            lock.release()
+
+        _wait_after_write_on_same_connection(_monitor_lines(own_server, sync_round))
+
+        async def async_round() -> None:
+            aclient = aioredis.Redis(host="127.0.0.1", port=own_server.port)
+            alock = aio.Lock(aclient, "idle-wait-aio", ttl=10, replicas=1, replica_timeout=2)
+            await aio.Lock(aclient, "idle-wait-aio-other", ttl=10).acquire()
+            await alock.acquire()
+            await alock.release()
+            await aclient.aclose()
+
+        _wait_after_write_on_same_connection(
+            _monitor_lines(own_server, lambda: asyncio.run(async_round()))
+        )
+        client.close()
+    finally:
+        replica.stop()

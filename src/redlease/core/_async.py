@@ -48,13 +48,28 @@ class AsyncNode(_redis.NodeBase):
                 return False
             return req.reply(reply)
         if isinstance(req, Replicate):
-            if self.cluster:
-                node = self.client.get_node_from_key(req.key)
-                return await self.client.execute_command(
-                    "WAIT", req.replicas, req.timeout_ms, target_nodes=node
-                )
-            return await self.client.execute_command("WAIT", req.replicas, req.timeout_ms)
+            return await self._wait_replicas(req)
         raise TypeError(f"unknown request {req!r}")
+
+    async def _wait_replicas(self, req: Replicate) -> Any:
+        """``WAIT`` on the connection the write went out on (see the blocking driver's)."""
+        args = ("WAIT", req.replicas, req.timeout_ms)
+        home = self._home(req.key)
+        if home is None:  # the cluster's slot map is not ready: through the client's routing
+            node = self.client.get_node_from_key(req.key)
+            return await self.client.execute_command(*args, target_nodes=node)
+        conn = await _checkout(home)
+        try:
+            writer = getattr(conn, "_writer", None)
+            if writer is None or writer.transport.is_closing():
+                raise rex.ConnectionError(f"connection to {self.name} lost")
+            writer.writelines(wire.pack(conn, args))
+            reply = await conn.read_response()
+        except BaseException:
+            await _close([_redis.Pinned(home, conn, 0, 0.0)])
+            raise
+        await _give(home, conn)
+        return reply
 
     def _home(self, key: str) -> Any:
         """The pool (or cluster node) serving ``key``; None: let the cluster client route."""
@@ -114,10 +129,7 @@ class AsyncNode(_redis.NodeBase):
             else:
                 await _close([_redis.Pinned(home, conn, unread, 0.0)])
             raise
-        if hasattr(home, "get_connection"):
-            await idle.agive(home, conn)
-        else:
-            await _give_back(home, conn)
+        await _give(home, conn)
         return reply
 
     async def _routed(self, req: Call) -> Any:
@@ -140,6 +152,15 @@ async def _checkout(home: Any) -> Any:
             await _give_back(home, conn)
             raise
     return conn
+
+
+async def _give(home: Any, conn: Any) -> None:
+    """Return ``conn`` after a request answered in full: kept for the next one if from a pool
+    (see :mod:`redlease.core.idle`)."""
+    if hasattr(home, "get_connection"):
+        await idle.agive(home, conn)
+    else:
+        await _give_back(home, conn)
 
 
 async def _give_back(home: Any, conn: Any) -> None:

@@ -35,13 +35,28 @@ class SyncNode(_redis.NodeBase):
         if isinstance(req, Wait):
             return req.reply(self._blpop(req.keys, req.timeout))
         if isinstance(req, Replicate):
-            if self.cluster:
-                node = self.client.get_node_from_key(req.key)
-                return self.client.execute_command(
-                    "WAIT", req.replicas, req.timeout_ms, target_nodes=node
-                )
-            return self.client.execute_command("WAIT", req.replicas, req.timeout_ms)
+            return self._wait_replicas(req)
         raise TypeError(f"unknown request {req!r}")
+
+    def _wait_replicas(self, req: Replicate) -> Any:
+        """``WAIT`` on the connection the write went out on: WAIT counts the replicas that have
+        this connection's last write. It was kept last (:mod:`redlease.core.idle`), so it is
+        the one taken first."""
+        args = ("WAIT", req.replicas, req.timeout_ms)
+        pool = self._pool(req.key)
+        if pool is None:  # the cluster's slot map is not ready: through the client's routing
+            node = self.client.get_node_from_key(req.key)
+            return self.client.execute_command(*args, target_nodes=node)
+        conn = idle.take(pool)
+        try:
+            conn.send_packed_command(wire.pack(conn, args), check_health=False)
+            reply = conn.read_response()
+        except BaseException:
+            conn.disconnect()
+            pool.release(conn)
+            raise
+        idle.give(pool, conn)
+        return reply
 
     def _pool(self, key: str) -> Any:
         """The connection pool of the node serving ``key`` (None: let the cluster client route)."""

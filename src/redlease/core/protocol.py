@@ -60,6 +60,11 @@ class Call:
         """The Redis command that runs the script as a function of the redlease library."""
         return ("FCALL", self.script.function, len(self.keys), *self.keys, *self.args)
 
+    def command(self, functions: bool) -> tuple[str | int, ...]:
+        """FCALL where the server has the redlease library loaded (``functions``), else
+        EVALSHA: the one rule for which of the two to send."""
+        return self.fcall() if functions else self.evalsha()
+
 
 class Scripting:
     """How one server runs :class:`Call` s: ``FCALL`` of the redlease Functions library where
@@ -80,8 +85,7 @@ class Scripting:
     def command(self, call: Call) -> tuple[str | int, ...]:
         if self.functions:
             self.loaded = False
-            return call.fcall()
-        return call.evalsha()
+        return call.command(self.functions)
 
     def recover(
         self, call: Call, sent: tuple[str | int, ...], error: BaseException

@@ -263,6 +263,7 @@ class Probe:
     marker: str | None  # run id stored in the node's redlease marker (None: no marker)
     durable: bool  # appendonly yes + appendfsync always: restarts keep every write
     born: frozenset[str] = frozenset()  # the marker's birth list (see :func:`born_members`)
+    functions: bool = False  # the redlease Functions library is loaded there (FCALL, not EVALSHA)
 
 
 def membership(probe: Probe | None) -> str:

@@ -1,7 +1,10 @@
 """What a quorum channel sends first on every new connection, and how the answers are read.
 
-Scripts are loaded up front (``SCRIPT LOAD``) so that requests can be pipelined with
-``EVALSHA``: a ``NOSCRIPT`` retry would break the order of an acquire and its undo. The probe
+Scripts are loaded up front so that requests can be pipelined: the redlease Functions library
+(``FUNCTION LOAD``; requests then use ``FCALL``, which skips building the helpers on every
+call) where the server has Functions, and every script (``SCRIPT LOAD``, for ``EVALSHA``) for
+the servers that do not (Redis 6.2): a retry after ``NOSCRIPT`` would break the order of an
+acquire and its undo. The probe
 reads the server's ``run_id`` and uptime, the node's redlease marker and its persistence mode,
 which :func:`redlease.core.rules.membership` turns into the restart rule.
 """
@@ -24,6 +27,7 @@ NODE: tuple[tuple[str, ...], ...] = (  # what the server and the marker say, at 
 )
 COMMANDS: tuple[tuple[str, ...], ...] = (
     *(("SCRIPT", "LOAD", s.lua) for s in scripts.ALL_SCRIPTS),
+    ("FUNCTION", "LOAD", scripts.LIBRARY),
     *NODE,
     ("CONFIG", "GET", "appendonly"),
     ("CONFIG", "GET", "appendfsync"),
@@ -52,9 +56,19 @@ def parse(replies: Sequence[object], at: float) -> Probe:
     for reply in replies[:base]:
         if isinstance(reply, BaseException):
             raise reply
-    info, marker, aof, fsync = replies[base : base + 4]
+    library, info, marker, aof, fsync = replies[base : base + 5]
     durable = _config(aof) == "yes" and _config(fsync) == "always"
-    return node(Probe("", 0.0, at, None, durable), [info, marker], at)
+    probe = Probe("", 0.0, at, None, durable, functions=_loaded(library))
+    return node(probe, [info, marker], at)
+
+
+def _loaded(reply: object) -> bool:
+    """Whether ``FUNCTION LOAD`` left the library on the server: loaded now, or by an earlier
+    connection (``already exists``). An unknown command (Redis 6.2) or a refusal (ACL) means
+    EVALSHA."""
+    if isinstance(reply, BaseException):
+        return "already exists" in str(reply)
+    return _text(reply) == scripts.LIBRARY_NAME
 
 
 def node(probe: Probe, replies: Sequence[object], at: float) -> Probe:

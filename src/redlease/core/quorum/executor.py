@@ -198,20 +198,24 @@ def node_error(exc: BaseException, lock: str, node: str) -> LockError:
     return mapped if mapped is not None else LockUnavailable(lock, str(exc), nodes=[node])
 
 
-def call_args(req: Any) -> tuple[Any, ...]:
-    """The Redis command for a :class:`Call` (EVALSHA: scripts are preloaded) or Command."""
+def call_args(req: Any, functions: bool) -> tuple[Any, ...]:
+    """The Redis command for a :class:`Call` (FCALL or EVALSHA: the channel's probe loaded the
+    library and the scripts, see :mod:`._probe`) or a Command."""
     if isinstance(req, Command):
         return req.args
-    return tuple(req.evalsha())
+    return tuple(req.command(functions))
 
 
 def submit_all(channel: Channel, reqs: Batch, memo: Memo, epoch: int | None) -> list[Slot]:
     """Write a node's requests in order (on connection ``epoch`` if given); after a lost one
     the rest are not sent."""
     slots: list[Slot] = []
+    probe = channel.probe
+    functions = probe is not None and probe.functions
     for r in reqs:
-        args = memo.get(id(r))
+        key = (id(r), functions)
+        args = memo.get(key)
         if args is None:
-            args = memo[id(r)] = call_args(r)
+            args = memo[key] = call_args(r, functions)
         slots.append(channel.submit(args, slots[-1] if slots else None, memo, epoch))
     return slots
