@@ -27,12 +27,15 @@ class Channel(channel.Channel):
     """A :class:`~redlease.core.quorum.channel.Channel` over a blocking redis-py connection."""
 
     def __init__(self, client: Any, name: str, dead_after: float) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        super().__init__(client, name, dead_after, self._cond)
+        # the state's lock is the condition's own lock, taken directly: ``with`` on the lock is
+        # C code, on the Condition a Python method (four times per node per request)
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)
+        super().__init__(client, name, dead_after, lock)
 
     def wait_settled(self, deadline: float) -> None:
         """Wait until connected or failed, or until ``deadline``."""
-        with self._cond:
+        with self._lock:
             left = self._settle_locked(deadline)
             while left is not None:
                 self._sleep_locked(left)
@@ -41,7 +44,7 @@ class Channel(channel.Channel):
     def wait(self, slot: channel.Slot, deadline: float) -> None:
         """Until ``slot`` is filled or ``deadline``: read replies (reader role) or wait."""
         while True:
-            with self._cond:
+            with self._lock:
                 conn = self._claim_locked(slot, deadline)
                 while isinstance(conn, float):
                     self._sleep_locked(conn)

@@ -192,6 +192,10 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
     and its fence counters were raised to the maximum found on
     :func:`~redlease.core.rules.reseed_sources` intact nodes.
     """
+    if all(type(p) is Probe and membership(p) == "member" for p in replies):
+        if cfg.outside:  # the common case, kept cheap: every node counts
+            cfg.outside = {}
+        return tuple(range(len(replies)))
     reasons = [p.error.message if isinstance(p, Down) else "not reachable" for p in replies]
     probes = [p if isinstance(p, Probe) else None for p in replies]
     states = [membership(p) for p in probes]
