@@ -8,9 +8,11 @@ for redlease and redis-py's Lock, sync and asyncio, on one local redis-server:
 * client CPU (``time.process_time``) per pair;
 * wall time per pair (what pairs/s measures);
 
-then a pyinstrument profile of redlease's sync loop (``--pyinstrument``), and with
-``--quorum`` the ceiling of a 3-node quorum: redlease's own scripts fanned out from one thread
-without worker threads (send to every node, then read every reply), against the library.
+then a pyinstrument profile of redlease's sync loop (``--pyinstrument``), with ``--quorum``
+the ceiling of a 3-node quorum: redlease's own scripts fanned out from one thread without
+worker threads (send to every node, then read every reply), against the library, and with
+``--floor`` the Redis time of the least a fenced lease in DESIGN.md's data model can do (see
+:data:`FLOOR_LIBRARY`), against redlease's and redis-py's pairs.
 """
 
 from __future__ import annotations
@@ -71,6 +73,61 @@ async def measure_async(port: int, make: Callable[[Any], Any], n: int) -> dict[s
     stat[0].close()
     return {"wall_us": wall / n * 1e6, "client_cpu_us": cpu / n * 1e6, "redis_exec_us": ex / n,
             "redis_cpu_us": srv / n}  # fmt: skip
+
+
+# The least a fenced lease can do per pair in DESIGN.md's data model (a lease hash with a PX TTL,
+# a separate fence counter, server TIME): acquire = read the owner, INCR the fence, TIME, HSET
+# the record, PEXPIRE; release = read the owner, DEL. No history, no waiters, no reentrancy:
+# what is left is the price of fencing a lease in Redis, against redis-py's SET + 2-call script.
+FLOOR_LIBRARY = r"""#!lua name=redlease_floor
+redis.register_function('floor_acquire', function(KEYS, ARGV)
+  if redis.call('HGET', KEYS[1], 'owner') then return {0} end
+  local fence = redis.call('INCR', KEYS[2])
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holder', ARGV[3], 'fence', fence,
+    'acquired_ms', now, 'ttl_ms', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, fence, 1, now}
+end)
+redis.register_function('floor_release', function(KEYS, ARGV)
+  if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return {0, 0} end
+  redis.call('DEL', KEYS[1])
+  return {1, 0}
+end)
+"""
+
+
+def floor_exec(pairs: int, reps: int) -> dict[str, float]:
+    """Redis execution us per pair (``INFO commandstats``, as the bench measures it) of the
+    floor above, redlease's Lock and redis-py's Lock; interleaved repetitions, medians."""
+    with RedisServer() as server:
+        client = server.client()
+        client.function_load(FLOOR_LIBRARY)
+        rl = redlease.Lock(client, "floor-rl", ttl=10)
+        rp = client.lock("floor-rp", timeout=10)
+        keys = ("redlease:{floor}", "redlease:{floor}:fence")
+
+        def floor_pair() -> None:
+            client.fcall("floor_acquire", 2, *keys, "tok", 10000, "me")
+            client.fcall("floor_release", 1, keys[0], "tok")
+
+        pairs_of = {
+            "redlease Lock": lambda: (rl.acquire(), rl.release()),
+            "floor (fenced lease, 7 calls)": floor_pair,
+            "redis-py Lock": lambda: (rp.acquire(), rp.release()),
+        }
+        out: dict[str, list[float]] = {name: [] for name in pairs_of}
+        for _ in range(reps):
+            for name, pair in pairs_of.items():
+                for _ in range(200):
+                    pair()
+                client.config_resetstat()
+                for _ in range(pairs):
+                    pair()
+                out[name].append(exec_usec([client]) / pairs)
+        client.close()
+    return {name: statistics.median(v) for name, v in out.items()}
 
 
 def quorum_ceiling(seconds: float = 1.0, reps: int = 5) -> tuple[float, float, float]:
@@ -156,7 +213,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--pyinstrument", action="store_true")
     ap.add_argument("--quorum", action="store_true", help="also the 3-node fan-out ceiling")
+    ap.add_argument("--floor", action="store_true", help="only the fenced-lease Redis floor")
     args = ap.parse_args()
+    if args.floor:
+        floor = floor_exec(args.pairs, args.reps)
+        base = floor["redis-py Lock"]
+        print(f"Redis execution per pair, median of {args.reps} interleaved runs (us):")
+        for name, us in floor.items():
+            print(f"  {name:<32} {us:6.1f}  {us / base:.2f}x redis-py's")
+        return
     if args.quorum:
         raw, ours, peer = quorum_ceiling()
         print(
