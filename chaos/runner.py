@@ -85,7 +85,6 @@ class Run:
         who = f"s{self.next_id}"
         self.next_id += 1
         port = free_port()
-        self.ports[who] = port
         args = [
             sys.executable, "-m", "redlease", "sidecar",
             "--lock", "chaos", "--ttl", str(self.ttl), "--identity", who,
@@ -99,6 +98,7 @@ class Run:
             args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             preexec_fn=die_with_parent(),
         )  # fmt: skip
+        self.ports[who] = port  # last: the observer thread samples what has a port
         return who
 
     def observe(self, stop: threading.Event) -> None:
@@ -110,7 +110,8 @@ class Run:
         conns: dict[str, http.client.HTTPConnection] = {}
         while not stop.is_set():
             for who, port in list(self.ports.items()):
-                if self.procs[who].poll() is not None:
+                proc = self.procs.get(who)
+                if proc is None or proc.poll() is not None:
                     continue
                 conn = conns.get(who) or http.client.HTTPConnection("127.0.0.1", port, timeout=0.2)
                 conns[who] = conn
