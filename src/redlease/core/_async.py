@@ -58,17 +58,9 @@ class AsyncNode(_redis.NodeBase):
         if home is None:  # the cluster's slot map is not ready: through the client's routing
             node = self.client.get_node_from_key(req.key)
             return await self.client.execute_command(*args, target_nodes=node)
-        conn = await _checkout(home)
-        try:
-            writer = getattr(conn, "_writer", None)
-            if writer is None or writer.transport.is_closing():
-                raise rex.ConnectionError(f"connection to {self.name} lost")
-            writer.writelines(wire.pack(conn, args))
-            reply = await conn.read_response()
-        except BaseException:
-            await _close([_redis.Pinned(home, conn, 0, 0.0)])
-            raise
-        await _give(home, conn)
+        reply = await self._exchange(home, args)
+        if isinstance(reply, rex.ResponseError):
+            raise reply
         return reply
 
     def _home(self, key: str) -> Any:
@@ -87,13 +79,13 @@ class AsyncNode(_redis.NodeBase):
         run = _redis.scripting(home)
         try:
             sent = run.command(req)
-            reply = await self._exchange(home, req, sent)
+            reply = await self._exchange(home, sent, req.owner, req.timeout)
             while isinstance(reply, rex.ResponseError):
                 recovery = run.recover(req, sent, reply)
                 if not recovery:
                     break
                 for sent in recovery:
-                    reply = await self._exchange(home, req, sent)
+                    reply = await self._exchange(home, sent, req.owner, req.timeout)
         except rex.RedisError as exc:
             raise self.error(exc, home if self.cluster else None) from exc
         if isinstance(reply, rex.MovedError | rex.AskError):  # resharded or failed over
@@ -102,9 +94,12 @@ class AsyncNode(_redis.NodeBase):
             raise self.error(reply, home if self.cluster else None) from reply
         return reply
 
-    async def _exchange(self, home: Any, req: Call, args: tuple[Any, ...]) -> Any:
-        """Send ``args`` (behind the owner's unanswered requests) and read its reply."""
-        pinned = self.pins.take(req.owner, home) if req.owner else None
+    async def _exchange(
+        self, home: Any, args: tuple[Any, ...], owner: str = "", timeout: float | None = None
+    ) -> Any:
+        """Send ``args`` (behind ``owner``'s unanswered requests) and read its reply (an error
+        reply is returned); wait at most ``timeout`` (None: the client's socket timeout)."""
+        pinned = self.pins.take(owner, home) if owner else None
         conn = pinned.conn if pinned else await _checkout(home)
         unread = pinned.unread if pinned else 0
         reply: Any = None
@@ -116,16 +111,16 @@ class AsyncNode(_redis.NodeBase):
             unread += 1
             while unread:
                 try:
-                    async with asyncio.timeout(req.timeout):
+                    async with asyncio.timeout(timeout):
                         reply = await conn.read_response(disconnect_on_error=False)
                 except rex.ResponseError as exc:
                     reply = exc
                 except TimeoutError:
-                    raise _redis.no_reply(req.timeout or 0.0) from None
+                    raise _redis.no_reply(timeout or 0.0) from None
                 unread -= 1
         except BaseException as exc:
-            if _redis.keeps_order(req, unread, exc):
-                await _close(self.pins.keep(req.owner, home, conn, unread))
+            if _redis.keeps_order(owner, unread, exc):
+                await _close(self.pins.keep(owner, home, conn, unread))
             else:
                 await _close([_redis.Pinned(home, conn, unread, 0.0)])
             raise

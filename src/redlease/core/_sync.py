@@ -47,15 +47,9 @@ class SyncNode(_redis.NodeBase):
         if pool is None:  # the cluster's slot map is not ready: through the client's routing
             node = self.client.get_node_from_key(req.key)
             return self.client.execute_command(*args, target_nodes=node)
-        conn = idle.take(pool)
-        try:
-            conn.send_packed_command(wire.pack(conn, args), check_health=False)
-            reply = conn.read_response()
-        except BaseException:
-            conn.disconnect()
-            pool.release(conn)
-            raise
-        idle.give(pool, conn)
+        reply = self._exchange(pool, args)
+        if isinstance(reply, rex.ResponseError):
+            raise reply
         return reply
 
     def _pool(self, key: str) -> Any:
@@ -75,13 +69,13 @@ class SyncNode(_redis.NodeBase):
         run = _redis.scripting(pool)
         try:
             sent = run.command(req)
-            reply = self._exchange(pool, req, sent)
+            reply = self._exchange(pool, sent, req.owner, req.timeout)
             while isinstance(reply, rex.ResponseError):
                 recovery = run.recover(req, sent, reply)
                 if not recovery:
                     break
                 for sent in recovery:
-                    reply = self._exchange(pool, req, sent)
+                    reply = self._exchange(pool, sent, req.owner, req.timeout)
         except rex.RedisError as exc:
             raise self.error(exc, pool if self.cluster else None) from exc
         if isinstance(reply, rex.MovedError | rex.AskError):  # resharded or failed over
@@ -90,9 +84,12 @@ class SyncNode(_redis.NodeBase):
             raise self.error(reply, pool if self.cluster else None) from reply
         return reply
 
-    def _exchange(self, pool: Any, req: Call, args: tuple[Any, ...]) -> Any:
-        """Send ``args`` (behind the owner's unanswered requests) and read its reply."""
-        pinned = self.pins.take(req.owner, pool) if req.owner else None
+    def _exchange(
+        self, pool: Any, args: tuple[Any, ...], owner: str = "", timeout: float | None = None
+    ) -> Any:
+        """Send ``args`` (behind ``owner``'s unanswered requests) and read its reply (an error
+        reply is returned); wait at most ``timeout`` (None: the client's socket timeout)."""
+        pinned = self.pins.take(owner, pool) if owner else None
         conn = pinned.conn if pinned else idle.take(pool)
         unread = pinned.unread if pinned else 0
         reply: Any = None
@@ -100,16 +97,16 @@ class SyncNode(_redis.NodeBase):
             conn.send_packed_command(wire.pack(conn, args), check_health=False)
             unread += 1
             while unread:
-                if req.timeout is not None and not conn.can_read(timeout=req.timeout):
-                    raise _redis.no_reply(req.timeout)
+                if timeout is not None and not conn.can_read(timeout=timeout):
+                    raise _redis.no_reply(timeout)
                 try:
                     reply = conn.read_response(disconnect_on_error=False)
                 except rex.ResponseError as exc:
                     reply = exc
                 unread -= 1
         except BaseException as exc:
-            if _redis.keeps_order(req, unread, exc):
-                self._close(self.pins.keep(req.owner, pool, conn, unread))
+            if _redis.keeps_order(owner, unread, exc):
+                self._close(self.pins.keep(owner, pool, conn, unread))
             else:
                 self._close([_redis.Pinned(pool, conn, unread, 0.0)])
             raise

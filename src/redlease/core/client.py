@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import redis.exceptions as rex
 
-from redlease.core.protocol import Call, Request, Scripting
+from redlease.core.protocol import Request, Scripting
 from redlease.errors import LockError, LockUnavailable, ProtocolError
 
 PIN_HOLD = 30.0  # a pinned connection nobody came back for is closed after this many seconds
@@ -111,11 +111,11 @@ class Pins:
         return [old, *expired] if old is not None else expired
 
 
-def keeps_order(req: Call, unread: int, exc: BaseException) -> bool:
-    """Whether a connection that failed with ``exc`` must be pinned for ``req``'s owner: it
-    has requests without replies and is still open (a closed one was dropped by the server,
-    which then runs nothing more from it)."""
-    return bool(req.owner) and unread > 0 and not isinstance(exc, rex.ConnectionError)
+def keeps_order(owner: str, unread: int, exc: BaseException) -> bool:
+    """Whether a connection that failed with ``exc`` must be pinned for ``owner`` (a request's
+    owner token): it has requests without replies and is still open (a closed one was dropped
+    by the server, which then runs nothing more from it)."""
+    return bool(owner) and unread > 0 and not isinstance(exc, rex.ConnectionError)
 
 
 def no_reply(timeout: float) -> rex.TimeoutError:

@@ -4,9 +4,9 @@ Scripts are loaded up front so that requests can be pipelined: the redlease Func
 (``FUNCTION LOAD``; requests then use ``FCALL``, which skips building the helpers on every
 call) where the server has Functions, and every script (``SCRIPT LOAD``, for ``EVALSHA``) for
 the servers that do not (Redis 6.2): a retry after ``NOSCRIPT`` would break the order of an
-acquire and its undo. The probe
-reads the server's ``run_id`` and uptime, the node's redlease marker and its persistence mode,
-which :func:`redlease.core.rules.membership` turns into the restart rule.
+acquire and its undo. The probe reads the server's ``run_id`` and uptime, the node's redlease
+marker and its persistence mode, which :func:`redlease.core.rules.membership` turns into the
+restart rule.
 """
 
 from __future__ import annotations
