@@ -217,6 +217,10 @@ class Outcome:
 
 
 def decode_acquire(reply: object, lock: str) -> Outcome:
+    """An acquire reply: a grant is the string 'fence count now_ms transitions' (the scripts
+    build it from strings, cheaper for Redis than a table), anything else a list."""
+    if isinstance(reply, bytes | str):
+        return _decode_grant(reply, lock)
     items = as_list(reply, lock, 2)
     status = as_int(items[0], lock, "status")
     if status == scripts.GRANTED:
@@ -243,6 +247,16 @@ def decode_acquire(reply: object, lock: str) -> Outcome:
     raise ProtocolError(lock, f"unknown acquire status {status}")
 
 
+def _decode_grant(reply: bytes | str, lock: str) -> Outcome:
+    try:
+        fence, count, server_ms, transitions = map(int, reply.split())
+    except ValueError:
+        raise ProtocolError(lock, f"unexpected Redis reply: {reply!r}") from None
+    return Outcome(
+        scripts.GRANTED, fence=fence, count=count, server_ms=server_ms, transitions=transitions
+    )
+
+
 def decode_handed(value: object, lock: str) -> Outcome:
     """Decode a lease handed over directly: 'fence now_ms transitions' (see scripts.pass_on)."""
     parts = as_str(value).split()
@@ -252,6 +266,12 @@ def decode_handed(value: object, lock: str) -> Outcome:
     return Outcome(
         scripts.GRANTED, fence=fence, count=1, server_ms=server_ms, transitions=transitions
     )
+
+
+def decode_release(reply: object, lock: str) -> int | None:
+    """A release reply: the reentrant count left (0: the lease is gone), None if not the owner."""
+    count = as_int(reply, lock, "release count")
+    return None if count < 0 else count
 
 
 # --- primitives ----------------------------------------------------------------------------------
@@ -618,11 +638,10 @@ def abort_acquire(prim: Primitive, token: str, state: AcquireState) -> Flow:
 
 def release(prim: Primitive, token: str, *, full: bool = True) -> Generator[Request, Any, int]:
     """Release by owner token; returns the reentrancy count left. Raises :class:`NotOwned`."""
-    reply = yield prim.release(token, full)
-    items = as_list(reply, prim.name, 2)
-    if as_int(items[0], prim.name, "status") != 1:
+    count = decode_release((yield prim.release(token, full)), prim.name)
+    if count is None:
         raise NotOwned(prim.name, "release refused: not held by this owner (expired or taken over)")
-    return as_int(items[1], prim.name, "count")
+    return count
 
 
 def extend(

@@ -59,20 +59,27 @@ def _prelude_for(lua: str) -> str:
     return "".join(code for name, code in _SNIPPETS.items() if name in needed)
 
 
-# Shared Lua prelude. ``clock()`` is server time in ms (TIME is read at most once, on demand).
+# Shared Lua prelude. ``now_ms()`` is server time in ms as a string, ``clock()`` the same as a
+# number (TIME is read at most once, on demand). Hot paths keep values as strings: Lua turns a
+# number into text with printf, which costs more than most of the commands they call.
 # ``enqueue`` registers a blocked acquirer as a waiter (sorted set, score = when the
 # registration lapses) so that a release hands the lock to waiters first. ``notify`` runs after
 # a release: if live waiters exist it reserves the free lock for them for ``handoff_ms`` and
 # pushes wake tokens that the waiters BLPOP.
 _SNIPPETS: dict[str, str] = {
-    "clock": """
+    "now_ms": """
 local now_cache = nil
-local function clock()  -- server time in ms, read once and only when needed
+local function now_ms()  -- server time in ms as a string, read once and only when needed
   if not now_cache then
-    local t = redis.call('TIME')
-    now_cache = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local t = redis.call('TIME')  -- seconds and microseconds, as strings
+    now_cache = t[1] .. string.sub('00000' .. t[2], -6, -4)
   end
   return now_cache
+end
+""",
+    "clock": """
+local function clock()  -- now_ms() as a number (for arithmetic and comparisons)
+  return tonumber(now_ms())
 end
 """,
     "keep_alive": """
@@ -141,28 +148,31 @@ end
 -- The lease record is compact: owner, holder, fence, acquired_ms, ttl_ms; 'count' only once a
 -- reentrant hold is re-entered, 'mode' only for a writer, 'renewed_ms' only once extended
 -- (absent: the defaults 1, 'x' and acquired_ms). The transitions count lives in the history.
+-- ``ttl``: ms, a string. Returns the fence and the transitions count, as strings (the grant
+-- reply is built from strings: Lua turns a number into text with printf).
 local function grant(lease, fence_key, history, token, identity, ttl, min_fence, mode)
   local fence = redis.call('INCR', fence_key)
   if fence < min_fence then
-    redis.call('SET', fence_key, min_fence)
     fence = min_fence
+    redis.call('SET', fence_key, string.format('%d', fence))
   end
+  fence = string.format('%d', fence)
   local h = redis.call('HMGET', history, 'holder', 'transitions')
-  local transitions = tonumber(h[2] or '0')
+  local transitions = h[2] or '0'
   if h[1] ~= identity then
-    transitions = transitions + 1
+    transitions = string.format('%d', tonumber(transitions) + 1)
     redis.call('HSET', history, 'holder', identity, 'transitions', transitions,
-      'changed_ms', clock())
+      'changed_ms', now_ms())
   end
   if mode == 'x' then
     redis.call('HSET', lease, 'owner', token, 'holder', identity, 'fence', fence,
-      'acquired_ms', clock(), 'ttl_ms', ttl)
+      'acquired_ms', now_ms(), 'ttl_ms', ttl)
   else
     redis.call('HSET', lease, 'owner', token, 'holder', identity, 'fence', fence,
-      'acquired_ms', clock(), 'ttl_ms', ttl, 'mode', mode)
+      'acquired_ms', now_ms(), 'ttl_ms', ttl, 'mode', mode)
   end
   redis.call('PEXPIRE', lease, ttl)
-  return {1, fence, 1, clock(), transitions}
+  return fence, transitions
 end
 """,
     "enlist": """
@@ -181,14 +191,14 @@ end
 -- 'fence now_ms transitions' onto its own list (wake .. ':' .. token, same slot), which it
 -- BLPOPs: it returns without another round trip. Otherwise wake waiters (notify). A grant to
 -- a waiter that died meanwhile expires with its TTL; one that gave up is released by LEAVE.
--- The head is read first: when it is live, no registration has lapsed (it lapses first), so
--- the common hand-off reads the queue once.
+-- No waiters (the uncontended case): one EXISTS. The head is read first: when it is live, no
+-- registration has lapsed (it lapses first), so the common hand-off reads the queue once.
 local function pass_on(lease, fence_key, history, waiters, handoff, wake, direct, handoff_ms,
     wake_all)
   if not direct or wake_all then
-    if redis.call('EXISTS', waiters) == 0 then return 0 end
     return notify(waiters, handoff, wake, handoff_ms, wake_all)
   end
+  if redis.call('EXISTS', waiters) == 0 then return 0 end
   local first = redis.call('ZRANGE', waiters, 0, 0, 'WITHSCORES')
   if #first == 0 then return 0 end
   local head = first[1]
@@ -203,12 +213,13 @@ local function pass_on(lease, fence_key, history, waiters, handoff, wake, direct
   local info = redis.call('HGET', direct, head)
   if not info then return notify(waiters, handoff, wake, handoff_ms, false) end
   local sep = string.find(info, ' ', 1, true)
-  local ttl = tonumber(string.sub(info, 1, sep - 1))
+  local ttl = string.sub(info, 1, sep - 1)
   redis.call('ZREM', waiters, head)
   redis.call('HDEL', direct, head)
-  local g = grant(lease, fence_key, history, head, string.sub(info, sep + 1), ttl, 0, 'x')
+  local fence, transitions = grant(lease, fence_key, history, head, string.sub(info, sep + 1),
+    ttl, 0, 'x')
   local box = wake .. ':' .. head
-  redis.call('RPUSH', box, g[2] .. ' ' .. g[4] .. ' ' .. g[5])
+  redis.call('RPUSH', box, fence .. ' ' .. now_ms() .. ' ' .. transitions)
   redis.call('PEXPIRE', box, ttl)
   redis.call('DEL', handoff)
   return 1
@@ -234,7 +245,7 @@ ACQUIRE = Script(
 -- own grant list (wake list .. ':' .. owner token). A refused caller then
 -- enlists for a direct hand-off (see pass_on); a caller that finds the lease already granted to
 -- it that way (it stopped waiting before the grant arrived) takes it with a fresh TTL.
--- Returns {1, fence, count, now_ms, transitions} granted (transitions -1 on re-entry)
+-- Returns 'fence count now_ms transitions' granted (a string; transitions -1 on re-entry)
 --         {0, pttl_ms, holder, i...} held   {3, pttl_ms, '', i...} reserved for waiters
 --           (i...: positions of the locks that refused; the caller is registered there only;
 --            pttl_ms: the soonest of their expiries)
@@ -244,56 +255,61 @@ ACQUIRE = Script(
     + _PRELUDE
     + """
 local token = ARGV[1]
-local ttl = tonumber(ARGV[2])
-local wait = tonumber(ARGV[5])
+local ttl = ARGV[2]
 local registered = ARGV[7] ~= '0'
 local n = math.floor(#KEYS / 5)
 local direct = KEYS[5 * n + 1]
 local status, hint, holder, mine = 1, -1, '', nil
-local refused, admit = {}, {}
+local refused, admit = nil, {}  -- admit[i]: 1 remove the caller's registration, +2 the reservation
 for i = 1, n do
-  local cur = redis.call('HMGET', KEYS[5 * i - 4], 'owner', 'holder', 'fence', 'count')
-  if cur[1] == token then
-    mine = cur
-  elseif cur[1] then
-    status, holder = 0, cur[2]
-    hint = soonest(hint, redis.call('PTTL', KEYS[5 * i - 4]))
+  local lease = KEYS[5 * i - 4]
+  local owner = redis.call('HGET', lease, 'owner')
+  if owner == token then
+    mine = lease
+  elseif owner then
+    status, holder = 0, redis.call('HGET', lease, 'holder')
+    hint = soonest(hint, redis.call('PTTL', lease))
+    refused = refused or {}
     refused[#refused + 1] = i
   else
     local ok, waiting, reserved = admissible(KEYS[5 * i - 1], KEYS[5 * i], token,
       registered)
     if ok then
-      admit[i] = {waiting, reserved}
+      admit[i] = (waiting and 1 or 0) + (reserved and 2 or 0)
     else
       if status == 1 then status = 3 end
       hint = soonest(hint, redis.call('PTTL', KEYS[5 * i]))
+      refused = refused or {}
       refused[#refused + 1] = i
     end
   end
 end
 if mine then
+  local cur = redis.call('HMGET', mine, 'fence', 'count')
+  local fence, count = cur[1], cur[2] or '1'
   if direct and registered and redis.call('HEXISTS', direct, token) == 0 then
     -- handed over to this waiter directly after it stopped waiting: take it, TTL from now
     redis.call('ZREM', KEYS[4], token)
     redis.call('DEL', KEYS[7])
-    redis.call('HSET', KEYS[1], 'renewed_ms', clock(), 'ttl_ms', ttl)
+    redis.call('HSET', KEYS[1], 'renewed_ms', now_ms(), 'ttl_ms', ttl)
     redis.call('PEXPIRE', KEYS[1], ttl)
-    local t = tonumber(redis.call('HGET', KEYS[3], 'transitions') or '0')
-    return {1, tonumber(mine[3]), tonumber(mine[4] or '1'), clock(), t}
+    local t = redis.call('HGET', KEYS[3], 'transitions') or '0'
+    return fence .. ' ' .. count .. ' ' .. now_ms() .. ' ' .. t
   end
   if ARGV[4] == '1' and n == 1 then
-    local count = tonumber(mine[4] or '1') + 1
-    redis.call('HSET', KEYS[1], 'count', count, 'renewed_ms', clock(), 'ttl_ms', ttl)
+    count = string.format('%d', tonumber(count) + 1)
+    redis.call('HSET', KEYS[1], 'count', count, 'renewed_ms', now_ms(), 'ttl_ms', ttl)
     redis.call('PEXPIRE', KEYS[1], ttl)
-    return {1, tonumber(mine[3]), count, clock(), -1}
+    return fence .. ' ' .. count .. ' ' .. now_ms() .. ' -1'
   end
-  return {2, tonumber(mine[3]), tonumber(mine[4] or '1')}
+  return {2, tonumber(fence), tonumber(count)}
 end
-if #refused > 0 then
+if refused then
+  local wait = tonumber(ARGV[5])
   for _, i in ipairs(refused) do enqueue(KEYS[5 * i - 1], token, wait) end
   if direct then enlist(direct, token, wait, ttl, ARGV[3]) end
   for i, a in pairs(admit) do  -- no stale registration where the lock was free
-    if a[1] then redis.call('ZREM', KEYS[5 * i - 1], token) end
+    if a % 2 == 1 then redis.call('ZREM', KEYS[5 * i - 1], token) end
   end
   return {status, hint, holder, unpack(refused)}
 end
@@ -303,19 +319,20 @@ if n > 1 then
     floor = math.max(floor, tonumber(redis.call('GET', KEYS[5 * i - 3]) or '0') + 1)
   end
 end
-local granted, transitions = nil, 0
+local fence, transitions = nil, nil
 for i = 1, n do
-  if admit[i][2] then redis.call('DEL', KEYS[5 * i]) end
-  if admit[i][1] then
+  local a = admit[i]
+  if a >= 2 then redis.call('DEL', KEYS[5 * i]) end
+  if a % 2 == 1 then
     redis.call('ZREM', KEYS[5 * i - 1], token)
     if direct then redis.call('HDEL', direct, token) end
   end
-  granted = grant(KEYS[5 * i - 4], KEYS[5 * i - 3], KEYS[5 * i - 2], token, ARGV[3], ttl,
+  local t
+  fence, t = grant(KEYS[5 * i - 4], KEYS[5 * i - 3], KEYS[5 * i - 2], token, ARGV[3], ttl,
     floor, 'x')
-  transitions = math.max(transitions, granted[5])
+  if not transitions or tonumber(t) > tonumber(transitions) then transitions = t end
 end
-granted[5] = transitions
-return granted
+return fence .. ' 1 ' .. now_ms() .. ' ' .. transitions
 """,
 )
 
@@ -331,28 +348,35 @@ RELEASE = Script(
 -- (KEYS[4] .. ':' .. its token, same slot) is the one key not passed: only the script knows it.
 -- ARGV[1] owner token  ARGV[2] '1' release every reentrant count, '0' one
 -- ARGV[3] handoff ms   ARGV[4] '1' wake every waiter, '0' one
--- Returns {1, remaining count} released (0 = lease gone)
---         {0, 0} not the owner (of at least one lock; the owner's other locks are released)
+-- Returns the remaining reentrant count (0 = lease gone) when released, -1 when not the owner
+--   (of at least one lock; the owner's other locks are released)
 """
     + _PRELUDE
     + """
 local n = math.floor(#KEYS / 4)
+local full = ARGV[2] == '1'
 local owned, count = 0, 0
 for i = 1, 4 * n, 4 do
-  local cur = redis.call('HMGET', KEYS[i], 'owner', 'count')
-  if cur[1] == ARGV[1] then
+  local owner, held = nil, nil
+  if full then
+    owner = redis.call('HGET', KEYS[i], 'owner')
+  else
+    local cur = redis.call('HMGET', KEYS[i], 'owner', 'count')
+    owner, held = cur[1], cur[2]
+  end
+  if owner == ARGV[1] then
     owned = owned + 1
-    if ARGV[2] ~= '1' and tonumber(cur[2] or '1') > 1 then
+    if held and tonumber(held) > 1 then
       count = redis.call('HINCRBY', KEYS[i], 'count', -1)
     else
       redis.call('DEL', KEYS[i])
       pass_on(KEYS[i], KEYS[5], KEYS[6], KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], KEYS[7],
-        tonumber(ARGV[3]), ARGV[4] == '1')
+        ARGV[3], ARGV[4] == '1')
     end
   end
 end
-if owned < n then return {0, 0} end
-return {1, count}
+if owned < n then return -1 end
+return count
 """,
 )
 
@@ -363,21 +387,22 @@ EXTEND = Script(
 -- (all or none: a lease that lost one of its locks is lost, and is not kept alive in part).
 -- KEYS[1] lease hash (KEYS[2..n]: those of the other locks of a multi-key lease)
 -- ARGV[1] owner token  ARGV[2] new ttl ms
--- Returns {1, fence, now_ms} extended  {0, 0, now_ms} not the owner (or expired)
+-- Returns {1, fence, now_ms} extended  {0, 0, now_ms} not the owner (or expired); fence and
+--   now_ms as strings
 """
     + _PRELUDE
     + """
 local fence = 0
 for i = 1, #KEYS do
   local cur = redis.call('HMGET', KEYS[i], 'owner', 'fence')
-  if cur[1] ~= ARGV[1] then return {0, 0, clock()} end
-  fence = tonumber(cur[2])
+  if cur[1] ~= ARGV[1] then return {0, 0, now_ms()} end
+  fence = cur[2]
 end
 for i = 1, #KEYS do
-  redis.call('HSET', KEYS[i], 'renewed_ms', clock(), 'ttl_ms', ARGV[2])
+  redis.call('HSET', KEYS[i], 'renewed_ms', now_ms(), 'ttl_ms', ARGV[2])
   redis.call('PEXPIRE', KEYS[i], ARGV[2])
 end
-return {1, fence, clock()}
+return {1, fence, now_ms()}
 """,
 )
 
@@ -483,13 +508,12 @@ ACQUIRE_WRITE = Script(
 -- KEYS[5] handoff flag  KEYS[6] fence counter  KEYS[7] history hash
 -- ARGV[1] owner token  ARGV[2] ttl ms  ARGV[3] holder identity
 -- ARGV[4] waiter registration ms (0: do not register)
--- Returns {1, fence, 1, now_ms, transitions} granted  {0, wait hint ms, holder} refused
+-- Returns 'fence 1 now_ms transitions' granted  {0, wait hint ms, holder} refused
 --         {2, fence, count} already the writer  {3, pttl ms, ''} reserved for waiters
 """
     + _PRELUDE
     + """
 local token = ARGV[1]
-local ttl = tonumber(ARGV[2])
 local wait = tonumber(ARGV[4])
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'holder', 'fence', 'count')
 if cur[1] == token then return {2, tonumber(cur[3]), tonumber(cur[4] or '1')} end
@@ -512,7 +536,8 @@ if not ok then
 end
 if waiting then redis.call('ZREM', KEYS[4], token) end
 redis.call('ZREM', KEYS[3], token)
-return grant(KEYS[1], KEYS[6], KEYS[7], token, ARGV[3], ttl, 0, 'w')
+local fence, transitions = grant(KEYS[1], KEYS[6], KEYS[7], token, ARGV[3], ARGV[2], 0, 'w')
+return fence .. ' 1 ' .. now_ms() .. ' ' .. transitions
 """,
 )
 
@@ -522,16 +547,16 @@ RELEASE_READ = Script(
 -- Release a reader lease; when the last reader leaves, wake the waiters (writers first in line).
 -- KEYS[1] readers zset  KEYS[2] waiters zset  KEYS[3] handoff flag  KEYS[4] wake list
 -- ARGV[1] owner token  ARGV[2] handoff ms
--- Returns {1, readers left} released  {0, 0} not a reader (or its share expired)
+-- Returns the readers left when released, -1 when not a reader (or its share expired)
 """
     + _PRELUDE
     + """
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
-if (not s) or tonumber(s) < clock() then return {0, 0} end
+if (not s) or tonumber(s) < clock() then return -1 end
 local left = live(KEYS[1])
 if left == 0 then notify(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[2]), true) end
-return {1, left}
+return left
 """,
 )
 

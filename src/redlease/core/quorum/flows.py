@@ -17,7 +17,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redlease.core import scripts
-from redlease.core.protocol import Call, Outcome, Primitive, Replicate, Request, decode_acquire
+from redlease.core.protocol import (
+    Call,
+    Outcome,
+    Primitive,
+    Replicate,
+    Request,
+    decode_acquire,
+    decode_release,
+)
 from redlease.core.quorum import _probe
 from redlease.core.rules import (
     LATE,
@@ -27,6 +35,7 @@ from redlease.core.rules import (
     Probe,
     Reply,
     Result,
+    Tally,
     birth_list,
     births,
     born_members,
@@ -463,23 +472,40 @@ def extend(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
 
 
 def release(cfg: Settings, call: Call) -> QFlow:
-    """Release on every node (fresh ones too: they may carry a late write)."""
+    """Release on every node (fresh ones too: they may carry a late write). The reply is one
+    node's: the reentrant count left, -1 when not the owner."""
     everyone = range(cfg.n)
     results = yield FanOut(dict.fromkeys(everyone, call), cfg.node_timeout, pinned=False)
-    t = tally(results, everyone)
-    verdict = release_verdict(t, cfg.quorum)
+    ok: list[int] = []
+    refused: list[int] = []
+    failed: list[int] = []
+    left = 0
+    for i in everyone:
+        count = _release_count(cfg, results.get(i, LATE))
+        if count is None:
+            failed.append(i)
+        elif count < 0:
+            refused.append(i)
+        else:
+            ok.append(i)
+            left = max(left, count)
+    verdict = release_verdict(Tally(tuple(ok), tuple(refused), tuple(failed)), cfg.quorum)
     if verdict == "ok":
-        return [1, max(_count(t.values[i]) for i in t.ok)]
+        return left
     if verdict == "not_owned":
-        return [0, 0]
-    raise unavailable(cfg, "cannot release", t.failed, results)
+        return -1
+    raise unavailable(cfg, "cannot release", failed, results)
 
 
-def _count(value: list[object]) -> int:
+def _release_count(cfg: Settings, result: Result) -> int | None:
+    """A node's release reply (count left, -1 not the owner); None: no usable reply."""
+    if not isinstance(result, Reply):
+        return None
     try:
-        return int(value[1])  # type: ignore[call-overload,no-any-return]
-    except (IndexError, TypeError, ValueError):
-        return 0
+        count = decode_release(result.value, cfg.prim.name)
+    except ProtocolError:
+        return None
+    return -1 if count is None else count
 
 
 def read_status(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
