@@ -1,23 +1,27 @@
 """The asyncio driver of the quorum transport: redis-py asyncio connections and futures.
 
 The state machine and the flow driving are shared (:mod:`.channel`, :mod:`.executor`); this
-module only moves bytes and awaits: the state needs no lock (one event loop), callers that wait
-for a wake-up await a future, a reader's read is bounded by the caller's deadline (a read cut
-short leaves redis-py's parser resumable, ``disconnect_on_error=False``, so the late reply is
-consumed in order by the next reader), and connecting (handshake and probe) runs in a
-background task. No reader task and no future per request.
+module only moves bytes and awaits: the state needs no lock (one event loop), and connecting
+(handshake and probe, by redis-py) runs in a background task.
+
+Replies are pushed, not pulled: once a connection is probed, its transport hands every chunk
+it receives to :class:`_Feed`, which parses it (hiredis, configured as redis-py's parser) and
+gives each reply to the channel at once, from the event loop's own read callback. A fan-out
+then awaits one future, resolved when its last slot is filled or at its deadline: no reader
+coroutine, no future per reply, and a reply that arrives after its caller gave up is still
+consumed in order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
+import hiredis
 import redis.exceptions as rex
 
 from redlease.core import _async
@@ -25,6 +29,46 @@ from redlease.core.protocol import Request
 from redlease.core.quorum import _probe, channel
 from redlease.core.quorum.executor import Blpop, Collect, QuorumExecutor, Settle, Step
 from redlease.errors import LockError
+
+_MORE = object()  # hiredis: no complete reply buffered yet
+
+
+class _Feed(asyncio.Protocol):
+    """The protocol of a probed connection's transport: every reply goes to the channel as it
+    arrives. Connection events also reach the stream protocol it replaced, so redis-py's
+    ``disconnect()`` (which waits for the stream to close) and write flow control still work.
+    """
+
+    def __init__(self, ch: Channel, conn: Any, inner: Any, reader: Any) -> None:
+        self.ch = ch
+        self.conn = conn
+        self.inner = inner
+        self.reader = reader
+
+    def data_received(self, data: bytes) -> None:
+        reader, ch, conn = self.reader, self.ch, self.conn
+        reader.feed(data)
+        while True:
+            try:
+                value = reader.gets()
+            except Exception as exc:  # noqa: BLE001 - a broken stream: the channel drops it
+                value = exc
+            if value is _MORE or not ch._received(conn, value):
+                return
+
+    def eof_received(self) -> bool | None:
+        self.ch._received(self.conn, rex.ConnectionError(f"{self.ch.name} closed the connection"))
+        return self.inner.eof_received()  # type: ignore[no-any-return]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ch._received(self.conn, rex.ConnectionError(f"connection to {self.ch.name} lost"))
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
 
 
 class Channel(channel.Channel):
@@ -46,26 +90,6 @@ class Channel(channel.Channel):
             await self._sleep(left)
             left = self._settle_locked(deadline)
 
-    async def wait(self, slot: channel.Slot, deadline: float) -> None:
-        """Until ``slot`` is filled or ``deadline``: read replies (reader role) or wait.
-
-        Before the deadline a read is bounded by the caller's timeout, not by ``deadline``
-        (one timer per fan-out instead of one per read): call it through :func:`collect`.
-        """
-        while True:
-            conn = self._claim_locked(slot, deadline)
-            while isinstance(conn, float):
-                await self._sleep(conn)
-                conn = self._claim_locked(slot, deadline)
-            if conn is None:
-                return
-            try:
-                await self._read_until(conn, slot, deadline)
-            finally:
-                more = self._reader_done(slot, deadline)
-            if not more:
-                return
-
     async def drain(self) -> None:
         """Flow control: wait while the transport's write buffer is over its high-water mark."""
         conn = self._conn
@@ -85,6 +109,12 @@ class Channel(channel.Channel):
         self._close()
         if self._disposing:
             await asyncio.gather(*self._disposing, return_exceptions=True)
+
+    def overdue(self) -> None:
+        """A caller's deadline passed with a reply still due: drop the connection if its oldest
+        request has been unanswered for ``dead_after``."""
+        if self._conn is not None:
+            self._check_dead(self._conn)
 
     # -- driver hooks ---------------------------------------------------------------------------
 
@@ -125,28 +155,6 @@ class Channel(channel.Channel):
         finally:
             self._sleepers -= 1
 
-    async def _read_until(self, conn: Any, slot: channel.Slot, deadline: float) -> None:
-        """Reader role: hand replies to their slots in order until ``slot`` is filled.
-
-        Before the deadline the caller's timeout bounds the reads (one timer per fan-out, not
-        one per read). Past it, only what is already buffered is read: reading buffered data
-        never suspends, and ``timeout(0)`` stops the first read that would.
-        """
-        if deadline <= time.monotonic():
-            try:
-                async with asyncio.timeout(0):
-                    await self._read_until(conn, slot, math.inf)
-            except TimeoutError:
-                self._check_dead(conn)
-            return
-        while not slot.done:
-            try:
-                value: Any = await conn.read_response(timeout=math.inf, disconnect_on_error=False)
-            except Exception as exc:  # noqa: BLE001 - an error reply, or the connection is gone
-                value = exc
-            if not self._received(conn, value):
-                return
-
     async def _disconnect(self, conn: Any) -> None:
         try:
             await conn.disconnect()
@@ -154,7 +162,8 @@ class Channel(channel.Channel):
             await self.client.connection_pool.release(conn)
 
     async def _run(self) -> None:
-        """Background connect: handshake and probe on a connection of the client's pool."""
+        """Background connect: handshake and probe on a connection of the client's pool, then
+        the replies are pushed (:class:`_Feed`)."""
         pool = self.client.connection_pool
         try:
             conn = await pool.get_connection()
@@ -163,6 +172,7 @@ class Channel(channel.Channel):
                 await conn.send_packed_command(probe_cmds, check_health=False)
                 replies = [await _reply(conn) for _ in _probe.COMMANDS]
                 probe = _probe.parse(replies, time.monotonic())
+                self._push(conn)
             except BaseException:
                 await self._disconnect(conn)
                 raise
@@ -174,18 +184,64 @@ class Channel(channel.Channel):
             raise
         self._connected(conn, probe)
 
+    def _push(self, conn: Any) -> None:
+        """From now on the transport hands what it receives to a :class:`_Feed`: a hiredis
+        reader with redis-py's settings (error classes, decoding); whatever redis-py had
+        buffered and not parsed yet goes to it first."""
+        parser, stream = conn._parser, conn._reader
+        kwargs: dict[str, Any] = {
+            "protocolError": rex.InvalidResponse,
+            "replyError": parser.parse_error,
+            "notEnoughData": _MORE,
+        }
+        if conn.encoder.decode_responses:
+            kwargs["encoding"] = conn.encoder.encoding
+            kwargs["errors"] = conn.encoder.encoding_errors
+        reader = hiredis.Reader(**kwargs)
+        leftover = bytes(getattr(stream, "_buffer", b""))
+        if leftover or getattr(getattr(parser, "_reader", None), "has_data", lambda: False)():
+            raise rex.InvalidResponse(f"{self.name}: unexpected data after the probe")
+        transport = conn._writer.transport
+        transport.set_protocol(_Feed(self, conn, transport.get_protocol(), reader))
+
 
 async def collect(pairs: Sequence[tuple[Channel, channel.Slot]], deadline: float) -> None:
-    """Wait for each ``(channel, slot)`` in turn until its slot is filled or ``deadline``."""
+    """Wait until every ``(channel, slot)``'s slot is filled or ``deadline`` passes: one future
+    for the fan-out, resolved by its last reply (the slots count down) or by a timer. Past the
+    deadline, replies that had arrived by then were handed out already (the event loop runs
+    read callbacks before timers)."""
     for ch, _ in pairs:
         await ch.drain()
+    due = [slot for _, slot in pairs if not slot.done]
+    if not due:
+        return
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+    left = len(due)
+
+    def filled() -> None:
+        nonlocal left
+        left -= 1
+        if not left and not fut.done():
+            fut.set_result(None)
+
+    for slot in due:
+        slot.then = filled
+    timer = loop.call_later(max(0.0, deadline - time.monotonic()), _expire, fut)
     try:
-        async with asyncio.timeout(deadline - time.monotonic()):
-            for ch, slot in pairs:
-                await ch.wait(slot, deadline)
-    except TimeoutError:  # past the deadline: take what has arrived meanwhile
-        for ch, slot in pairs:
-            await ch.wait(slot, deadline)
+        await fut
+    finally:
+        timer.cancel()
+        for slot in due:
+            slot.then = None
+    for ch, slot in pairs:
+        if not slot.done:
+            ch.overdue()
+
+
+def _expire(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 async def _reply(conn: Any) -> object:

@@ -42,17 +42,24 @@ Memo = dict[Any, Any]
 
 
 class Slot:
-    """Where the reply to one pipelined request lands (a value or the exception it raised)."""
+    """Where the reply to one pipelined request lands (a value or the exception it raised).
 
-    __slots__ = ("done", "value")
+    ``then``: called once the slot is filled (a driver that waits for several slots at once
+    counts them down with it), None for nothing.
+    """
+
+    __slots__ = ("done", "then", "value")
 
     def __init__(self) -> None:
         self.done = False
         self.value: Any = None
+        self.then: Any = None
 
     def set(self, value: Any) -> None:
         self.value = value
         self.done = True
+        if self.then is not None:
+            self.then()
 
 
 def lost(slot: Slot) -> bool:
@@ -238,6 +245,9 @@ class Channel:
                 return False
             if isinstance(value, BaseException) and not isinstance(value, rex.ResponseError):
                 self._drop_locked(value)
+                return False
+            if not self._inflight:  # a reply nobody asked for: the stream is out of step
+                self._drop_locked(rex.InvalidResponse(f"unexpected reply from {self.name}"))
                 return False
             self._inflight.popleft().set(value)
             self._head_since = time.monotonic()
