@@ -108,9 +108,12 @@ def test_greedy_clients_leave_no_registration(
         return body
 
     def impatient(lock: redlease.Lock) -> None:
+        # 1 ms: long enough to register as a waiter (the first attempt starts before the
+        # deadline), too short to wait for a turn behind the greedy clients. (20 ms gave up
+        # only now and then: fair waiting served it in time, and the test starved for a give-up.)
         while not stop.is_set():
             try:
-                lock.acquire(timeout=0.02)
+                lock.acquire(timeout=0.001)
             except LockTimeout:
                 gave_up[0] += 1
             else:
