@@ -7,7 +7,7 @@ from typing import Any
 
 from redlease.core import scripts
 from redlease.core.keys import LockKeys
-from redlease.core.protocol import Call, Options, Primitive
+from redlease.core.protocol import Call, Options, Primitive, decode_acquire
 from redlease.core.quorum.flows import FanOut, QFlow, Ready, Settings, run
 from redlease.core.rules import LATE, Probe, Reply, Result
 
@@ -62,7 +62,7 @@ def test_granted_leaves_the_nodes_that_refused() -> None:
     cfg = settings(5)
     answers = {0: Reply(GRANTED), 1: Reply(GRANTED), 2: Reply(GRANTED), 3: Reply(HELD), 4: LATE}
     reply, after = acquire(cfg, answers)
-    assert reply[0] == scripts.GRANTED
+    assert decode_acquire(reply, "l").status == scripts.GRANTED
     assert len(after) == 1
     leave = after[0]
     assert set(leave.calls) == {3, 4} and scripts_sent(leave) == {"leave"}
@@ -72,7 +72,7 @@ def test_granted_leaves_the_nodes_that_refused() -> None:
 def test_granted_everywhere_sends_nothing_more() -> None:
     """The uncontended path stays one round trip."""
     reply, after = acquire(settings(), {i: Reply(GRANTED) for i in range(3)})
-    assert reply[0] == scripts.GRANTED and after == []
+    assert decode_acquire(reply, "l").status == scripts.GRANTED and after == []
 
 
 def test_refused_everywhere_waits_for_the_wake_up() -> None:

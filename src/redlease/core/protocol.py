@@ -32,7 +32,8 @@ Clock = Callable[[], float]
 # --- I/O requests --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen: one is made for every request, and a frozen dataclass's __init__ costs 4x
+@dataclass(slots=True)
 class Call:
     """Run ``script`` with ``keys`` and ``args``; the reply is the script's raw result.
 
@@ -202,7 +203,8 @@ def as_list(value: object, lock: str, length: int) -> list[Any]:
     return value
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen: one is made for every request, and a frozen dataclass's __init__ costs 4x
+@dataclass(slots=True)
 class Outcome:
     """A decoded acquire reply."""
 
@@ -218,9 +220,12 @@ class Outcome:
 
 def decode_acquire(reply: object, lock: str) -> Outcome:
     """An acquire reply: a grant is the string 'fence count now_ms transitions' (the scripts
-    build it from strings, cheaper for Redis than a table), anything else a list."""
+    build it from strings, cheaper for Redis than a table), anything else a list (or, from a
+    quorum flow, the :class:`Outcome` it decided)."""
     if isinstance(reply, bytes | str):
         return _decode_grant(reply, lock)
+    if type(reply) is Outcome:  # a quorum flow's reply, decoded already
+        return reply
     items = as_list(reply, lock, 2)
     status = as_int(items[0], lock, "status")
     if status == scripts.GRANTED:

@@ -17,14 +17,16 @@ from redlease.core.protocol import Outcome, drift
 from redlease.errors import ConfigError, LockError
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen: one is made for every request, and a frozen dataclass's __init__ costs 4x
+@dataclass(slots=True)
 class Reply:
     """A node answered ``value`` (the raw script reply)."""
 
     value: object
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen: one is made for every request, and a frozen dataclass's __init__ costs 4x
+@dataclass(slots=True)
 class Down:
     """A node failed: unreachable, authentication refused, script error..."""
 
@@ -79,7 +81,8 @@ def jitter(rng: random.Random, low: float = 0.005, high: float = 0.05) -> float:
 # --- acquire ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen: one is made for every request, and a frozen dataclass's __init__ costs 4x
+@dataclass(slots=True)
 class AcquireDecision:
     """What to do after one acquire fan-out.
 
@@ -110,6 +113,23 @@ def decide_acquire(
 ) -> AcquireDecision:
     """Combine decoded acquire replies of the quorum ``members`` into a decision."""
     members = tuple(members)
+    every = _all_granted(outcomes, members)
+    if every is not None and len(every) >= quorum:  # the common case, kept cheap
+        fence = max(o.fence for o in every)
+        reentry = any(o.transitions == -1 for o in every)
+        return AcquireDecision(
+            True,
+            fence=fence,
+            count=max(o.count for o in every),
+            server_ms=max(o.server_ms for o in every),
+            transitions=-1 if reentry else max(o.transitions for o in every),
+            reentry=reentry,
+            raise_on=() if reentry else tuple(
+                i for i, o in zip(members, every, strict=True) if o.fence < fence
+            ),
+            undo=tuple(sorted(members)),
+            granted_nodes=members,
+        )
     granted = {i: o for i, o in outcomes.items() if isinstance(o, Outcome) and _granted(o)}
     late = tuple(i for i, o in outcomes.items() if isinstance(o, Late))
     failed = tuple(i for i in members if not isinstance(outcomes.get(i), Outcome))
@@ -149,6 +169,22 @@ def decide_acquire(
 
 def _granted(o: Outcome) -> bool:
     return o.status == scripts.GRANTED
+
+
+def _all_granted(
+    outcomes: Mapping[int, Outcome | Down | Late], members: tuple[int, ...]
+) -> list[Outcome] | None:
+    """Every node replied, and each is a member that granted: their outcomes, in member
+    order; else None."""
+    if len(outcomes) != len(members):
+        return None
+    every = []
+    for i in members:
+        o = outcomes.get(i)
+        if type(o) is not Outcome or o.status != scripts.GRANTED:
+            return None
+        every.append(o)
+    return every
 
 
 def _holder(refused: Sequence[Outcome], quorum: int) -> tuple[str | None, int]:

@@ -127,7 +127,10 @@ class Channel(channel.Channel):
         writer = getattr(conn, "_writer", None)
         if writer is None or writer.transport.is_closing():  # never reconnect silently here
             raise self._lost()
-        writer.writelines(packed)
+        if len(packed) == 1:  # hiredis packed it in one piece: straight to the transport
+            writer.transport.write(packed[0])
+        else:
+            writer.writelines(packed)
 
     def _dispose(self, conn: Any) -> None:
         task = asyncio.get_running_loop().create_task(self._disconnect(conn))
@@ -211,7 +214,9 @@ async def collect(pairs: Sequence[tuple[Channel, channel.Slot]], deadline: float
     deadline, replies that had arrived by then were handed out already (the event loop runs
     read callbacks before timers)."""
     for ch, _ in pairs:
-        await ch.drain()
+        writer = getattr(ch._conn, "_writer", None)
+        if writer is not None and writer.transport.get_write_buffer_size():
+            await ch.drain()
     due = [slot for _, slot in pairs if not slot.done]
     if not due:
         return
@@ -255,6 +260,7 @@ class QuorumNode(QuorumExecutor, _async.AsyncNode):
     """The asyncio executor of one lock on a :class:`~redlease.core.quorum.NodeSet`."""
 
     single = _async.AsyncNode  # the driver of one node, for the wake-up wait
+    cork = True  # one event loop: nothing submits between a fan-out's preparation and writes
 
     async def execute(self, req: Request) -> Any:
         steps, reply = self.steps(req), None

@@ -84,6 +84,18 @@ def pack(conn: Any, args: tuple[Any, ...], memo: Memo | None) -> Any:
     return out
 
 
+Corked = tuple["Channel", Any, Any]  # (channel, connection, packed bytes) of a corked write
+
+
+def flush(corked: list[Corked]) -> None:
+    """Write what :meth:`Channel.submit` corked, in order."""
+    for ch, conn, packed in corked:
+        try:
+            ch._write(conn, packed)
+        except Exception as exc:  # noqa: BLE001 - reported through the slots
+            ch._write_failed(conn, exc)
+
+
 class Channel:
     """One pipelined connection to one node, reconnected on demand, read by its callers.
 
@@ -145,6 +157,7 @@ class Channel:
         after: Slot | None = None,
         memo: Memo | None = None,
         epoch: int | None = None,
+        corked: list[Corked] | None = None,
     ) -> Slot:
         """Write ``args`` (or queue it until connected); the slot gets the raw reply.
 
@@ -153,7 +166,10 @@ class Channel:
         not run on a new connection without its predecessor). ``memo``: see :func:`pack`.
         ``epoch``: send only on that connection (see :attr:`view`), else fail at once: a
         decision made on one server's probe must not be carried out by a server that replaced
-        it (restarted without its data, say).
+        it (restarted without its data, say). ``corked``: the bytes are added to this list
+        instead, and the caller writes them with :func:`flush` before anyone else can submit
+        (the asyncio driver: nothing runs in between), so that a fan-out's writes to its
+        nodes follow each other with no bookkeeping between them.
         """
         slot = Slot()
         with self._lock:
@@ -162,7 +178,12 @@ class Channel:
             elif epoch is not None and (self._conn is None or epoch != self.view[1]):
                 slot.set(rex.ConnectionError(f"{self.name} was reconnected since its probe"))
             elif self._conn is not None:
-                self._send_locked(args, slot, memo)
+                if corked is None:
+                    self._send_locked(args, slot, memo)
+                else:
+                    conn = self._conn
+                    corked.append((self, conn, pack(conn, args, memo)))
+                    self._sent_locked(slot)
             elif self._closed:
                 slot.set(rex.ConnectionError("node set closed"))
             elif self._connecting or time.monotonic() >= self._retry_at:
@@ -324,9 +345,18 @@ class Channel:
             slot.set(exc)
             self._drop_locked(exc)
             return
+        self._sent_locked(slot)
+
+    def _sent_locked(self, slot: Slot) -> None:
         if not self._inflight:
             self._head_since = time.monotonic()
         self._inflight.append(slot)
+
+    def _write_failed(self, conn: Any, error: BaseException) -> None:
+        """A corked write to ``conn`` failed: the requests in flight on it fail."""
+        with self._lock:
+            if self._conn is conn:
+                self._drop_locked(error)
 
     def _drop_locked(self, error: BaseException) -> None:
         """Close the connection; every request in flight on it fails with ``error``."""

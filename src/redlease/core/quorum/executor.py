@@ -19,7 +19,7 @@ from typing import Any
 
 from redlease.core import client as _redis
 from redlease.core.protocol import Request, Wait
-from redlease.core.quorum.channel import FIRST_CONTACT, Channel, Memo, Slot
+from redlease.core.quorum.channel import FIRST_CONTACT, Channel, Corked, Memo, Slot, flush
 from redlease.core.quorum.flows import Batch, Command, FanOut, QRequest, Ready, Settings, run
 from redlease.core.rules import LATE, Down, Probe, Reply, Result
 from redlease.errors import LockError, LockUnavailable
@@ -70,6 +70,9 @@ class QuorumExecutor:
     """
 
     single: Any  # the driver class of one node (for the wake-up wait), set by each driver
+    # a fan-out prepares every node's request, then writes them one after the other (see
+    # Channel.submit): only where nothing can submit in between (one event loop)
+    cork = False
 
     def __init__(self, nodeset: Any, settings: Settings) -> None:
         self.client = nodeset
@@ -135,9 +138,12 @@ class QuorumExecutor:
         channels: list[Channel] = self.nodeset.channels()
         memo: Memo = {}
         slots = {}
+        corked: list[Corked] | None = [] if self.cork else None
         for i, req in step.calls.items():
             reqs = req if isinstance(req, tuple) else (req,)
-            slots[i] = submit_all(channels[i], reqs, memo, pins[i] if pins else None)
+            slots[i] = submit_all(channels[i], reqs, memo, pins[i] if pins else None, corked)
+        if corked:
+            flush(corked)
         if step.timeout > 0:
             order = sorted(slots, key=lambda i: channels[i].queued)  # slow nodes last
             pairs = [(channels[i], slots[i][-1]) for i in order]
@@ -206,9 +212,15 @@ def call_args(req: Any, functions: bool) -> tuple[Any, ...]:
     return tuple(req.command(functions))
 
 
-def submit_all(channel: Channel, reqs: Batch, memo: Memo, epoch: int | None) -> list[Slot]:
+def submit_all(
+    channel: Channel,
+    reqs: Batch,
+    memo: Memo,
+    epoch: int | None,
+    corked: list[Corked] | None = None,
+) -> list[Slot]:
     """Write a node's requests in order (on connection ``epoch`` if given); after a lost one
-    the rest are not sent."""
+    the rest are not sent. ``corked``: see :meth:`Channel.submit`."""
     slots: list[Slot] = []
     probe = channel.probe
     functions = probe is not None and probe.functions
@@ -217,5 +229,5 @@ def submit_all(channel: Channel, reqs: Batch, memo: Memo, epoch: int | None) -> 
         args = memo.get(key)
         if args is None:
             args = memo[key] = call_args(r, functions)
-        slots.append(channel.submit(args, slots[-1] if slots else None, memo, epoch))
+        slots.append(channel.submit(args, slots[-1] if slots else None, memo, epoch, corked))
     return slots

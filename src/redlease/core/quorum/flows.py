@@ -73,7 +73,8 @@ Single = Call | Command
 Batch = tuple[Single, ...]  # pipelined on one node; the reply is the list of replies
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen: one is made for every request, and a frozen dataclass's __init__ costs 4x
+@dataclass(slots=True)
 class FanOut:
     """Send ``calls[i]`` to node ``i`` in parallel; wait up to ``timeout`` for the replies.
 
@@ -372,7 +373,6 @@ def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
     cfg.wait_on = wait_nodes(outcomes)
     if d.already:
         return [scripts.ALREADY, d.fence, 1]
-    retry_ms = round(jitter(cfg.rng) * 1000)
     if d.granted:
         confirmed = True
         if d.raise_on:
@@ -384,22 +384,28 @@ def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
             raised = yield FanOut(raise_calls, cfg.node_timeout)
             confirmed = raise_confirmed(d, raised, d.fence, cfg.quorum)
         if confirmed and validity(ttl, cfg.clock() - start) > 0:
-            yield from _leave(cfg, token, refused(results, d.granted_nodes))
-            return [scripts.GRANTED, d.fence, d.count, d.server_ms, d.transitions]
+            if len(d.granted_nodes) < len(results):
+                yield from _leave(cfg, token, refused(results, d.granted_nodes))
+            return Outcome(scripts.GRANTED, d.fence, d.count, d.server_ms, d.transitions)
         if fresh:
             yield from _undo(cfg, token, d.undo)
         if not confirmed:
             bad = [i for i in d.raise_on if not isinstance(raised.get(i), Reply)]
             raise unavailable(cfg, "fencing token not raised on a quorum", [*bad, *outside], raised)
-        return [scripts.HELD, retry_ms, ""]  # too slow to be worth anything: retry
+        return [scripts.HELD, _retry_ms(cfg), ""]  # too slow to be worth anything: retry
     if fresh and d.undo:
         yield from _undo(cfg, token, d.undo)
     if d.unavailable:
         raise unavailable(cfg, "cannot acquire", [*d.failed_nodes, *outside], results)
     hint = d.wait_hint_ms
     if hint < 0:
+        retry_ms = _retry_ms(cfg)
         hint = retry_ms if d.undo else busy_hint(outcomes.values(), retry_ms)
     return [scripts.HELD, hint, d.holder or ""]
+
+
+def _retry_ms(cfg: Settings) -> int:
+    return round(jitter(cfg.rng) * 1000)
 
 
 def wait_nodes(outcomes: Mapping[int, Outcome | Down | Late]) -> tuple[int, ...]:
