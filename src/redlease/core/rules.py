@@ -124,9 +124,9 @@ def decide_acquire(
             server_ms=max(o.server_ms for o in every),
             transitions=-1 if reentry else max(o.transitions for o in every),
             reentry=reentry,
-            raise_on=() if reentry else tuple(
-                i for i, o in zip(members, every, strict=True) if o.fence < fence
-            ),
+            raise_on=()
+            if reentry
+            else tuple(i for i, o in zip(members, every, strict=True) if o.fence < fence),
             undo=tuple(sorted(members)),
             granted_nodes=members,
         )
