@@ -11,8 +11,9 @@ for redlease and redis-py's Lock, sync and asyncio, on one local redis-server:
 then a pyinstrument profile of redlease's sync loop (``--pyinstrument``), with ``--quorum``
 the ceiling of a 3-node quorum: redlease's own scripts fanned out from one thread without
 worker threads (send to every node, then read every reply), against the library, and with
-``--floor`` the Redis time of the least a fenced lease in DESIGN.md's data model can do (see
-:data:`FLOOR_LIBRARY`), against redlease's and redis-py's pairs.
+``--floor`` the Redis time of the least a fenced lease in DESIGN.md's data model can do, and
+of a leaner record than the data model allows (see :data:`FLOOR_LIBRARY`), against
+redlease's and redis-py's pairs.
 """
 
 from __future__ import annotations
@@ -80,20 +81,41 @@ async def measure_async(port: int, make: Callable[[Any], Any], n: int) -> dict[s
 # the record, PEXPIRE; release = read the owner, DEL. No history, no waiters, no reentrancy:
 # what is left is the price of fencing a lease in Redis, against redis-py's SET + 2-call script.
 FLOOR_LIBRARY = r"""#!lua name=redlease_floor
+-- The least a fenced lease can do in DESIGN.md's data model (a lease hash with a PX TTL, a
+-- separate fence counter, server TIME), written as leanly as redlease's scripts (values kept as
+-- strings, a string reply): read the owner, INCR, TIME, HSET, PEXPIRE; read the owner, DEL.
+-- No history, no waiters, no reservation, no reentrancy.
 redis.register_function('floor_acquire', function(KEYS, ARGV)
-  if redis.call('HGET', KEYS[1], 'owner') then return {0} end
-  local fence = redis.call('INCR', KEYS[2])
+  if redis.call('HGET', KEYS[1], 'owner') then return 0 end
+  local fence = string.format('%d', redis.call('INCR', KEYS[2]))
   local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = t[1] .. string.sub('00000' .. t[2], -6, -4)
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holder', ARGV[3], 'fence', fence,
     'acquired_ms', now, 'ttl_ms', ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, fence, 1, now}
+  return fence .. ' 1 ' .. now
 end)
 redis.register_function('floor_release', function(KEYS, ARGV)
-  if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return {0, 0} end
+  if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return -1 end
   redis.call('DEL', KEYS[1])
-  return {1, 0}
+  return 0
+end)
+-- Leaner than the data model allows: the lease as one string 'owner fence now holder' set
+-- with PX (one write instead of HSET + PEXPIRE), the same fence counter and server TIME.
+redis.register_function('string_acquire', function(KEYS, ARGV)
+  if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+  local fence = string.format('%d', redis.call('INCR', KEYS[2]))
+  local t = redis.call('TIME')
+  local now = t[1] .. string.sub('00000' .. t[2], -6, -4)
+  redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. fence .. ' ' .. now .. ' ' .. ARGV[3], 'PX',
+    ARGV[2])
+  return fence .. ' 1 ' .. now
+end)
+redis.register_function('string_release', function(KEYS, ARGV)
+  local cur = redis.call('GET', KEYS[1])
+  if not cur or string.sub(cur, 1, #ARGV[1]) ~= ARGV[1] then return -1 end
+  redis.call('DEL', KEYS[1])
+  return 0
 end)
 """
 
@@ -108,13 +130,20 @@ def floor_exec(pairs: int, reps: int) -> dict[str, float]:
         rp = client.lock("floor-rp", timeout=10)
         keys = ("redlease:{floor}", "redlease:{floor}:fence")
 
+        skeys = ("redlease:{string}", "redlease:{string}:fence")
+
         def floor_pair() -> None:
             client.fcall("floor_acquire", 2, *keys, "tok", 10000, "me")
             client.fcall("floor_release", 1, keys[0], "tok")
 
+        def string_pair() -> None:
+            client.fcall("string_acquire", 2, *skeys, "tok", 10000, "me")
+            client.fcall("string_release", 1, skeys[0], "tok")
+
         pairs_of = {
             "redlease Lock": lambda: (rl.acquire(), rl.release()),
             "floor (fenced lease, 7 calls)": floor_pair,
+            "string lease (fenced, 6 calls)": string_pair,
             "redis-py Lock": lambda: (rp.acquire(), rp.release()),
         }
         out: dict[str, list[float]] = {name: [] for name in pairs_of}
@@ -207,6 +236,73 @@ def quorum_ceiling(seconds: float = 1.0, reps: int = 5) -> tuple[float, float, f
             s.stop()
 
 
+def _peer_shaped_library() -> str:
+    """redlease's Functions library with the acquire and release functions replaced by what
+    aioredlock's scripts do (``GET`` then ``SET PX``; ``GET`` then ``DEL``), under the same
+    names and reply shapes: redlease's client, a peer's Redis work."""
+    from redlease.core import scripts
+
+    lib = scripts.LIBRARY.replace("\n", "\nlocal function _unused(...) end\n", 1)
+    for s in (scripts.ACQUIRE, scripts.RELEASE):
+        lib = lib.replace(f"redis.register_function('{s.function}'", "_unused('x'")
+    return lib + (
+        f"redis.register_function('{scripts.ACQUIRE.function}', function(KEYS, ARGV)\n"
+        "  local id = redis.call('GET', KEYS[1] .. ':peer')\n"
+        "  if id and id ~= ARGV[1] then return {0, 10, 'other'} end\n"
+        "  redis.call('SET', KEYS[1] .. ':peer', ARGV[1], 'PX', ARGV[2])\n"
+        "  return '1 1 1000 1'\nend)\n"
+        f"redis.register_function('{scripts.RELEASE.function}', function(KEYS, ARGV)\n"
+        "  if redis.call('GET', KEYS[1] .. ':peer') == ARGV[1] then\n"
+        "    redis.call('DEL', KEYS[1] .. ':peer')\n  end\n  return 0\nend)\n"
+    )
+
+
+def quorum_scripts(seconds: float = 1.0, reps: int = 7) -> dict[str, float]:
+    """asyncio pairs/s on 3 local nodes, interleaved, medians: redlease's ``aio.Lock`` with its
+    own scripts, the same client with aioredlock-shaped scripts (:func:`_peer_shaped_library`,
+    on a second set of nodes), and aioredlock: how much of the gap to aioredlock is the client
+    and how much the Redis work of a fenced lease with a record and fair waiting."""
+    from bench.uncontended import _aioredlock, _time_async
+    from redlease.quorum import NodeSet
+
+    real = [RedisServer().start() for _ in range(3)]
+    shaped = [RedisServer().start() for _ in range(3)]
+    loop = asyncio.new_event_loop()
+    try:
+        lib = _peer_shaped_library()
+        for s in shaped:
+            c = s.client()
+            c.function_load(lib, replace=True)
+            c.close()
+
+        def ours(servers: list[RedisServer], name: str) -> tuple[Any, Any, Any]:
+            ns = NodeSet([aioredis.Redis(port=s.port) for s in servers])
+            lock = aio.Lock(ns, name, ttl=10)
+            return lock.acquire, lock.release, ns.aclose
+
+        contenders = {
+            "redlease aio.Lock, its scripts": ours(real, "qs-real"),
+            "redlease aio.Lock, aioredlock-shaped scripts": ours(shaped, "qs-shaped"),
+            "aioredlock": _aioredlock([s.port for s in real], "qs-arl"),
+        }
+        out: dict[str, list[float]] = {name: [] for name in contenders}
+        for acq, rel, _ in contenders.values():
+            loop.run_until_complete(_time_async(acq, rel, 0.2))
+        for rep in range(reps):
+            names = list(contenders)
+            for name in names[rep % 3 :] + names[: rep % 3]:
+                acq, rel, _ = contenders[name]
+                n, took = loop.run_until_complete(_time_async(acq, rel, seconds))
+                out[name].append(n / took)
+        for _, _, close in contenders.values():
+            loop.run_until_complete(close())
+        return {name: statistics.median(v) for name, v in out.items()}
+    finally:
+        loop.close()
+        for s in real + shaped:
+            s.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.profile")
     ap.add_argument("--pairs", type=int, default=3000)
@@ -214,7 +310,19 @@ def main() -> None:
     ap.add_argument("--pyinstrument", action="store_true")
     ap.add_argument("--quorum", action="store_true", help="also the 3-node fan-out ceiling")
     ap.add_argument("--floor", action="store_true", help="only the fenced-lease Redis floor")
+    ap.add_argument(
+        "--quorum-scripts",
+        action="store_true",
+        help="only: 3-node asyncio pairs/s with redlease's and aioredlock-shaped scripts",
+    )
     args = ap.parse_args()
+    if args.quorum_scripts:
+        rates = quorum_scripts()
+        peer = rates["aioredlock"]
+        print("3-node asyncio pairs/s, median of 7 interleaved runs:")
+        for name, rate in rates.items():
+            print(f"  {name:<46} {rate:7,.0f}  {rate / peer:.2f}x aioredlock")
+        return
     if args.floor:
         floor = floor_exec(args.pairs, args.reps)
         base = floor["redis-py Lock"]
