@@ -115,44 +115,17 @@ def decide_acquire(
     members = tuple(members)
     every = _all_granted(outcomes, members)
     if every is not None and len(every) >= quorum:  # the common case, kept cheap
-        fence = max(o.fence for o in every)
-        reentry = any(o.transitions == -1 for o in every)
-        return AcquireDecision(
-            True,
-            fence=fence,
-            count=max(o.count for o in every),
-            server_ms=max(o.server_ms for o in every),
-            transitions=-1 if reentry else max(o.transitions for o in every),
-            reentry=reentry,
-            raise_on=()
-            if reentry
-            else tuple(i for i, o in zip(members, every, strict=True) if o.fence < fence),
-            undo=tuple(sorted(members)),
-            granted_nodes=members,
-        )
+        return _grant(members, every, tuple(sorted(members)))
     granted = {i: o for i, o in outcomes.items() if isinstance(o, Outcome) and _granted(o)}
     late = tuple(i for i, o in outcomes.items() if isinstance(o, Late))
     failed = tuple(i for i in members if not isinstance(outcomes.get(i), Outcome))
     already = [o for o in outcomes.values() if isinstance(o, Outcome) and o.status == 2]
     if already:
         return AcquireDecision(False, fence=already[0].fence, already=True, undo=())
-    counted = [i for i in granted if i in members]
+    counted = tuple(i for i in granted if i in members)
     undo = tuple(sorted(set(granted) | set(late)))
     if len(counted) >= quorum:
-        fence = max(granted[i].fence for i in counted)
-        reentry = any(granted[i].transitions == -1 for i in counted)
-        raise_on = () if reentry else tuple(i for i in counted if granted[i].fence < fence)
-        return AcquireDecision(
-            True,
-            fence=fence,
-            count=max(granted[i].count for i in counted),
-            server_ms=max(granted[i].server_ms for i in counted),
-            transitions=-1 if reentry else max(granted[i].transitions for i in counted),
-            reentry=reentry,
-            raise_on=raise_on,
-            undo=undo,
-            granted_nodes=tuple(counted),
-        )
+        return _grant(counted, [granted[i] for i in counted], undo)
     answered = [i for i in members if isinstance(outcomes.get(i), Outcome)]
     refused = [outcomes[i] for i in answered if i not in granted]
     holder, hint = _holder(refused, quorum)  # type: ignore[arg-type]
@@ -169,6 +142,28 @@ def decide_acquire(
 
 def _granted(o: Outcome) -> bool:
     return o.status == scripts.GRANTED
+
+
+def _grant(nodes: tuple[int, ...], grants: list[Outcome], undo: tuple[int, ...]) -> AcquireDecision:
+    """A quorum of ``nodes`` granted (``grants``, in the same order): the token is the highest
+    fence among them, raised on the nodes below it (not for a re-entry, which keeps its
+    token)."""
+    fence = max(o.fence for o in grants)
+    reentry = any(o.transitions == -1 for o in grants)
+    raise_on = (
+        () if reentry else tuple(i for i, o in zip(nodes, grants, strict=True) if o.fence < fence)
+    )
+    return AcquireDecision(
+        True,
+        fence=fence,
+        count=max(o.count for o in grants),
+        server_ms=max(o.server_ms for o in grants),
+        transitions=-1 if reentry else max(o.transitions for o in grants),
+        reentry=reentry,
+        raise_on=raise_on,
+        undo=undo,
+        granted_nodes=nodes,
+    )
 
 
 def _all_granted(
