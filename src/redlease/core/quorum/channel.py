@@ -2,8 +2,8 @@
 
 A :class:`Channel` holds the bookkeeping and makes every decision: requests written while
 connecting wait in a backlog; written requests wait in a FIFO of :class:`Slot` s, one per reply;
-one caller at a time holds the *reader role* and hands each reply to the oldest slot, so a reply
-that arrives after its caller gave up is still consumed in order by the next reader; a connection
+each reply goes to the oldest slot (:meth:`Channel._received`), so a reply that arrives after
+its caller gave up is still consumed in order; a connection
 whose oldest request stays unanswered for ``dead_after`` is dropped and every request in flight
 on it fails; after a failed connect, requests fail fast for :data:`RETRY_CONNECT`.
 
@@ -13,10 +13,13 @@ acquire that is still in flight runs after it on that node: no stale key is left
 The drivers (:mod:`._blocking`: threads and a condition variable; :mod:`._aio`: asyncio futures)
 only do the I/O and the blocking: they connect in the background (hook :meth:`Channel._spawn`),
 write bytes (:meth:`Channel._write`), close a dropped connection (:meth:`Channel._dispose`),
-wake waiting callers (:meth:`Channel._notify`) and read replies. Where a caller must wait they
-ask the state machine what to do next (:meth:`Channel._claim_locked`: stop, wait for a wake-up
-at most so long, or read from this connection as the reader) and report what they read
-(:meth:`Channel._received`, :meth:`Channel._reader_done`, :meth:`Channel._check_dead`).
+wake waiting callers (:meth:`Channel._notify`) and read replies. The blocking driver's callers
+read the replies themselves, one caller at a time holding the *reader role*: they ask the state
+machine what to do next (:meth:`Channel._claim_locked`: stop, wait for a wake-up at most so
+long, or read from this connection as the reader) and report what they read
+(:meth:`Channel._received`, :meth:`Channel._reader_done`, :meth:`Channel._check_dead`). The
+asyncio driver's transport hands every reply to :meth:`Channel._received` as it arrives, and a
+caller past its deadline asks :meth:`Channel._check_dead`.
 """
 
 from __future__ import annotations
