@@ -5,6 +5,8 @@ integers, and the asyncio quorum transport parses replies itself with the client
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 import redis.asyncio as aioredis
 
@@ -14,11 +16,19 @@ from redlease.devtools.localredis import RedisServer
 from redlease.quorum import NodeSet
 
 
+def decoded(kind: Any, server: RedisServer, nodes: list[RedisServer]) -> tuple[Any, NodeSet]:
+    """A decoding client of ``kind`` (``redis.Redis`` or ``redis.asyncio.Redis``) on ``server``,
+    and a node set of such clients on ``nodes``."""
+    return (
+        kind(port=server.port, decode_responses=True),
+        NodeSet([kind(port=s.port, decode_responses=True) for s in nodes]),
+    )
+
+
 def test_decoded_clients_single_node_and_quorum(
     redis_server: RedisServer, redis_nodes: list[RedisServer], lock_name: str
 ) -> None:
-    single = redis.Redis(port=redis_server.port, decode_responses=True)
-    nodes = NodeSet([redis.Redis(port=s.port, decode_responses=True) for s in redis_nodes])
+    single, nodes = decoded(redis.Redis, redis_server, redis_nodes)
     try:
         for client in (single, nodes):
             lock = redlease.ReentrantLock(client, lock_name, ttl=5)  # owner: this thread
@@ -42,8 +52,7 @@ def test_decoded_clients_single_node_and_quorum(
 async def test_decoded_clients_asyncio(
     redis_server: RedisServer, redis_nodes: list[RedisServer], lock_name: str
 ) -> None:
-    single = aioredis.Redis(port=redis_server.port, decode_responses=True)
-    nodes = NodeSet([aioredis.Redis(port=s.port, decode_responses=True) for s in redis_nodes])
+    single, nodes = decoded(aioredis.Redis, redis_server, redis_nodes)
     try:
         for client in (single, nodes):
             lock = redlease.aio.Lock(client, lock_name, ttl=5)
