@@ -16,6 +16,7 @@ from redlease.core.locks import (
 from redlease.core.state import LockState
 from redlease.errors import (
     AlreadyHeld,
+    ClockStepped,
     ConfigError,
     LeaseLost,
     LockContention,
@@ -33,6 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AlreadyHeld",
+    "ClockStepped",
     "ConfigError",
     "Lease",
     "LeaseLost",

@@ -9,6 +9,7 @@
         │   └── LockTimeout    a blocking acquire reached its deadline
         ├── AlreadyHeld        this owner holds the (non-reentrant) lock already
         ├── NotOwned           release/extend refused: the caller does not own the lease
+        │   └── ClockStepped   the Redis server's clock stepped: the lease was given up
         ├── LeaseLost          a held lease ended: renewal refused or local deadline passed
         ├── LockUnavailable    outage: node unreachable, timed out, replication not confirmed
         │   ├── QuorumUnavailable  too few nodes answered to form a quorum
@@ -75,6 +76,12 @@ class NotOwned(LockError):
     """Release or extend by someone who does not own the lease (or after it expired)."""
 
 
+class ClockStepped(NotOwned):
+    """The Redis server's wall clock stepped between two replies (beyond the drift allowance):
+    Redis expires leases by that clock, so the lease may have ended early and another holder may
+    have been granted. The holder steps down (and gives the lease back if it still had it)."""
+
+
 class LeaseLost(LockError):
     """A lease this process held has ended (refused renewal, or its local deadline passed)."""
 
@@ -97,6 +104,7 @@ class ProtocolError(LockError):
 
 __all__ = [
     "AlreadyHeld",
+    "ClockStepped",
     "ConfigError",
     "LeaseLost",
     "LockContention",

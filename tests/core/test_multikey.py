@@ -41,7 +41,7 @@ def test_one_name_is_exactly_a_lock(any_client: Any, lock_name: str) -> None:
     timeless = {"now_ms": 0, "expires_in_ms": 0}  # read a millisecond apart
     assert replace(multi.state(), **timeless) == replace(single.state(), **timeless)
     multi.release()
-    assert single.acquire().fencing_token == first.fencing_token + 1
+    assert single.acquire().fencing_token > first.fencing_token
     single.release()
 
 

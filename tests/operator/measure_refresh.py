@@ -12,6 +12,7 @@ import statistics
 import time
 
 from redlease import Lock
+from redlease.core.quorum import NodeSet
 from redlease.core.spec import parse_spec
 from redlease.devtools.localredis import RedisServer
 from redlease.operator.reader import NodeReader
@@ -20,10 +21,11 @@ N = 1000
 
 
 async def measure(servers: list[RedisServer], label: str) -> None:
-    for s in servers:
-        c = s.client()
-        for i in range(0, N, 10):
-            Lock(c, f"m-{i}", ttl=60, identity=f"pod-{i}").acquire()
+    clients = [s.client() for s in servers]
+    target = clients[0] if len(clients) == 1 else NodeSet(clients)  # one lease on every node
+    for i in range(0, N, 10):
+        Lock(target, f"m-{i}", ttl=60, identity=f"pod-{i}").acquire()
+    for c in clients:
         c.close()
     nodes = [{"url": s.url} for s in servers]
     specs = [(parse_spec({"keys": [f"m-{i}"], "nodes": nodes}), None) for i in range(N)]

@@ -16,6 +16,7 @@ from dlock_harness import NAMESPACE, Cluster, events, until
 
 from redlease import Lock
 from redlease.core.keys import LockKeys
+from redlease.core.quorum import NodeSet
 from redlease.core.spec import FORCE_RELEASE_ANNOTATION
 from redlease.devtools.localredis import RedisServer
 from redlease.operator.handlers import FINALIZER
@@ -109,10 +110,9 @@ async def test_holder_shows_held_and_printer_columns(
 async def test_killed_node_degrades_and_recovers(
     cluster: Cluster, redis_nodes: list[RedisServer]
 ) -> None:
-    # A RedLock holder at the data level: the same identity holds the key on every node.
+    # A RedLock holder: the same lease (identity and fencing token) on every node.
     clients = [s.client() for s in redis_nodes]
-    for c in clients:
-        Lock(c, "quorum-job", ttl=30, identity="leader-1").acquire()
+    Lock(NodeSet(clients), "quorum-job", ttl=30, identity="leader-1").acquire()
     spec = {"keys": ["quorum-job"], "nodes": [{"url": s.url} for s in redis_nodes]}
     await cluster.create("q", spec)
     await until(lambda: cluster.status("q").get("phase") == "Held", what="Held on 3 nodes")

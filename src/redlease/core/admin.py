@@ -2,8 +2,8 @@
 
 :func:`retire` deletes every key of a lock that nobody uses any more. A lock's fence counter and
 history never expire (they are what keeps fencing tokens increasing), so lock names made up at
-run time grow the keyspace until they are retired. A retired name that is used again starts its
-tokens from 1: the resource it protected must forget the old tokens first (docs/security.md).
+run time grow the keyspace until they are retired. A retired name that is used again seeds its
+tokens from the server clock again (docs/security.md).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from redlease.core import protocol
 from redlease.core.client import Executor
 from redlease.core.keys import LockKeys, validate_identity
 from redlease.core.lease import Lease
-from redlease.core.protocol import AcquireState, Flow, Grant, Options, Primitive
+from redlease.core.protocol import AcquireState, Flow, Grant, Options, Primitive, ServerTime
 from redlease.core.state import read_state_flow
 from redlease.errors import ConfigError, NotOwned
 
@@ -99,6 +99,7 @@ class HandleCore:
         self.prim = self._primitive(name, options)
         self.name = self.prim.name
         self._holds: dict[Any, Held] = {}
+        self.one_clock = True  # one server's clock per lease (not a RedLock set)
 
     def _primitive(self, name: str, options: Options) -> Primitive:
         return Primitive(LockKeys.for_name(name), options, self.kind)
@@ -107,6 +108,7 @@ class HandleCore:
         """What this handle runs its flows on: a RedLock node set's quorum executor, or
         ``plain(client, name)`` (one node or a cluster)."""
         if getattr(client, "is_redlease_nodeset", False):  # redlease.core.quorum.NodeSet
+            self.one_clock = False
             return client.node_for(self)  # type: ignore[no-any-return]
         self.prim = self.prim.with_direct()  # one node or a cluster slot: direct hand-off
         return plain(client, self.name)
@@ -163,8 +165,12 @@ class HandleCore:
     def release_flow(self, token: str, full: bool) -> Flow:
         return protocol.release(self.prim, token, full=full)
 
-    def extend_flow(self, token: str, ttl: float | None, timeout: float | None) -> Flow:
-        return protocol.extend(self.prim, token, ttl, clock=time.monotonic, timeout=timeout)
+    def extend_flow(
+        self, token: str, ttl: float | None, timeout: float | None, since: ServerTime | None = None
+    ) -> Flow:
+        return protocol.extend(
+            self.prim, token, ttl, clock=time.monotonic, timeout=timeout, since=since
+        )
 
     def state_flow(self) -> Flow:
         """Reads the lock's live state (a :class:`~redlease.core.state.LockState`)."""
@@ -236,11 +242,12 @@ class HandleCore:
             raise ConfigError("ttl", f"must be > 0 seconds, got {ttl!r}")
         if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
             raise ConfigError("timeout", f"must be > 0 seconds, got {timeout!r}")
-        return self.extend_flow(held.token, ttl, timeout), held
+        since = held.lease.server_time if self.one_clock else None
+        return self.extend_flow(held.token, ttl, timeout, since), held
 
     @staticmethod
-    def finish_extend(held: Held, result: tuple[float, int], ttl: float | None) -> Lease:
-        held.lease.deadline = result[0]
+    def finish_extend(held: Held, result: tuple[float, ServerTime], ttl: float | None) -> Lease:
+        held.lease.deadline, held.lease.server_time = result
         if ttl is not None:
             held.lease.ttl = float(ttl)
         return held.lease

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redlease.core import _log as log
-from redlease.core.protocol import Grant
-from redlease.errors import LeaseLost, LockError, LockUnavailable, NotOwned
+from redlease.core.protocol import Grant, ServerTime
+from redlease.errors import ClockStepped, LeaseLost, LockError, LockUnavailable, NotOwned
 
 
 @dataclass
@@ -30,6 +30,8 @@ class Lease:
     count: int = 1
     transitions: int = 0
     lost: bool = field(default=False)
+    # the last reading of the server's clock (one server only): renewals detect clock steps
+    server_time: ServerTime | None = field(default=None, repr=False)
 
     @classmethod
     def from_grant(cls, lock: str, grant: Grant, ttl: float) -> Lease:
@@ -41,6 +43,7 @@ class Lease:
             acquired_at_ms=grant.server_ms,
             count=grant.count,
             transitions=max(grant.transitions, 0),
+            server_time=grant.server_time(),
         )
 
     def remaining(self) -> float:
@@ -120,6 +123,8 @@ class RenewLoop:
 
     def failed(self, exc: BaseException) -> str | None:
         """Classify an extend error: ``None`` to retry (outage), else the loss reason."""
+        if isinstance(exc, ClockStepped):
+            return exc.message
         if isinstance(exc, NotOwned):
             return "renewal refused: lease expired or taken over"
         if isinstance(exc, LockUnavailable | TimeoutError):

@@ -45,6 +45,7 @@ from redlease.core.protocol import (
     Pacing,
     Primitive,
     Request,
+    ServerTime,
     Wait,
     as_int,
     as_list,
@@ -219,11 +220,11 @@ def extend(
     *,
     clock: Clock = time.monotonic,
     timeout: float | None = None,
-) -> Generator[Request, Any, tuple[float, int]]:
+) -> Generator[Request, Any, tuple[float, ServerTime]]:
     """Extend every lock in order; the new deadline is the first one's (the soonest expiry).
     NotOwned as soon as one lock is no longer held: the lease is lost."""
     start = clock()
-    first: tuple[float, int] | None = None
+    first: tuple[float, ServerTime] | None = None
     for part in parts:
         left = None if timeout is None else max(0.001, timeout - (clock() - start))
         try:
@@ -373,13 +374,15 @@ class MultiCore(HandleCore):
             return super().release_flow(token, full)
         return release(self.name, self.parts, token)
 
-    def extend_flow(self, token: str, ttl: float | None, timeout: float | None) -> Flow:
+    def extend_flow(
+        self, token: str, ttl: float | None, timeout: float | None, since: ServerTime | None = None
+    ) -> Flow:
         if len(self.parts) == 1:
-            return super().extend_flow(token, ttl, timeout)
-        if self.ordered:
+            return super().extend_flow(token, ttl, timeout, since)
+        if self.ordered:  # names on several servers: no one clock to compare
             flow = extend(self.name, self.parts, token, ttl, timeout=timeout)
         else:
-            flow = super().extend_flow(token, ttl, timeout)
+            flow = super().extend_flow(token, ttl, timeout, since)
         return give_back_if_lost(flow, lambda: self.release_flow(token, True))
 
     def state_flow(self) -> Flow:

@@ -18,6 +18,7 @@ from redlease.core import scripts
 from redlease.core.keys import LockKeys
 from redlease.errors import (
     AlreadyHeld,
+    ClockStepped,
     ConfigError,
     LockContention,
     LockTimeout,
@@ -161,6 +162,32 @@ def resume(
 def drift(ttl: float) -> float:
     """Clock-drift allowance for a lease of ``ttl`` seconds: 1% of the TTL plus 2 ms."""
     return ttl * 0.01 + 0.002
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTime:
+    """One reading of a server's clock: ``server_ms`` (``TIME`` in a script) was read between
+    ``sent`` and ``received`` on the local monotonic clock."""
+
+    server_ms: int
+    sent: float
+    received: float
+
+
+def clock_step(before: ServerTime, after: ServerTime, ttl: float) -> float:
+    """Seconds the server's wall clock moved between two readings beyond what the local
+    monotonic clock allows: > 0 a forward step, < 0 a backward one, 0 within the drift allowance
+    (:func:`drift` of the longer of the TTL and the interval, plus 2 ms for two readings in
+    whole milliseconds). Sound under any load: each reading lies inside its own interval."""
+    moved = (after.server_ms - before.server_ms) / 1000
+    longest = after.received - before.sent
+    shortest = after.sent - before.received
+    slack = drift(max(ttl, longest)) + 0.002
+    if moved > longest + slack:
+        return moved - longest
+    if moved < shortest - slack:
+        return moved - shortest
+    return 0.0
 
 
 def local_deadline(sent_at: float, ttl: float) -> float:
@@ -484,6 +511,13 @@ class Grant:
     sent_at: float
     deadline: float
     reentered: bool = False  # a re-entry of a reentrant hold, not a new lease
+    received_at: float = 0.0  # monotonic time the grant arrived (0: not one server's reading)
+
+    def server_time(self) -> ServerTime | None:
+        """The grant's reading of the server clock, if it is one server's."""
+        if not self.received_at:
+            return None
+        return ServerTime(self.server_ms, self.sent_at, self.received_at)
 
 
 @dataclass(slots=True)
@@ -601,6 +635,7 @@ def acquire(
                 sent_at=sent_at,
                 deadline=local_deadline(sent_at, opts.ttl),
                 reentered=outcome.transitions == -1,
+                received_at=clock(),
             )
         if outcome.status == scripts.ALREADY:
             raise AlreadyHeld(prim.name, "already held by this owner (not a reentrant lock)")
@@ -629,6 +664,7 @@ def acquire(
             transitions=handed.transitions,
             sent_at=sent_at,
             deadline=deadline,
+            received_at=clock(),
         )
 
 
@@ -656,20 +692,38 @@ def extend(
     *,
     clock: Clock = time.monotonic,
     timeout: float | None = None,
-) -> Generator[Request, Any, tuple[float, int]]:
-    """Extend by owner token; returns ``(new local deadline, server ms)``. Raises NotOwned.
+    since: ServerTime | None = None,
+) -> Generator[Request, Any, tuple[float, ServerTime]]:
+    """Extend by owner token; returns ``(new local deadline, the server's clock reading)``.
+    Raises NotOwned.
 
     ``timeout`` bounds the wait for the reply (a renewer never waits past its deadline).
+    ``since``: the lease's last reading of the same server's clock; if the clock stepped since
+    (:func:`clock_step`), the lease is given back and :class:`ClockStepped` raised: Redis
+    expires by that clock, so the lease may have ended early and been granted to another.
     """
     opts = prim.options
     ttl = opts.ttl if ttl is None else ttl
     sent_at = clock()
     reply = yield prim.extend(token, max(1, round(ttl * 1000)), timeout)
     items = as_list(reply, prim.name, 3)
-    if as_int(items[0], prim.name, "status") != 1:
+    extended = as_int(items[0], prim.name, "status") == 1
+    reading = ServerTime(as_int(items[2], prim.name, "time"), sent_at, clock())
+    step = 0.0 if since is None else clock_step(since, reading, opts.ttl)
+    if step:
+        if extended:
+            yield prim.release(token)  # still ours: give it back, a standby may take over now
+        way = "forward" if step > 0 else "back"
+        raise ClockStepped(
+            prim.name,
+            f"the Redis server's clock stepped {way} by {abs(step):.3f}s since the last "
+            "renewal: Redis expires leases by that clock, so the lease may have ended early; "
+            "stepped down",
+        )
+    if not extended:
         raise NotOwned(prim.name, "extend refused: not held by this owner (expired or taken over)")
     yield from confirm_replicas(prim.name, prim.keys.lease, opts, "extension")
-    return local_deadline(sent_at, ttl), as_int(items[2], prim.name, "time")
+    return local_deadline(sent_at, ttl), reading
 
 
 def _ms(seconds: float) -> int:

@@ -67,14 +67,20 @@ def _prelude_for(lua: str) -> str:
 # a release: if live waiters exist it reserves the free lock for them for ``handoff_ms`` and
 # pushes wake tokens that the waiters BLPOP.
 _SNIPPETS: dict[str, str] = {
-    "now_ms": """
+    "server_now": """
 local now_cache = nil
-local function now_ms()  -- server time in ms as a string, read once and only when needed
+local function server_now()  -- {ms, us}: server time as strings, TIME read once, on demand
   if not now_cache then
     local t = redis.call('TIME')  -- seconds and microseconds, as strings
-    now_cache = t[1] .. string.sub('00000' .. t[2], -6, -4)
+    local us = string.sub('00000' .. t[2], -6)
+    now_cache = {t[1] .. string.sub(us, 1, 3), t[1] .. us}
   end
   return now_cache
+end
+""",
+    "now_ms": """
+local function now_ms()  -- server time in ms as a string
+  return server_now()[1]
 end
 """,
     "clock": """
@@ -150,13 +156,21 @@ end
 -- (absent: the defaults 1, 'x' and acquired_ms). The transitions count lives in the history.
 -- ``ttl``: ms, a string. Returns the fence and the transitions count, as strings (the grant
 -- reply is built from strings: Lua turns a number into text with printf).
+-- The fencing token is the larger of the counter + 1 and the server clock in microseconds (and
+-- of ``min_fence``); the counter keeps it. So a token stays above every earlier one also when
+-- the counter was lost or is behind (a restart without data, an old snapshot, a promoted
+-- replica that lagged), as long as the server clock does not step back (docs/safety.md).
 local function grant(lease, fence_key, history, token, identity, ttl, min_fence, mode)
-  local fence = redis.call('INCR', fence_key)
-  if fence < min_fence then
-    fence = min_fence
-    redis.call('SET', fence_key, string.format('%d', fence))
+  local fence = server_now()[2]
+  local prev = redis.call('SET', fence_key, fence, 'GET')
+  if prev and tonumber(prev) >= tonumber(fence) then  -- the counter is ahead of the clock
+    fence = string.format('%d', tonumber(prev) + 1)
+    redis.call('SET', fence_key, fence)
   end
-  fence = string.format('%d', fence)
+  if tonumber(fence) < min_fence then
+    fence = string.format('%d', min_fence)
+    redis.call('SET', fence_key, fence)
+  end
   local h = redis.call('HMGET', history, 'holder', 'transitions')
   local transitions = h[2] or '0'
   if h[1] ~= identity then
@@ -651,12 +665,12 @@ RAISE_FENCE = Script(
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 local min = tonumber(ARGV[1])
 if cur < min then
-  redis.call('SET', KEYS[1], min)
+  redis.call('SET', KEYS[1], ARGV[1])  -- the text as given: a Lua number may print inexactly
   cur = min
 end
 local updated = 0
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[2], 'owner') == ARGV[2] then
-  redis.call('HSET', KEYS[2], 'fence', min)
+  redis.call('HSET', KEYS[2], 'fence', ARGV[1])
   updated = 1
 end
 return {cur, updated}

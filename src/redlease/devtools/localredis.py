@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -303,6 +303,7 @@ class RedisServer:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="redlease-redis-")))
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     tls_port: int = 0
+    env: Mapping[str, str] = field(default_factory=dict)  # added to the server's environment
 
     def __post_init__(self) -> None:
         self._auto_port = not self.port  # chosen here: another may be chosen if it is taken
@@ -362,6 +363,7 @@ class RedisServer:
                 self.proc = subprocess.Popen(
                     self.args(), stdout=console, stderr=subprocess.STDOUT,
                     start_new_session=True, preexec_fn=die_with_parent(),
+                    env={**os.environ, **self.env} if self.env else None,
                 )  # fmt: skip
             if self not in _STARTED:
                 _STARTED.append(self)

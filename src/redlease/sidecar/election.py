@@ -17,7 +17,7 @@ from typing import Any
 
 from redlease.core import view as lockview
 from redlease.core.view import LockView
-from redlease.errors import NotOwned
+from redlease.errors import ClockStepped, NotOwned
 from redlease.sidecar.config import ElectionConfig
 
 # --- what the driver is asked to do --------------------------------------------------------------
@@ -212,6 +212,8 @@ class Election:
         """Refused (taken over): lost at once. Outage or timeout: keep trying until the deadline."""
         if term is not self.term:
             return None
+        if isinstance(exc, ClockStepped):
+            return self._end("lost", exc.message)
         if isinstance(exc, NotOwned):
             return self._end("lost", "renewal refused: the lease expired or was taken over")
         self.outage()

@@ -197,7 +197,7 @@ class Elector:
         self.election.renewed(
             term,
             sent_at=now,
-            server_ms=int(time.time() * 1000),
+            server_ms=lease.server_time.server_ms if lease.server_time else int(time.time() * 1000),
             lease_deadline=lease.deadline,
         )
 
