@@ -67,17 +67,17 @@ def volume(tmp_path: Path) -> Iterator[Volume]:
 
 
 def start(make: Callable[..., Sidecar], identity: str, lock: str, url: str, **kw: Any) -> Sidecar:
-    return make(identity, lock, [url], ttl=TTL, renew_deadline=RENEW_DEADLINE,
-                retry_period=RETRY, **kw).wait_up()  # fmt: skip
+    timing = {"ttl": TTL, "renew_deadline": RENEW_DEADLINE, "retry_period": RETRY, **kw}
+    return make(identity, lock, [url], **timing).wait_up()
 
 
 def leader_and_standby(
-    make: Callable[..., Sidecar], lock: str, url: str, volume: Volume
+    make: Callable[..., Sidecar], lock: str, url: str, volume: Volume, **timing: float
 ) -> tuple[Sidecar, Sidecar]:
     """``a`` leading with its state directory on ``volume``, ``b`` standing by."""
-    a = start(make, "a", lock, url, state_dir=volume.path)
+    a = start(make, "a", lock, url, state_dir=volume.path, **timing)
     wait_until(a.is_leader, timeout=15)
-    return a, start(make, "b", lock, url)
+    return a, start(make, "b", lock, url, **timing)
 
 
 def metric(sc: Sidecar, name: str, **labels: str) -> float | None:
@@ -159,6 +159,25 @@ def test_sigterm_on_a_read_only_volume_hands_over_only_after_the_published_claim
     log = a.log()
     assert "holding the lease until the published claim runs out" in log
     assert failures >= 3 and len(failure_lines(a)) == 1  # one line, however many attempts
+
+
+def test_a_volume_writable_again_while_holding_publishes_the_step_down_and_releases(
+    redis_server: RedisServer, volume: Volume, sidecars: Callable[..., Sidecar], lock_name: str
+) -> None:
+    # a claim reaching up to 20 s ahead: the hold is cut short long before it would run out
+    a, b = leader_and_standby(sidecars, lock_name, redis_server.url, volume,
+                              ttl=30.0, renew_deadline=20.0)  # fmt: skip
+    volume.remount("ro")
+    wait_until(lambda: failing_health(a, "EROFS"), timeout=15)
+    until = published_claim(a)
+    a.signal(signal.SIGTERM)
+    wait_until(lambda: "holding the lease until the published claim runs out" in a.log())
+    volume.remount("rw")
+    assert a.wait(timeout=30) == 0
+    assert "step-down published, releasing" in a.log()
+    doc = json.loads(a.state_file.read_text())
+    assert doc["leader"] is False and not (volume.path / "leader").exists()
+    assert granted_at(b) < until  # released once leader: false was out, not at the claim's end
 
 
 def test_planned_handoff_on_a_read_only_volume_waits_for_the_published_claim_then_recovers(
