@@ -25,6 +25,8 @@ COLUMNS = (
     ("token_regressions", "token regress."),
     ("leader_samples", "status samples"),
     ("dual_leader_samples", "2 leaders"),
+    ("frozen_claims", "frozen claims"),
+    ("stale_claim_samples", "led before claim ran out"),
 )
 
 

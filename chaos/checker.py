@@ -16,6 +16,10 @@ Counted per scenario:
   another sidecar's ``leader: true`` answer with a *higher* token had been received: that
   newer leadership was granted only after this one's lease had ended, so this claim came too
   late. Must be 0 (the sidecar steps down at its local deadline, before the lease ends).
+* ``stale_claim_samples``: ``/status`` answers of ``leader: true`` with a higher token than a
+  claim a sidecar had published in its state file and could no longer withdraw (its volume
+  made read-only), received before that claim's ``leader_until``: the lease was handed on while
+  a reader of the file could still trust the old leader. Must be 0.
 * ``stale_writes_accepted``: resource writes accepted with a token lower than one it had
   already seen (the resource decides this atomically in Lua, so no timing is involved). Must be
   0 with fencing. ``stale_writes_refused``: the stale writes the fenced resource turned away
@@ -47,12 +51,17 @@ class Verdict:
     token_regressions: int = 0
     dual_leader_samples: int = 0
     leader_samples: int = 0
+    frozen_claims: int = 0
+    stale_claim_samples: int = 0
 
     @property
     def safe(self) -> bool:
         """No violation of a guarantee (overlaps are expected under pauses: fencing covers them)."""
         return not (
-            self.stale_writes_accepted or self.token_regressions or self.dual_leader_samples
+            self.stale_writes_accepted
+            or self.token_regressions
+            or self.dual_leader_samples
+            or self.stale_claim_samples
         )
 
     def as_dict(self) -> dict[str, int]:
@@ -109,6 +118,25 @@ def count_dual_leaders(samples: Iterable[Sample]) -> int:
     return count_late(claims, strict=False)
 
 
+class Claim(NamedTuple):
+    """A published leader claim of ``token`` that readers may trust until ``end`` (at the
+    earliest: ``end`` is a lower bound on the one clock)."""
+
+    end: float
+    token: int
+
+
+def count_stale_claims(claims: Iterable[Claim], samples: Iterable[Sample]) -> int:
+    """Leader answers of a newer term received before an older published claim ran out: the
+    newer term was granted (before the answer was received) while the claim still held."""
+    claims = list(claims)
+    return sum(
+        1
+        for _t0, t1, _who, leader, tok in samples
+        if leader and tok and any(tok > c.token and t1 < c.end for c in claims)
+    )
+
+
 def intervals(events: Iterable[dict[str, Any]]) -> list[tuple[float, float, int, str]]:
     """Critical sections as (start, end, token, client) from client history events.
 
@@ -147,6 +175,7 @@ def check(
     events: list[dict[str, Any]],
     attempts: list[dict[str, Any]],
     samples: list[Sample] | None = None,
+    claims: list[Claim] | None = None,
 ) -> Verdict:
     v = Verdict()
     v.clients = len({e["client"] for e in events})
@@ -160,4 +189,6 @@ def check(
     v.token_regressions = count_regressions(events)
     v.leader_samples = len(samples or [])
     v.dual_leader_samples = count_dual_leaders(samples or [])
+    v.frozen_claims = len(claims or [])
+    v.stale_claim_samples = count_stale_claims(claims or [], samples or [])
     return v

@@ -28,11 +28,12 @@ from typing import Any
 
 import redis
 
-from chaos.checker import Sample, Verdict, check
+from chaos.checker import Claim, Sample, Verdict, check
 from chaos.clock import now
 from chaos.resource import Resource
 from redlease.devtools.localredis import RedisServer, die_with_parent, free_port
 from redlease.devtools.netfault import DelayProxy
+from redlease.sidecar.statefile import until_epoch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,6 +56,9 @@ class Run:
     proxies: list[DelayProxy] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
+    tmpfs: bool = False  # every sidecar's state directory is a tmpfs of its own
+    volumes: dict[str, Path] = field(default_factory=dict)
+    claims: list[Claim] = field(default_factory=list)
     next_id: int = 0
 
     def spawn_client(self, **overrides: Any) -> str:
@@ -85,10 +89,15 @@ class Run:
         who = f"s{self.next_id}"
         self.next_id += 1
         port = free_port()
+        state_dir = self.workdir / who
+        if self.tmpfs:
+            state_dir.mkdir()
+            mount_tmpfs(state_dir)
+            self.volumes[who] = state_dir
         args = [
             sys.executable, "-m", "redlease", "sidecar",
             "--lock", "chaos", "--ttl", str(self.ttl), "--identity", who,
-            "--http", f"127.0.0.1:{port}", "--state-dir", str(self.workdir / who),
+            "--http", f"127.0.0.1:{port}", "--state-dir", str(state_dir),
             "--log-level", "error",
         ]  # fmt: skip
         for url in self.urls:
@@ -201,6 +210,56 @@ def fault_waiter(run: Run, sig: int) -> None:
     run.spawn_client()
 
 
+def mount_tmpfs(path: Path) -> None:
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "chaos", str(path)], check=True)
+
+
+def can_mount() -> bool:
+    """A tmpfs can be mounted (root, and not in a container that forbids it)."""
+    probe = Path(tempfile.mkdtemp(prefix="chaos-mount-probe-"))
+    try:
+        mount_tmpfs(probe)
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    finally:
+        subprocess.run(["umount", str(probe)], capture_output=True, check=False)
+        probe.rmdir()
+    return True
+
+
+def published_claim(state_file: Path) -> Claim | None:
+    """The leader claim in a sidecar's state file, ending (at the earliest) at its
+    ``leader_until`` put on the chaos clock; ``None`` if it claims nothing."""
+    try:
+        doc = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        return None
+    until = until_epoch(doc.get("leader_until"))
+    token = doc.get("fencing_token")
+    if doc.get("leader") is not True or until is None or not isinstance(token, int):
+        return None
+    mono = now()
+    return Claim(mono + until - time.time(), token)  # the wall clock is read after ``mono``
+
+
+def freeze_holder_volume(run: Run) -> None:
+    """Remount the leading sidecar's state volume read-only, let it renew a while (unpublished),
+    then SIGTERM it and start a replacement: its state file now holds a claim it cannot
+    withdraw, and no other sidecar may lead before that claim runs out."""
+    who = run.wait_for_holder()
+    if who is None:
+        return
+    subprocess.run(["mount", "-o", "remount,ro", str(run.volumes[who])], check=True)
+    run.count("volume_read_only")
+    time.sleep(random.uniform(0.05, 0.3))  # the fault itself: renewals it cannot publish
+    claim = published_claim(run.volumes[who] / "chaos.json")
+    if claim is not None:
+        run.claims.append(claim)
+    run.procs[who].send_signal(signal.SIGTERM)
+    run.count("holder_terminated")
+    run.spawn_sidecar()
+
+
 def restart_node(run: Run, index: int, down: float) -> None:
     run.nodes[index].kill()
     run.count("node_killed")
@@ -225,6 +284,8 @@ class Scenario:
     quick: bool = True
     expect_safe: bool = True  # zero stale writes accepted and zero token regressions
     give_up: float = 0.0  # clients give up acquiring after a random 0..give_up s (0: 1 s)
+    sidecars: bool = False  # the clients are leader-election sidecars, sampled on /status
+    tmpfs: bool = False  # each sidecar's state directory is a tmpfs of its own (needs root)
 
 
 def _pauses(run: Run, quick: bool) -> None:
@@ -302,6 +363,12 @@ def _sidecar_faults(run: Run, quick: bool) -> None:
         restart_node(run, 0, 0.5)
 
 
+def _frozen_volumes(run: Run, quick: bool) -> None:
+    for _ in range(2 if quick else 5):
+        time.sleep(random.uniform(0.3, 0.8))
+        freeze_holder_volume(run)
+
+
 SCENARIOS = [
     Scenario("holder-pauses", "holders SIGSTOPped for 2.5 TTL, then resumed", _pauses),
     Scenario(
@@ -339,6 +406,17 @@ SCENARIOS = [
         _sidecar_faults,
         clients=3,
         ttl=1.0,
+        sidecars=True,
+    ),
+    Scenario(
+        "sidecars-read-only-volume",
+        "3 sidecars, each state directory a tmpfs: the leader's remounted read-only, then "
+        "SIGTERMed: nobody may lead while its state file still says it does",
+        _frozen_volumes,
+        clients=3,
+        ttl=1.0,
+        sidecars=True,
+        tmpfs=True,
     ),
     Scenario(
         "slow-node",
@@ -391,6 +469,8 @@ def _stop_everything(run: Run, stop: threading.Event, observer: threading.Thread
         proxy.stop()
     for n in [*run.nodes, run.resource]:
         n.stop()
+    for volume in run.volumes.values():
+        subprocess.run(["umount", "-l", str(volume)], capture_output=True, check=False)
 
 
 def run_scenario(
@@ -401,12 +481,15 @@ def run_scenario(
     """
     if sc.nodes > 1 and not quorum_available():
         return {"name": sc.name, "skipped": "redlease.quorum is not available"}
+    if sc.tmpfs and not can_mount():
+        return {"name": sc.name, "skipped": "cannot mount a tmpfs (needs root)"}
     resource = RedisServer()  # finds the binary first: no work directory if there is none
     workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{sc.name}-"))
     nodes: list[RedisServer] = []
     run = Run(
-        sc.name, nodes, resource, workdir, sc.ttl, seconds, fenced=sc.fenced, give_up=sc.give_up
-    )
+        sc.name, nodes, resource, workdir, sc.ttl, seconds, fenced=sc.fenced,
+        give_up=sc.give_up, tmpfs=sc.tmpfs,
+    )  # fmt: skip
     started = now()
     stop = threading.Event()
     observer = threading.Thread(target=run.observe, args=(stop,), daemon=True)
@@ -421,7 +504,7 @@ def run_scenario(
             ]
         else:
             run.urls = [f"redis://127.0.0.1:{n.port}" for n in nodes]
-        sidecars = sc.name == "sidecars"
+        sidecars = sc.sidecars
         for _ in range(sc.clients):
             if sidecars:
                 run.spawn_sidecar()
@@ -450,7 +533,7 @@ def run_scenario(
         for f in sorted(workdir.glob("*.jsonl")):
             events += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
         attempts = Resource(redis.Redis(port=run.resource.port)).attempts()
-        verdict: Verdict = check(events, attempts, run.samples)
+        verdict: Verdict = check(events, attempts, run.samples, run.claims)
     finally:
         _stop_everything(run, stop, observer)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -463,7 +546,7 @@ def run_scenario(
         "faults": run.faults,
         **verdict.as_dict(),
     }
-    if sc.name == "sidecars":
+    if sc.sidecars:
         result["clients"] = run.next_id
         result["leaderships"] = len({s[4] for s in run.samples if s[3] and s[4]})
     result["safe"] = verdict.safe

@@ -6,7 +6,15 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos.checker import Observed, check, count_dual_leaders, count_late, count_regressions
+from chaos.checker import (
+    Claim,
+    Observed,
+    check,
+    count_dual_leaders,
+    count_late,
+    count_regressions,
+    count_stale_claims,
+)
 
 
 def ev(client: str, event: str, mono: float, token: int | None = None, **kw: object) -> dict:
@@ -74,6 +82,19 @@ def test_dual_leaders_need_proof_in_real_time() -> None:
     ]
     assert count_dual_leaders(paused_observer) == 0
     assert not check([], [], samples).safe
+
+
+def test_a_newer_leader_before_a_published_claim_ran_out_is_counted() -> None:
+    claims = [Claim(end=2.0, token=1)]  # a's state file says leader up to 2.0 (at the earliest)
+    samples = [
+        (1.0, 1.1, "a", True, 1),  # a itself: fine
+        (1.5, 1.9, "b", True, 2),  # received before 2.0: b was granted while a's claim held
+        (1.9, 2.1, "b", True, 2),  # may have been granted after 2.0: not proven
+        (2.2, 2.3, "b", True, 2),
+    ]
+    assert count_stale_claims(claims, samples) == 1
+    verdict = check([], [], samples, claims)
+    assert verdict.stale_claim_samples == 1 and verdict.frozen_claims == 1 and not verdict.safe
 
 
 def test_overlap_and_stale_write_counting() -> None:

@@ -70,13 +70,16 @@ class Sidecar:
         extra: Sequence[str] = (),
         environ: dict[str, str] | None = None,
         max_open_files: int | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         self.identity = identity
         self.max_open_files = max_open_files
         self.lock = lock
         self.port = free_port()
-        self.state_dir = Path(tempfile.mkdtemp(prefix=f"redlease-sc-{identity}-"))
-        self.log_path = self.state_dir.parent / f"{self.state_dir.name}.log"
+        self.state_dir = state_dir or Path(tempfile.mkdtemp(prefix=f"redlease-sc-{identity}-"))
+        # the log lives outside the state directory (a test may make that one read-only)
+        logs = Path(tempfile.mkdtemp(prefix=f"redlease-sc-{identity}-log-"))
+        self.log_path = logs / "sidecar.log"
         self.args = [sys.executable, "-m", "redlease", "sidecar", "--identity", identity]
         if lock:
             self.args += ["--lock", lock]

@@ -200,3 +200,5 @@ def test_waiter_trusts_leadership_only_until_leader_until() -> None:
     assert is_leader(doc, now=1_800_000_000.0)
     assert not is_leader(doc, now=1_900_000_000.0)
     assert not is_leader({"leader": False}) and not is_leader(None)
+    # a claim without an expiry promises nothing
+    assert not is_leader({"leader": True}) and not is_leader({"leader": True, "leader_until": None})

@@ -1,13 +1,13 @@
 """`redlease wait`: block an application's entrypoint until its pod's sidecar leads.
 
 Reads the sidecar's state file (leader only while ``leader`` is true *and* ``leader_until`` is
-still ahead, so a file left by a frozen sidecar does not count) or its ``/status`` endpoint.
+still ahead, so a file left by a frozen sidecar, or one it could not rewrite, does not count) or
+its ``/status`` endpoint.
 Exit 0 once leader; 1 on timeout.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import sys
 import time
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from redlease.errors import ConfigError
-from redlease.sidecar.statefile import file_name
+from redlease.sidecar.statefile import file_name, until_epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +50,12 @@ def resolve_source(
 
 
 def is_leader(doc: Any, now: float | None = None) -> bool:
-    """True if the status document claims leadership that has not run out (pure)."""
+    """True if the status document claims leadership that has not run out (pure). A claim
+    without a readable ``leader_until`` promises nothing, so it does not count."""
     if not isinstance(doc, dict) or doc.get("leader") is not True:
         return False
-    until = doc.get("leader_until")
-    if until is None:
-        return True
-    try:
-        end = _dt.datetime.fromisoformat(str(until).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return False
-    return (time.time() if now is None else now) < end
+    end = until_epoch(doc.get("leader_until"))
+    return end is not None and (time.time() if now is None else now) < end
 
 
 def read(source: Source) -> Any:

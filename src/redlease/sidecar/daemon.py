@@ -2,8 +2,10 @@
 a Lease mirror and Events: :mod:`.mirror`).
 
 Start-up order: state directory, Kubernetes settings (``--lock-ref``), HTTP server, then the
-election. On SIGTERM/SIGINT the lease is released at once (a standby takes over within
-milliseconds), the pod label is set to ``false``, and the process exits 0.
+election. On SIGTERM/SIGINT the step-down is published and the lease released at once (a
+standby takes over within milliseconds), the pod label is set to ``false``, and the process
+exits 0. If the step-down cannot be written to the state directory, the lease is held,
+unrenewed, until the published claim has run out (:mod:`.statefile`), then released.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import structlog
 
 from redlease.core.connect import redact
+from redlease.core.view import iso_ms
 from redlease.errors import ConfigError
 from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
 from redlease.sidecar.election import Transition
@@ -24,7 +27,7 @@ from redlease.sidecar.elector import Elector, Hooks
 from redlease.sidecar.kube import KubeClient, LockRefFollower, PodLabeller
 from redlease.sidecar.metrics import Metrics
 from redlease.sidecar.mirror import LeaderEvents, LeaseMirror, involved_lease, involved_lock
-from redlease.sidecar.statefile import StateFile
+from redlease.sidecar.statefile import StateFile, WriteHealth
 from redlease.sidecar.web import HttpServer, serve
 
 log = structlog.get_logger("redlease.sidecar")
@@ -41,6 +44,7 @@ class Sidecar(Hooks):
         self.labeller: PodLabeller | None = None
         self.mirror: LeaseMirror | None = None
         self.events: LeaderEvents | None = None
+        self.writes = WriteHealth()
         self._stopping = asyncio.Event()
 
     # -- Source -------------------------------------------------------------------------------
@@ -57,8 +61,19 @@ class Sidecar(Hooks):
         self.elector.refresh()
         return self._snapshot()
 
-    def healthy(self) -> bool:
-        return self.elector is not None and self.elector.healthy()
+    def health(self) -> dict[str, Any]:
+        """``/healthz``: ok while the election loop runs and the state file can be written."""
+        loop = self.elector is not None and self.elector.healthy()
+        failing = self.writes.failing
+        doc: dict[str, Any] = {"ok": loop and failing is None, "election_loop": loop}
+        if failing is not None:
+            doc["state_file_error"] = {
+                "kind": failing.kind,
+                "error": failing.error,
+                "since": iso_ms(int(failing.since * 1000)),
+                "failures": failing.failures,
+            }
+        return doc
 
     def ready(self) -> tuple[bool, bool]:
         """(ready, leader) for ``/readyz`` by ``--ready``: ``connected`` (a quorum of nodes
@@ -88,11 +103,7 @@ class Sidecar(Hooks):
             return
         doc = self._snapshot()
         if self.state_file is not None:
-            try:
-                self.state_file.publish(doc)
-            except OSError as exc:
-                log.error("state file write failed", path=str(self.state_file.path), error=str(exc))
-                self.metrics_.error("StateFileError")
+            self._publish(self.state_file, doc)
         self.metrics_.update(doc)
         self.metrics_.timing(self.elector.config.timing)
         if self.labeller is not None:
@@ -107,6 +118,35 @@ class Sidecar(Hooks):
 
     def error(self, kind: str) -> None:
         self.metrics_.error(kind)
+
+    def claim_until(self) -> float | None:
+        return None if self.state_file is None else self.state_file.claim_until
+
+    def _publish(self, state_file: StateFile, doc: dict[str, Any]) -> None:
+        """Write the state file; a failure shows in ``/healthz`` and ``/metrics`` and is logged
+        once per kind per interval."""
+        try:
+            state_file.publish(doc)
+        except OSError as exc:
+            self.metrics_.state_file_failed(exc)
+            held = self.writes.failed(exc, time.monotonic(), time.time())
+            if held is not None:
+                log.error(
+                    "state file write failed",
+                    path=str(state_file.path),
+                    error=str(exc),
+                    held_back=held,
+                )
+            return
+        ended = self.writes.written()
+        if ended is not None:
+            self.metrics_.state_file_written()
+            log.info(
+                "state file written again",
+                path=str(state_file.path),
+                failures=ended.failures,
+                after_s=round(time.time() - ended.since, 3),
+            )
 
     def _snapshot(self) -> dict[str, Any]:
         assert self.elector is not None

@@ -47,6 +47,12 @@ class Hooks:
     def error(self, kind: str) -> None:
         """An operation failed; ``kind`` is the exception type name."""
 
+    def claim_until(self) -> float | None:
+        """Unix time up to which a claim of this process's leadership that it published (and
+        could not withdraw) may still be trusted; ``None``: none. A step-down does not release
+        the lease before it."""
+        return None
+
 
 class _Stopped(Exception):
     """The elector was asked to stop while waiting."""
@@ -205,9 +211,51 @@ class Elector:
         term = self.election.term
         transition = self.election.stepped_down(reason)
         if transition is not None:
-            self._emit(transition)
-        if term is not None:
+            self._emit(transition)  # publishes leader: false
+        if term is None:
+            return
+        if await self._outwait_claim(term):
             await self._drop_lease(term)
+        else:
+            self._lock = None
+
+    async def _outwait_claim(self, term: Term) -> bool:
+        """Keep the lease of the term that just ended, unrenewed, while a published claim of it
+        may still be trusted (the step-down could not be published), retrying the publication.
+        Not cut short by :meth:`stop`. Returns whether the lease may be released now: not if
+        its local deadline came first (a stepped wall clock); then it is left to expire."""
+        until = self.hooks.claim_until()
+        if until is None or time.time() >= until:
+            return True
+        log.error(
+            "step-down not published: holding the lease until the published claim runs out",
+            lock=self.config.lock,
+            leader_until=round(until, 3),
+            hold=round(until - time.time(), 3),
+        )
+        while True:
+            left = min(until - time.time(), term.lease_deadline - time.monotonic())
+            if left <= 0:
+                break
+            step = min(left, self.config.timing.retry_period)
+            self._expect(step)
+            await asyncio.sleep(step)
+            self.hooks.changed()  # once leader: false is out, release at once
+            claim = self.hooks.claim_until()
+            if claim is None:
+                break
+            until = claim
+        if self.hooks.claim_until() is None:
+            log.info("step-down published, releasing", lock=self.config.lock)
+        elif time.time() < until:
+            log.warning(
+                "lease deadline came before the published claim's end: left to expire",
+                lock=self.config.lock,
+            )
+            return False
+        else:
+            log.info("published claim ran out, releasing", lock=self.config.lock)
+        return True
 
     async def _drop_lease(self, term: Term | None = None) -> None:
         """Release the lease if Redis still has it (speeds up the take-over); best effort."""

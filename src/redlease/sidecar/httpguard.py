@@ -22,6 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
+from redlease.sidecar.throttle import Throttle
+
 FD_RESERVE = 64  # descriptors kept for Redis, the Kubernetes API, state-file writes, logging
 BACKLOG = 16  # asyncio accepts up to this many sockets before any of them reaches the guard
 
@@ -157,23 +159,18 @@ class _Guarded(asyncio.Protocol):
 
 
 class RateLimit(logging.Filter):
-    """Lets the same message through at most once per ``interval`` seconds; the next one that
-    passes says how many were suppressed."""
+    """Lets the same message through at most once per ``interval`` seconds (a
+    :class:`~redlease.sidecar.throttle.Throttle`); the next one that passes says how many were
+    suppressed."""
 
     def __init__(self, interval: float = 10.0) -> None:
         super().__init__()
-        self.interval = interval
-        self._last: dict[str, float] = {}
-        self._suppressed: dict[str, int] = {}
+        self.throttle = Throttle(interval)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = f"{record.name}:{record.msg}"
-        now = time.monotonic()
-        if now - self._last.get(key, -self.interval) < self.interval:
-            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+        skipped = self.throttle.allow(f"{record.name}:{record.msg}", time.monotonic())
+        if skipped is None:
             return False
-        self._last[key] = now
-        skipped = self._suppressed.pop(key, 0)
         if skipped:
             record.msg = f"{record.msg} (and {skipped} more like it)"
         return True

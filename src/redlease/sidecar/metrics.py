@@ -16,6 +16,7 @@ from prometheus_client import (
 
 from redlease.core.spec import Timing
 from redlease.sidecar.election import Transition
+from redlease.sidecar.statefile import failure_kind
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 # seconds; up to 10: a renewal close to a default renew deadline (10 s) must be visible
@@ -23,7 +24,8 @@ RENEW_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 
 class Metrics:
-    """``redlease_is_leader``, ``redlease_transitions_total``, renew latency, errors by kind."""
+    """``redlease_is_leader``, ``redlease_transitions_total``, renew latency, errors by kind,
+    state-file write failures."""
 
     def __init__(self, lock: str) -> None:
         self.lock = lock
@@ -85,8 +87,21 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        self.state_file_failures = Counter(
+            "redlease_state_file_write_failures",
+            "Failed writes of the state file or the leader marker, by errno name",
+            [*labels, "kind"],
+            registry=self.registry,
+        )
+        self.state_file_writable = Gauge(
+            "redlease_state_file_writable",
+            "0 while the latest write of the state file or the leader marker failed, else 1",
+            labels,
+            registry=self.registry,
+        )
         self.is_leader.labels(lock).set(0)
         self.leader_seen.labels(lock).set(time.time())
+        self.state_file_writable.labels(lock).set(1)
 
     def transition(self, transition: Transition) -> None:
         if transition.kind != "observed":
@@ -115,6 +130,13 @@ class Metrics:
 
     def error(self, kind: str) -> None:
         self.errors.labels(self.lock, kind).inc()
+
+    def state_file_failed(self, exc: OSError) -> None:
+        self.state_file_failures.labels(self.lock, failure_kind(exc)).inc()
+        self.state_file_writable.labels(self.lock).set(0)
+
+    def state_file_written(self) -> None:
+        self.state_file_writable.labels(self.lock).set(1)
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))

@@ -12,21 +12,32 @@ test)::
     read until who < /var/run/redlease/leader && [ "$until" -gt "$(date +%s)" ]
 
 A marker found at start-up is left over from an earlier run and removed.
+
+What is on disk is a *published claim*: readers may trust it up to :attr:`StateFile.claim_until`.
+A step-down is published (``leader: false``, marker removed) before the lease is released; when
+that cannot be written (read-only or full volume) the elector keeps the lease, unrenewed, until
+the claim has run out, so no other process is granted the lease while this one's files still
+say it leads. A ``leader: false`` document that cannot be written is replaced by no document
+(unlinking works on a full volume): a missing file claims nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import json
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from redlease.errors import ConfigError
+from redlease.sidecar.throttle import Throttle
 
 MARKER = "leader"
+LOG_INTERVAL = 30.0  # seconds: one log line per kind of write failure per interval
 
 
 def file_name(lock: str) -> str:
@@ -65,7 +76,16 @@ class StateFile:
         self.marker = state_dir / MARKER
         self._last: dict[str, Any] | None = None
         self._marker: str | None = None
+        self._file_until: float | None = None  # leader_until of a leader document on disk
+        self._marker_until: float | None = None  # until of the marker on disk
         self.writes = 0
+
+    @property
+    def claim_until(self) -> float | None:
+        """Unix time up to which what this process wrote may be read as "leader" (the later of
+        the state file's ``leader_until`` and the marker's ``until``); ``None``: no claim."""
+        claims = [t for t in (self._file_until, self._marker_until) if t is not None]
+        return max(claims) if claims else None
 
     def prepare(self) -> None:
         """Create the directory, check it is writable (a clear error naming the flag) and remove
@@ -85,7 +105,8 @@ class StateFile:
         """Write ``doc`` if it changed (ignoring the ever-changing ``expires_in_ms``).
 
         Not leading: the marker goes first, and the document is written even if removing the
-        marker failed (its ``until`` runs out by itself); the failure is raised afterwards.
+        marker failed (its ``until`` runs out by itself); if the document cannot be written, the
+        old one is removed instead. The first failure is raised afterwards.
         """
         key = {k: v for k, v in doc.items() if k != "expires_in_ms"}
         if key == self._last:
@@ -97,12 +118,22 @@ class StateFile:
                 self.remove_marker()
             except OSError as exc:
                 failure = exc
-        atomic_write(self.path, (json.dumps(doc, sort_keys=True) + "\n").encode())
+        data = (json.dumps(doc, sort_keys=True) + "\n").encode()
+        try:
+            atomic_write(self.path, data)
+        except OSError as exc:
+            if leader:
+                raise
+            failure = failure or exc
+            self._withdraw()
+            raise failure from None
+        self._file_until = until_epoch(doc.get("leader_until")) if leader else None
         if leader:
             text = marker_text(doc.get("leader_until"), str(doc.get("identity", "")))
             if text != self._marker:
                 atomic_write(self.marker, text.encode())
                 self._marker = text
+                self._marker_until = float(text.split()[0])
         self._last = key
         self.writes += 1
         if failure is not None:
@@ -113,13 +144,70 @@ class StateFile:
         self._marker = None
         with contextlib.suppress(FileNotFoundError):
             self.marker.unlink()
+        self._marker_until = None
+
+    def _withdraw(self) -> None:
+        """Remove the state file (its claim with it); leaves it if that fails too."""
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            return
+        self._file_until = None
+        self._last = None
+
+
+def until_epoch(leader_until: object) -> float | None:
+    """A status document's ``leader_until`` (RFC 3339) as Unix time; ``None`` if absent or
+    unreadable (then it promises nothing)."""
+    if not isinstance(leader_until, str):
+        return None
+    try:
+        return _dt.datetime.fromisoformat(leader_until.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def marker_text(leader_until: object, identity: str) -> str:
     """``<until> <identity>``: ``until`` rounded down to whole seconds (0 if unknown)."""
-    until = 0
-    if isinstance(leader_until, str):
-        with contextlib.suppress(ValueError):
-            stamp = _dt.datetime.fromisoformat(leader_until.replace("Z", "+00:00"))
-            until = int(stamp.timestamp())
-    return f"{until} {identity}\n"
+    until = until_epoch(leader_until)
+    return f"{0 if until is None else int(until)} {identity}\n"
+
+
+def failure_kind(exc: OSError) -> str:
+    """What kind of write failure ``exc`` is (``EROFS``, ``ENOSPC``...), for metrics and logs."""
+    return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+
+
+@dataclass(slots=True)
+class Failing:
+    """State-file writes have failed since ``since`` (Unix time); the latest failure."""
+
+    kind: str
+    error: str
+    since: float
+    failures: int = 1
+
+
+class WriteHealth:
+    """Whether the state file can be written (pure: times are passed in): the current failure
+    for ``/healthz``, and which failures to log — one line per kind per :data:`LOG_INTERVAL`."""
+
+    def __init__(self, interval: float = LOG_INTERVAL) -> None:
+        self.failing: Failing | None = None
+        self.throttle = Throttle(interval)
+
+    def failed(self, exc: OSError, now: float, wall: float) -> int | None:
+        """Record a failure; returns how many were held back since the last logged one of its
+        kind, or ``None`` if this one is not to be logged."""
+        kind = failure_kind(exc)
+        if self.failing is None:
+            self.failing = Failing(kind, str(exc), wall)
+        else:
+            self.failing.kind, self.failing.error = kind, str(exc)
+            self.failing.failures += 1
+        return self.throttle.allow(kind, now)
+
+    def written(self) -> Failing | None:
+        """A write succeeded; returns the failure it ends, if any."""
+        ended, self.failing = self.failing, None
+        return ended

@@ -29,7 +29,7 @@ class Source(Protocol):
 
     def status(self) -> dict[str, Any]: ...
 
-    def healthy(self) -> bool: ...
+    def health(self) -> dict[str, Any]: ...
 
     def metrics(self) -> bytes: ...
 
@@ -47,8 +47,8 @@ def make_app(
         return web.json_response({"name": source.status()["holder"] or ""})
 
     async def healthz(_: web.Request) -> web.Response:
-        ok = source.healthy()
-        return web.json_response({"ok": ok}, status=200 if ok else 500)
+        doc = source.health()
+        return web.json_response(doc, status=200 if doc["ok"] else 500)
 
     async def readyz(_: web.Request) -> web.Response:
         ok, leader = source.ready()
