@@ -19,6 +19,7 @@ import structlog
 
 from redlease.core import _async, aio
 from redlease.core.connect import connect_target
+from redlease.core.durability import read_config, restart_loss
 from redlease.core.keys import LockKeys
 from redlease.core.observe import node_answer, node_drivers
 from redlease.core.protocol import drift
@@ -72,6 +73,7 @@ class Elector:
         self._tick_deadline = time.monotonic() + 30.0
         self._task: asyncio.Task[None] | None = None
         self._outage_logged = False
+        self._durability_checked = False
 
     # -- public -------------------------------------------------------------------------------
 
@@ -318,6 +320,9 @@ class Elector:
             )
             if self.config is cfg:
                 named = dict(zip([n for n, _ in drivers], answers, strict=True))
+                if not self._durability_checked and not isinstance(answers[0], Exception):
+                    self._durability_checked = True
+                    await self._warn_if_not_durable(named)
                 transition = self.election.observe(
                     lock_view(cfg.keys, named, cfg.target.quorum), started
                 )
@@ -326,6 +331,24 @@ class Elector:
             self.refresh()
             self.hooks.changed()
             await asyncio.sleep(cfg.timing.retry_period)
+
+    async def _warn_if_not_durable(self, named: dict[str, Any]) -> None:
+        """Once, on a single node (a RedLock set has the restart rule): say what a restart of
+        it would lose."""
+        if len(named) != 1 or getattr(self._client, "clients", None):
+            return
+        loss = restart_loss(await read_config(self._client, 1.0))
+        log.debug("persistence checked", lock=self.config.lock, loses=loss)
+        if loss is not None:
+            log.warning(
+                "the Redis node does not keep leases across a restart",
+                lock=self.config.lock,
+                node=next(iter(named)),
+                persistence=loss,
+                effect="after a restart a second holder can be granted while this one still "
+                "leads until its next renewal; fencing tokens still only grow",
+                remedy="appendonly yes + appendfsync always, or a RedLock set of 3+ nodes",
+            )
 
     # -- helpers ------------------------------------------------------------------------------
 

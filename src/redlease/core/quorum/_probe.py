@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from redlease.core import scripts
+from redlease.core.durability import durable as is_durable
 from redlease.core.rules import Probe
 
 # hash on every node: ``run_id`` of the server whose data is intact; ``born``: the birth list
@@ -57,7 +58,7 @@ def parse(replies: Sequence[object], at: float) -> Probe:
         if isinstance(reply, BaseException):
             raise reply
     library, info, marker, aof, fsync = replies[base : base + 5]
-    durable = _config(aof) == "yes" and _config(fsync) == "always"
+    durable = is_durable(_config(aof), _config(fsync))
     probe = Probe("", 0.0, at, None, durable, functions=_loaded(library))
     return node(probe, [info, marker], at)
 
