@@ -90,7 +90,7 @@ def test_paused_and_preferred_holder() -> None:
     e.observe(state(None, ("me", "other")), 0.0)
     assert isinstance(e.next_action(0.0), Idle)  # defer while the preferred one is alive
     assert e.next_action(16.0) == Acquire(2.0)  # ...as last seen (a stale read does not count)
-    elected(e, at=20.0)
+    elected(e, at=20.0, token=7)  # the token the view below shows
     e.observe(state("me", ("me", "other")), 21.0)
     assert isinstance(e.next_action(21.0), Renew)  # hand-off happens at the next renewal
     assert isinstance(e.next_action(22.0), StepDown)
@@ -202,3 +202,32 @@ def test_waiter_trusts_leadership_only_until_leader_until() -> None:
     assert not is_leader({"leader": False}) and not is_leader(None)
     # a claim without an expiry promises nothing
     assert not is_leader({"leader": True}) and not is_leader({"leader": True, "leader_until": None})
+
+
+def _held_by(holder: str | None, token: int) -> LockView:
+    one = LockState(name="L", now_ms=0, holder=holder, fencing_token=token if holder else None,
+                    expires_in_ms=9000 if holder else None)  # fmt: skip
+    return lock_view(["L"], {"n": {"L": one}}, 1)
+
+
+@pytest.mark.parametrize(
+    ("holder", "token"), [(None, 0), ("other", 9), ("me", 6)], ids=["free", "other", "other-token"]
+)
+def test_a_view_read_after_the_grant_without_this_lease_ends_the_term(
+    holder: str | None, token: int
+) -> None:
+    e = Election(CFG)
+    e.acquired(fencing_token=5, server_ms=1, transitions=1, sent_at=100.0,
+               lease_deadline=114.8, received_at=100.01)  # fmt: skip
+    t = e.observe(_held_by(holder, token), 101.0)
+    assert t is not None and t.kind == "lost" and "Redis lost this lease" in t.reason
+    assert not e.leading(101.0) and e.snapshot(101.0, 0.0)["leader"] is False
+
+
+def test_a_view_read_before_the_grant_or_showing_it_changes_nothing() -> None:
+    e = Election(CFG)
+    e.acquired(fencing_token=5, server_ms=1, transitions=1, sent_at=100.0,
+               lease_deadline=114.8, received_at=100.01)  # fmt: skip
+    assert e.observe(_held_by(None, 0), 100.005) is None  # the read started before the grant
+    assert e.observe(_held_by("me", 5), 101.0) is None
+    assert e.leading(101.0)

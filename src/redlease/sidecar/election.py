@@ -80,6 +80,7 @@ class Term:
     last_attempt: float  # monotonic time of the last extend attempt
     renew_by: float  # local renew deadline: leader strictly before this instant
     lease_deadline: float  # local lease deadline (Lease.deadline)
+    granted_at: float = 0.0  # monotonic time the grant was in hand: later reads must show it
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +180,7 @@ class Election:
         transitions: int,
         sent_at: float,
         lease_deadline: float,
+        received_at: float | None = None,
     ) -> Transition:
         timing = self.config.timing
         self.reachable()
@@ -191,6 +193,7 @@ class Election:
             last_attempt=sent_at,
             renew_by=min(sent_at + timing.renew_deadline, lease_deadline),
             lease_deadline=lease_deadline,
+            granted_at=sent_at if received_at is None else received_at,
         )
         self.last_holder = self.identity
         return self._transition("elected", fencing_token, "acquired the lease")
@@ -241,11 +244,30 @@ class Election:
 
     def observe(self, view: LockView, now: float) -> Transition | None:
         """A fresh lock view (read at ``now``); returns an ``observed`` transition when the
-        holder it names changed. A view that cannot name the holder changes nothing."""
+        holder it names changed. A view that cannot name the holder changes nothing.
+
+        While leading, a view read after the grant that does not show this term's lease (another
+        holder, another token, or none) means Redis no longer has it (restarted without its
+        data, failed over, its clock stepped): the term ends at once (``lost``), not at the
+        next renewal.
+        """
         self.observed = Observation(view, now)
         if view.unknown is not None:
             return None
         holder = view.holder
+        term = self.term
+        if (
+            term is not None
+            and self.leading(now)
+            and now > term.granted_at
+            and (holder != self.identity or view.fencing_token != term.fencing_token)
+        ):
+            shows = f"{holder!r} (token {view.fencing_token})" if holder else "no holder"
+            return self._end(
+                "lost",
+                f"the lock view shows {shows}: Redis lost this lease (restarted without its "
+                "data, failed over, or its clock stepped)",
+            )
         if holder == self.identity or holder == self.last_holder:
             return None
         self.last_holder = holder

@@ -176,6 +176,7 @@ class Elector:
                 transitions=lease.transitions,
                 sent_at=lease.deadline - ttl + drift(ttl),
                 lease_deadline=lease.deadline,
+                received_at=time.monotonic(),
             )
         )
 
