@@ -29,7 +29,7 @@ import kopf
 import kubernetes.client
 import pytest
 
-from redlease.core.spec import CREDENTIALS_LABEL, GROUP, PLURAL, VERSION
+from redlease.kube.spec import CREDENTIALS_LABEL, GROUP, PLURAL, VERSION
 from redlease.operator.handlers import (
     OperatorConfig,
     Runtime,

@@ -12,8 +12,8 @@ import statistics
 import time
 
 from redlease import Lock
-from redlease.core.spec import parse_spec
 from redlease.devtools.localredis import RedisServer
+from redlease.kube.spec import parse_spec
 from redlease.operator.reader import NodeReader
 
 N = 1000

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from redlease.core.spec import parse_spec
 from redlease.core.state import LockState
 from redlease.core.view import lock_view
 from redlease.errors import ConfigError
+from redlease.kube.spec import parse_spec
 from redlease.operator import reconcile
 
 NODES3 = [{"url": f"redis://10.0.0.{i}:6379"} for i in (1, 2, 3)]

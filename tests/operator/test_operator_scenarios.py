@@ -16,8 +16,8 @@ from dlock_harness import NAMESPACE, Cluster, events, until
 
 from redlease import Lock
 from redlease.core.keys import LockKeys
-from redlease.core.spec import FORCE_RELEASE_ANNOTATION
 from redlease.devtools.localredis import RedisServer
+from redlease.kube.spec import FORCE_RELEASE_ANNOTATION
 from redlease.operator.handlers import FINALIZER
 from redlease.operator.reconcile import parse_timestamp
 

@@ -38,8 +38,8 @@ from dlock_harness import NAMESPACE  # noqa: E402
 from fault_harness import start_operator  # noqa: E402
 
 from bench.failover import Sidecar  # noqa: E402
-from redlease.core.k8slease import parse_micro_time  # noqa: E402
 from redlease.devtools.localredis import RedisServer, free_port  # noqa: E402
+from redlease.kube.lease import parse_micro_time  # noqa: E402
 
 LOCKS = 10  # locks with two sidecars each
 DLOCKS = 50  # DistributedLocks the operator refreshes

@@ -7,7 +7,7 @@ holds it, or when the holder has not renewed it for ``leaseDurationSeconds`` as 
 candidate's own monotonic clock since it last saw the record change (so clocks need not agree).
 The leader renews every retry period and stops leading at its renew deadline (renew deadline
 after the last renewal it *sent*), which always comes before a standby may take over. Every
-write is a compare-and-swap on ``resourceVersion`` (:func:`redlease.core.k8slease.cas_patch`).
+write is a compare-and-swap on ``resourceVersion`` (:func:`redlease.kube.lease.cas_patch`).
 On shutdown the leader releases the Lease, so the standby takes over at its next read.
 
 Why not kopf's peering: it is built to pause operators of lower priority (a developer's
@@ -27,7 +27,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from redlease.core.k8slease import (
+from redlease.core.timing import Timing
+from redlease.kube.lease import (
     CONFLICT_STATUSES,
     LeaseRecord,
     cas_patch,
@@ -35,7 +36,6 @@ from redlease.core.k8slease import (
     new_lease,
     resource_version,
 )
-from redlease.core.spec import Timing
 
 log = logging.getLogger("redlease.operator")
 LABELS = {"app.kubernetes.io/name": "redlease", "app.kubernetes.io/component": "operator"}

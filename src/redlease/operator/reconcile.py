@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from redlease.core.spec import LockSpec
 from redlease.core.view import LockView
 from redlease.errors import ConfigError
+from redlease.kube.spec import LockSpec
 
 FREE, HELD, DEGRADED, UNAVAILABLE, INVALID = "Free", "Held", "Degraded", "Unavailable", "Invalid"
 NORMAL, WARNING = "Normal", "Warning"

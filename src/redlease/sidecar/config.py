@@ -1,8 +1,8 @@
 """Validated settings of the sidecar and of `redlease run` (pure).
 
-The lock's own model (keys, node set, timing, credentials) is the core's: flags go through
-:func:`redlease.core.spec.validate_timing` and :func:`redlease.core.connect.validate_target`, a
-DistributedLock through :func:`redlease.core.spec.parse_spec`, and :func:`election_from_spec`
+The lock's own model (keys, node set, timing, credentials) lives below: flags go through
+:func:`redlease.core.timing.validate_timing` and :func:`redlease.core.connect.validate_target`, a
+DistributedLock through :func:`redlease.kube.spec.parse_spec`, and :func:`election_from_spec`
 turns the latter into an :class:`ElectionConfig`. This module only adds what is the sidecar's
 own: its HTTP address, readiness mode, state directory and Kubernetes settings.
 """
@@ -14,17 +14,16 @@ from pathlib import Path
 
 from redlease.core.connect import Target, Tls
 from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
-from redlease.core.spec import (
+from redlease.core.timing import Timing, validate_timing
+from redlease.errors import ConfigError
+from redlease.kube.spec import (
     DEFAULT_READY,
     LEADER_LABEL,
     READY_MODES,
     Credentials,
     LockSpec,
-    Timing,
     validate_object_name,
-    validate_timing,
 )
-from redlease.errors import ConfigError
 
 __all__ = [
     "DEFAULT_READY",

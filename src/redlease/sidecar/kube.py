@@ -22,7 +22,8 @@ import aiohttp
 import structlog
 
 from redlease import __version__
-from redlease.core.spec import (
+from redlease.errors import ConfigError, RedleaseError
+from redlease.kube.spec import (
     GROUP,
     LEADER_LABEL,
     PLURAL,
@@ -33,7 +34,6 @@ from redlease.core.spec import (
     tls_material,
     with_tls_material,
 )
-from redlease.errors import ConfigError, RedleaseError
 from redlease.sidecar.config import ElectionConfig, KubeSettings, LockRef, election_from_spec
 
 log = structlog.get_logger("redlease.sidecar")
@@ -243,7 +243,7 @@ class PodLabeller:
 class LockRefFollower:
     """Reads a DistributedLock (and its Secret) into election settings and follows changes.
 
-    The spec is parsed by :func:`redlease.core.spec.parse_spec`, the same parser the operator
+    The spec is parsed by :func:`redlease.kube.spec.parse_spec`, the same parser the operator
     uses; ``identity`` is this pod's own. Credentials given with the reference
     (``--username``/``--password``, i.e. ``REDLEASE_USERNAME``/``REDLEASE_PASSWORD``, which an
     injected pod takes from the Secret) are used as they are; only without them is the Secret

@@ -8,7 +8,7 @@ see the leader. Redis stays the source of truth: the mirror only copies the lead
 document; it is written on change and at most once per retry period (a renewal is a change of
 renewTime, so a leader writes once per retry period, as client-go's own election does);
 standbys never write. Every write is a compare-and-swap on ``resourceVersion``
-(:mod:`redlease.core.k8slease`). On a clean shutdown the leader, if the Lease still names it,
+(:mod:`redlease.kube.lease`). On a clean shutdown the leader, if the Lease still names it,
 marks it released. The API being slow or down never touches the election: writes happen in
 their own task, failures are logged and retried with back-off.
 
@@ -31,8 +31,8 @@ from urllib.parse import quote
 
 import structlog
 
-from redlease.core.k8sevent import event_body
-from redlease.core.k8slease import (
+from redlease.kube.events import event_body
+from redlease.kube.lease import (
     CONFLICT_STATUSES,
     LeaseRecord,
     cas_patch,
@@ -42,7 +42,7 @@ from redlease.core.k8slease import (
     parse_micro_time,
     resource_version,
 )
-from redlease.core.spec import GROUP, KIND, VERSION
+from redlease.kube.spec import GROUP, KIND, VERSION
 from redlease.sidecar.election import Transition
 from redlease.sidecar.kube import KubeClient, KubeError
 

@@ -1,0 +1,7 @@
+"""Everything Kubernetes that the sidecar and the operator share.
+
+:mod:`.spec` (the DistributedLock model: API names, parsing, defaults, validation, Secret
+decoding; pure), :mod:`.lease` (the ``coordination.k8s.io`` Lease record and its
+compare-and-swap patch; pure), :mod:`.events` (the ``v1`` Event builder; pure). Below the
+sidecar and the operator, above the core: the core imports nothing from here.
+"""
