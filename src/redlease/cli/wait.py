@@ -7,7 +7,6 @@ Exit 0 once leader; 1 on timeout.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import sys
 import time
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from redlease.core.times import parse_time
 from redlease.errors import ConfigError
 from redlease.sidecar.statefile import file_name
 
@@ -56,9 +56,8 @@ def is_leader(doc: Any, now: float | None = None) -> bool:
     until = doc.get("leader_until")
     if until is None:
         return True
-    try:
-        end = _dt.datetime.fromisoformat(str(until).replace("Z", "+00:00")).timestamp()
-    except ValueError:
+    end = parse_time(until)
+    if end is None:
         return False
     return (time.time() if now is None else now) < end
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from redlease.core.times import format_time
+
 MAX_MESSAGE = 1024  # what kopf keeps of a message too
 MAX_NAME = 253  # an object name
 _SUFFIX = 17  # "." and 16 hex digits
@@ -31,7 +33,7 @@ def event_body(
 ) -> dict[str, Any]:
     """The Event about ``involved`` (an object reference with ``namespace`` and ``name``)."""
     when = now or datetime.now(UTC)
-    stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = format_time(when.timestamp())
     if len(message) > MAX_MESSAGE:
         message = message[: MAX_MESSAGE - 3] + "..."
     prefix = str(involved.get("name") or "event")[: MAX_NAME - _SUFFIX]
@@ -53,6 +55,6 @@ def event_body(
         "involvedObject": dict(involved),
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,
-        "eventTime": when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "eventTime": format_time(when.timestamp(), "microseconds"),
         "count": 1,
     }

@@ -31,6 +31,7 @@ from urllib.parse import quote
 
 import structlog
 
+from redlease.core.times import parse_time
 from redlease.kube.events import event_body
 from redlease.kube.lease import (
     CONFLICT_STATUSES,
@@ -39,7 +40,6 @@ from redlease.kube.lease import (
     duration_seconds,
     lease_path,
     new_lease,
-    parse_micro_time,
     resource_version,
 )
 from redlease.kube.spec import GROUP, KIND, VERSION
@@ -59,8 +59,8 @@ def leader_record(doc: Mapping[str, Any], ttl: float) -> LeaseRecord | None:
     return LeaseRecord(
         holder=str(doc["identity"]),
         duration=duration_seconds(ttl),
-        acquire_time=parse_micro_time(doc.get("acquired_at")),
-        renew_time=parse_micro_time(doc.get("renewed_at")),
+        acquire_time=parse_time(doc.get("acquired_at")),
+        renew_time=parse_time(doc.get("renewed_at")),
         transitions=transitions if isinstance(transitions, int) else 0,
     )
 
