@@ -401,8 +401,7 @@ def _convert(action: argparse.Action, raw: str) -> Any:
 def _kube_settings(api: str | None) -> Any:
     from pathlib import Path
 
-    from redlease.sidecar.config import KubeSettings
-    from redlease.sidecar.kube import check_api_url
+    from redlease.kube.client import KubeSettings, check_api_url
 
     namespace = os.environ.get("POD_NAMESPACE")
     ns_file = Path(SA_DIR, "namespace")

@@ -2,6 +2,7 @@
 
 :mod:`.spec` (the DistributedLock model: API names, parsing, defaults, validation, Secret
 decoding; pure), :mod:`.lease` (the ``coordination.k8s.io`` Lease record and its
-compare-and-swap patch; pure), :mod:`.events` (the ``v1`` Event builder; pure). Below the
-sidecar and the operator, above the core: the core imports nothing from here.
+compare-and-swap patch; pure), :mod:`.leasewriter` (the one Lease writer), :mod:`.events` (the
+``v1`` Event builder; pure), :mod:`.client` (the asyncio API client). Below the sidecar and the
+operator, above the core: the core imports nothing from here.
 """

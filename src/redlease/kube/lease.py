@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -63,6 +63,12 @@ class LeaseRecord:
             renew_time=parse_time(spec.get("renewTime")),
             transitions=int(transitions) if isinstance(transitions, int) else 0,
         )
+
+    def released(self, now: float) -> LeaseRecord:
+        """The record that gives the Lease up (client-go's ReleaseOnCancel): no holder, the
+        shortest duration, renewed at ``now`` (epoch seconds); acquire time and transitions
+        kept."""
+        return replace(self, holder=None, duration=1, renew_time=now)
 
 
 def _micro_time(seconds: float | None) -> str | None:

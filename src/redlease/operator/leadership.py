@@ -1,14 +1,15 @@
 """The operator elects its active replica through a ``coordination.k8s.io/v1`` Lease.
 
-client-go's leader election, written once: :class:`Leadership` decides (pure, clock passed
-in), :class:`LeaseElector` does the I/O (the ``kubernetes`` client in worker threads, every
-call bounded). A candidate reads the Lease every retry period; it takes the Lease when nobody
-holds it, or when the holder has not renewed it for ``leaseDurationSeconds`` as measured on the
-candidate's own monotonic clock since it last saw the record change (so clocks need not agree).
-The leader renews every retry period and stops leading at its renew deadline (renew deadline
-after the last renewal it *sent*), which always comes before a standby may take over. Every
-write is a compare-and-swap on ``resourceVersion`` (:func:`redlease.kube.lease.cas_patch`).
-On shutdown the leader releases the Lease, so the standby takes over at its next read.
+client-go's leader election, written once: :class:`Leadership` decides (pure, clock passed in),
+:class:`LeaseElector` does the I/O through the one Lease writer
+(:class:`~redlease.kube.leasewriter.LeaseWriter`, here over the ``kubernetes`` client in worker
+threads, every call bounded). A candidate reads the Lease every retry period; it takes the Lease
+when nobody holds it, or when the holder has not renewed it for ``leaseDurationSeconds`` as
+measured on the candidate's own monotonic clock since it last saw the record change (so clocks
+need not agree). The leader renews every retry period and stops leading at its renew deadline
+(renew deadline after the last renewal it *sent*), which always comes before a standby may take
+over. Every write is a compare-and-swap on ``resourceVersion``. On shutdown the leader releases
+the Lease, so the standby takes over at its next read.
 
 Why not kopf's peering: it is built to pause operators of lower priority (a developer's
 laptop), not to fail over between equals -- replicas of the same priority all pause -- and it
@@ -28,14 +29,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redlease.core.timing import Timing
-from redlease.kube.lease import (
-    CONFLICT_STATUSES,
-    LeaseRecord,
-    cas_patch,
-    duration_seconds,
-    new_lease,
-    resource_version,
-)
+from redlease.errors import KubeConflict, KubeError
+from redlease.kube.lease import CONFLICT_STATUSES, LeaseRecord, duration_seconds
+from redlease.kube.leasewriter import LeaseWriter
 
 log = logging.getLogger("redlease.operator")
 LABELS = {"app.kubernetes.io/name": "redlease", "app.kubernetes.io/component": "operator"}
@@ -91,18 +87,10 @@ class Leadership:
     def lost(self) -> None:
         self.renew_by = 0.0
 
-    def release(self, record: LeaseRecord, wall: float) -> LeaseRecord | None:
-        """The record that gives the Lease up (client-go's ReleaseOnCancel), if we hold it."""
-        if record.holder != self.config.identity:
-            return None
-        return LeaseRecord(None, 1, record.acquire_time, wall, record.transitions)
-
 
 class LeaseApi:
-    """GET / POST / JSON-patch one Lease with the ``kubernetes`` client, in worker threads.
-
-    Raises :class:`Conflict` when the API refused a write because the Lease changed meanwhile
-    (or was created by someone else), :class:`LeaseApiError` for anything else."""
+    """:class:`~redlease.kube.leasewriter.LeaseStore` over the ``kubernetes`` client, in worker
+    threads: GET / POST / JSON-patch one Lease, every call bounded by ``timeout``."""
 
     def __init__(self, configuration: Any, config: ElectionConfig, timeout: float) -> None:
         import kubernetes.client
@@ -121,10 +109,10 @@ class LeaseApi:
             if exc.status == 404:
                 return None
             if exc.status in CONFLICT_STATUSES:
-                raise Conflict(f"HTTP {exc.status}") from None
-            raise LeaseApiError(f"HTTP {exc.status} {exc.reason}") from None
+                raise KubeConflict(f"HTTP {exc.status}", exc.status) from None
+            raise KubeError(f"HTTP {exc.status} {exc.reason}", exc.status) from None
         except Exception as exc:  # noqa: BLE001 - urllib3/socket errors: one line, retried
-            raise LeaseApiError(f"{type(exc).__name__}: {exc}") from None
+            raise KubeError(f"{type(exc).__name__}: {exc}") from None
         out: dict[str, Any] = self._client.sanitize_for_serialization(obj)
         return out
 
@@ -133,7 +121,7 @@ class LeaseApi:
             async with asyncio.timeout(self.timeout + 0.5):
                 return await asyncio.to_thread(self._call, fn, *args, **kwargs)
         except TimeoutError:
-            raise LeaseApiError(f"no answer within {self.timeout:g}s") from None
+            raise KubeError(f"no answer within {self.timeout:g}s") from None
 
     async def get(self) -> dict[str, Any] | None:
         cfg = self.config
@@ -142,33 +130,23 @@ class LeaseApi:
         )
         return lease
 
-    async def create(self, record: LeaseRecord) -> dict[str, Any]:
+    async def create(self, body: dict[str, Any]) -> dict[str, Any]:
         cfg = self.config
-        body = new_lease(cfg.namespace, cfg.name, record, LABELS)
         lease = await self._run(self._api.create_namespaced_lease, cfg.namespace, body)
         if lease is None:
-            raise LeaseApiError(f"namespace {cfg.namespace!r} not found")
+            raise KubeError(f"namespace {cfg.namespace!r} not found", 404)
         return dict(lease)
 
-    async def swap(self, version: str, record: LeaseRecord) -> dict[str, Any]:
+    async def patch(self, ops: list[dict[str, Any]]) -> dict[str, Any]:
         cfg = self.config
-        ops = cas_patch(version, record)
         lease = await self._run(self._api.patch_namespaced_lease, cfg.name, cfg.namespace, ops)
         if lease is None:
-            raise Conflict("the Lease was deleted")
+            raise KubeConflict("the Lease was deleted", 404)
         return dict(lease)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._client.close()
-
-
-class LeaseApiError(Exception):
-    """The API could not be asked or refused (not a conflict)."""
-
-
-class Conflict(LeaseApiError):
-    """The Lease changed between our read and our write: someone else wrote first."""
 
 
 Hook = Callable[[], Awaitable[None]]
@@ -183,6 +161,7 @@ class LeaseElector:
     ) -> None:
         self.config = config
         self.api = api
+        self.writer = LeaseWriter(api, config.namespace, config.name, LABELS)
         self.state = Leadership(config)
         self.on_started = on_started
         self.on_stopped = on_stopped
@@ -227,23 +206,20 @@ class LeaseElector:
                 await self._try()
         except TimeoutError:
             self.last_error = f"no answer within {budget:.2f}s"
-        except LeaseApiError as exc:
+        except KubeError as exc:
             self.last_error = str(exc)
             log.debug("operator lease: %s", exc)
         else:
             self.last_error = None
 
     async def _try(self) -> None:
-        lease = await self.api.get()
+        lease = await self.writer.read()
         now, wall = time.monotonic(), time.time()
         record = None if lease is None else LeaseRecord.of(lease)
         claim = self.state.claim(record, now, wall)
         if claim is None:
             return
-        if lease is None:
-            await self.api.create(claim)
-        else:
-            await self.api.swap(resource_version(lease) or "", claim)
+        await self.writer.write(lease, claim)
         self.state.written(claim, now)
         if not self.is_leader:
             self.transitions += 1
@@ -266,14 +242,7 @@ class LeaseElector:
         """Give the Lease up so that a standby takes over at its next read (best effort)."""
         try:
             async with asyncio.timeout(max(1.0, self.config.timing.retry_period)):
-                lease = await self.api.get()
-                if lease is None:
-                    return
-                record = self.state.release(LeaseRecord.of(lease), time.time())
-                if record is not None:
-                    await self.api.swap(resource_version(lease) or "", record)
-                    log.info(
-                        "operator lease %s/%s released", self.config.namespace, self.config.name
-                    )
-        except (TimeoutError, LeaseApiError) as exc:
+                if await self.writer.release(self.config.identity, time.time()):
+                    log.info("operator lease %s released", self.writer)
+        except (TimeoutError, KubeError) as exc:
             log.warning("operator lease not released (it expires by itself): %s", exc)
