@@ -16,7 +16,7 @@ import pytest
 from redlease.errors import KubeConflict
 from redlease.kube.client import KubeClient, KubeSettings
 from redlease.kube.lease import LeaseRecord
-from redlease.kube.leasewriter import ApiLeaseStore, LeaseWriter
+from redlease.kube.leasewriter import LeaseWriter
 from tests.operator.dlock_harness import LEASES, Emulator, declare
 
 NS, NAME = "ops", "the-lease"
@@ -35,7 +35,7 @@ async def api() -> AsyncIterator[tuple[Emulator, KubeClient]]:
 
 
 def writer(client: KubeClient) -> LeaseWriter:
-    return LeaseWriter(ApiLeaseStore(client, NS, NAME, 5.0), NS, NAME, {"app": "test"})
+    return LeaseWriter(client, NS, NAME, {"app": "test"})
 
 
 async def test_a_write_lands_only_on_the_version_read(api: tuple[Emulator, KubeClient]) -> None:

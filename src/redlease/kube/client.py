@@ -1,9 +1,12 @@
 """The one asyncio Kubernetes API client: authenticated JSON requests and watches, on aiohttp.
 
 Only a few calls are needed (a pod's label, a DistributedLock and its Secrets, a Lease,
-Events), so this talks to the API directly instead of pulling in a full client. In a pod it
-uses the service-account token (read again on every request: bound tokens rotate) and CA
-(in-cluster config); ``--kube-api`` points it elsewhere (tests, ``kubectl proxy``).
+Events), so this talks to the API directly instead of pulling in a full client. Where the API
+is and how to authenticate come from a :class:`KubeAuth`, asked again for every request:
+:class:`KubeSettings` is the sidecar's (the pod's service-account token, read again on every
+request because bound tokens rotate, and CA; ``--kube-api`` points it elsewhere: tests,
+``kubectl proxy``); the operator adapts the ``kubernetes`` client's configuration (in-cluster
+or kubeconfig, as kopf logs in).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -24,9 +27,30 @@ from redlease import __version__
 from redlease.errors import ConfigError, KubeError
 
 
+class KubeAuth(Protocol):
+    """Where the API server is, how to reach it and who is calling."""
+
+    def base_url(self) -> str:
+        """The API server's URL; a :class:`ConfigError` if there is none or it is refused."""
+        ...
+
+    def credentials(self) -> dict[str, str]:
+        """The headers that authenticate a request (asked again for every request)."""
+        ...
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        """TLS for the connections (False: plain HTTP)."""
+        ...
+
+    def user_agent(self) -> str:
+        """Who is calling, in the API server's audit log (as client-go's user agent says it)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class KubeSettings:
-    """How to reach the Kubernetes API (in-cluster by default) and who this pod is."""
+    """How the sidecar reaches the Kubernetes API (in-cluster by default) and who this pod is:
+    a :class:`KubeAuth`."""
 
     api: str | None = None  # https://HOST:PORT; None: not running in a cluster
     token_file: Path | None = None
@@ -34,44 +58,52 @@ class KubeSettings:
     pod_name: str | None = None
     namespace: str | None = None
 
-
-class KubeClient:
-    """Authenticated JSON requests to the API server; ``agent`` names the caller in the API
-    server's audit log."""
-
-    def __init__(self, settings: KubeSettings, agent: str = "redlease-sidecar") -> None:
-        if not settings.api:
+    def base_url(self) -> str:
+        if not self.api:
             raise ConfigError(
                 "--kube-api",
                 "no Kubernetes API: not in a cluster (KUBERNETES_SERVICE_HOST unset)",
             )
-        self.send_token = check_api_url(settings.api)
-        self.settings = settings
-        self.agent = agent
-        self.base = settings.api.rstrip("/")
-        self._session: aiohttp.ClientSession | None = None
+        check_api_url(self.api)
+        return self.api.rstrip("/")
 
-    def _ssl(self) -> ssl.SSLContext | bool:
-        if not self.base.startswith("https://"):
+    def credentials(self) -> dict[str, str]:
+        token_file = self.token_file
+        if not self.api or not check_api_url(self.api):
+            return {}  # the token travels over TLS only
+        if token_file is None or not token_file.exists():
+            return {}
+        # bound service-account tokens rotate: read the file on every request
+        return {"Authorization": "Bearer " + token_file.read_text().strip()}
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        if not (self.api or "").startswith("https://"):
             return False
-        ca = self.settings.ca_file
+        ca = self.ca_file
         if ca is not None and ca.exists():
             return ssl.create_default_context(cafile=str(ca))
         return ssl.create_default_context()
 
+    def user_agent(self) -> str:
+        return f"redlease-sidecar/{__version__} ({self.pod_name or 'unknown pod'})"
+
+
+class KubeClient:
+    """Authenticated JSON requests to the API server (see the module docstring)."""
+
+    def __init__(self, auth: KubeAuth) -> None:
+        self.auth = auth
+        self.base = auth.base_url()
+        self._session: aiohttp.ClientSession | None = None
+
     def _headers(self) -> dict[str, str]:
-        # who is calling, in the API server's audit log (as client-go's user agent says it)
-        agent = f"{self.agent}/{__version__} ({self.settings.pod_name or 'unknown pod'})"
-        headers = {"Accept": "application/json", "User-Agent": agent}
-        token_file = self.settings.token_file
-        if self.send_token and token_file is not None and token_file.exists():
-            # bound service-account tokens rotate: read the file on every request
-            headers["Authorization"] = "Bearer " + token_file.read_text().strip()
+        headers = {"Accept": "application/json", "User-Agent": self.auth.user_agent()}
+        headers.update(self.auth.credentials())
         return headers
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._ssl())
+            connector = aiohttp.TCPConnector(ssl=self.auth.ssl_context())
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 

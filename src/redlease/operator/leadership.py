@@ -2,8 +2,8 @@
 
 client-go's leader election, written once: :class:`Leadership` decides (pure, clock passed in),
 :class:`LeaseElector` does the I/O through the one Lease writer
-(:class:`~redlease.kube.leasewriter.LeaseWriter`, here over the ``kubernetes`` client in worker
-threads, every call bounded). A candidate reads the Lease every retry period; it takes the Lease
+(:class:`~redlease.kube.leasewriter.LeaseWriter` over :class:`~redlease.kube.client.KubeClient`,
+every call bounded). A candidate reads the Lease every retry period; it takes the Lease
 when nobody holds it, or when the holder has not renewed it for ``leaseDurationSeconds`` as
 measured on the candidate's own monotonic clock since it last saw the record change (so clocks
 need not agree). The leader renews every retry period and stops leading at its renew deadline
@@ -26,11 +26,11 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from redlease.core.timing import Timing
-from redlease.errors import KubeConflict, KubeError
-from redlease.kube.lease import CONFLICT_STATUSES, LeaseRecord, duration_seconds
+from redlease.errors import KubeError
+from redlease.kube.client import KubeClient
+from redlease.kube.lease import LeaseRecord, duration_seconds
 from redlease.kube.leasewriter import LeaseWriter
 
 log = logging.getLogger("redlease.operator")
@@ -88,67 +88,6 @@ class Leadership:
         self.renew_by = 0.0
 
 
-class LeaseApi:
-    """:class:`~redlease.kube.leasewriter.LeaseStore` over the ``kubernetes`` client, in worker
-    threads: GET / POST / JSON-patch one Lease, every call bounded by ``timeout``."""
-
-    def __init__(self, configuration: Any, config: ElectionConfig, timeout: float) -> None:
-        import kubernetes.client
-
-        self._client: Any = kubernetes.client.ApiClient(configuration)
-        self._api: Any = kubernetes.client.CoordinationV1Api(self._client)
-        self.config = config
-        self.timeout = timeout
-
-    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            obj = fn(*args, _request_timeout=self.timeout, **kwargs)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            if exc.status in CONFLICT_STATUSES:
-                raise KubeConflict(f"HTTP {exc.status}", exc.status) from None
-            raise KubeError(f"HTTP {exc.status} {exc.reason}", exc.status) from None
-        except Exception as exc:  # noqa: BLE001 - urllib3/socket errors: one line, retried
-            raise KubeError(f"{type(exc).__name__}: {exc}") from None
-        out: dict[str, Any] = self._client.sanitize_for_serialization(obj)
-        return out
-
-    async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            async with asyncio.timeout(self.timeout + 0.5):
-                return await asyncio.to_thread(self._call, fn, *args, **kwargs)
-        except TimeoutError:
-            raise KubeError(f"no answer within {self.timeout:g}s") from None
-
-    async def get(self) -> dict[str, Any] | None:
-        cfg = self.config
-        lease: dict[str, Any] | None = await self._run(
-            self._api.read_namespaced_lease, cfg.name, cfg.namespace
-        )
-        return lease
-
-    async def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        cfg = self.config
-        lease = await self._run(self._api.create_namespaced_lease, cfg.namespace, body)
-        if lease is None:
-            raise KubeError(f"namespace {cfg.namespace!r} not found", 404)
-        return dict(lease)
-
-    async def patch(self, ops: list[dict[str, Any]]) -> dict[str, Any]:
-        cfg = self.config
-        lease = await self._run(self._api.patch_namespaced_lease, cfg.name, cfg.namespace, ops)
-        if lease is None:
-            raise KubeConflict("the Lease was deleted", 404)
-        return dict(lease)
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._client.close()
-
-
 Hook = Callable[[], Awaitable[None]]
 
 
@@ -157,11 +96,11 @@ class LeaseElector:
     this replica starts and stops leading (start quickly: renewals wait for them)."""
 
     def __init__(
-        self, config: ElectionConfig, api: LeaseApi, on_started: Hook, on_stopped: Hook
+        self, config: ElectionConfig, client: KubeClient, on_started: Hook, on_stopped: Hook
     ) -> None:
         self.config = config
-        self.api = api
-        self.writer = LeaseWriter(api, config.namespace, config.name, LABELS)
+        timeout = max(1.0, config.timing.retry_period)
+        self.writer = LeaseWriter(client, config.namespace, config.name, LABELS, timeout)
         self.state = Leadership(config)
         self.on_started = on_started
         self.on_stopped = on_stopped

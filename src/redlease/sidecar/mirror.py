@@ -36,7 +36,7 @@ from redlease.errors import KubeConflict, KubeError
 from redlease.kube.client import KubeClient
 from redlease.kube.events import event_body
 from redlease.kube.lease import LeaseRecord, duration_seconds
-from redlease.kube.leasewriter import ApiLeaseStore, LeaseWriter
+from redlease.kube.leasewriter import LeaseWriter
 from redlease.kube.spec import GROUP, KIND, VERSION
 from redlease.sidecar.election import Transition
 
@@ -64,9 +64,7 @@ class LeaseMirror:
     def __init__(
         self, client: KubeClient, namespace: str, name: str, retry_period: float, ttl: float
     ) -> None:
-        self.writer = LeaseWriter(
-            ApiLeaseStore(client, namespace, name, 5.0), namespace, name, LABELS
-        )
+        self.writer = LeaseWriter(client, namespace, name, LABELS, timeout=5.0)
         self.retry_period = retry_period
         self.ttl = ttl
         self.desired: LeaseRecord | None = None
