@@ -1,9 +1,10 @@
 """A ``v1`` Kubernetes Event, named when it is decided.
 
-Pure (no I/O). Two posters use it, each through its own HTTP client: the operator
-(:mod:`redlease.operator.events`, kopf's client) and the sidecar's leader Events
-(:mod:`redlease.sidecar.mirror`). The name is fixed here, not left to ``generateName``: a POST
-retried after its answer was lost gets 409 AlreadyExists instead of storing the Event twice.
+Pure (no I/O). Two posters use it: the operator (:mod:`redlease.operator.events`, through kopf's
+client) and the sidecar's leader Events (:mod:`redlease.sidecar.mirror`, through
+:class:`~redlease.kube.client.KubeClient`). The name is fixed here, not left to
+``generateName``: a POST retried after its answer was lost gets 409 AlreadyExists instead of
+storing the Event twice.
 """
 
 from __future__ import annotations

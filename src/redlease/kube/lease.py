@@ -1,12 +1,12 @@
 """The ``coordination.k8s.io/v1`` Lease object: its API path, its record, and compare-and-swap.
 
-Pure (no I/O). Two writers use it, each through its own HTTP client: the operator elects its
-active replica through a Lease (:mod:`redlease.operator.leadership`), and the sidecar mirrors
-a lock's Redis leadership into one (:mod:`redlease.sidecar.mirror`) so that ``kubectl get
-lease`` and client-go tooling see the leader. Both write with a JSON patch whose first
-operation tests ``metadata.resourceVersion``: the API server applies it only to the version the
-writer read (optimistic concurrency, as client-go's Update does), and refuses it otherwise
-(409 or 422), so two writers can never both believe their write won.
+Pure (no I/O). The one writer (:mod:`redlease.kube.leasewriter`) serves two users: the
+operator elects its active replica through a Lease (:mod:`redlease.operator.leadership`), and
+the sidecar mirrors a lock's Redis leadership into one (:mod:`redlease.sidecar.mirror`) so that
+``kubectl get lease`` and client-go tooling see the leader. It writes with a JSON patch whose
+first operation tests ``metadata.resourceVersion``: the API server applies it only to the
+version the writer read (optimistic concurrency, as client-go's Update does), and refuses it
+otherwise (409 or 422), so two writers can never both believe their write won.
 """
 
 from __future__ import annotations
