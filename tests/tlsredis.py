@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from redlease.core.spec import CREDENTIALS_LABEL
 from redlease.devtools.localredis import RedisServer, TlsFiles, tls_unsupported
+from redlease.kube.spec import CREDENTIALS_LABEL
 
 trustme = pytest.importorskip("trustme", reason="TLS tests need the trustme package")
 

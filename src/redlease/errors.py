@@ -4,6 +4,8 @@
 
     RedleaseError
     ├── ConfigError            bad input from the user (flag, env, argument); names the field
+    ├── KubeError              the Kubernetes API refused or could not be reached
+    │   └── KubeConflict       a compare-and-swap write lost: the object changed meanwhile
     └── LockError              anything about one lock; always names the lock
         ├── LockContention     someone else holds the lock (non-blocking acquire refused)
         │   └── LockTimeout    a blocking acquire reached its deadline
@@ -36,6 +38,20 @@ class ConfigError(RedleaseError, ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class KubeError(RedleaseError):
+    """The Kubernetes API refused or could not be reached; names the object. ``status`` is the
+    HTTP status of a refusal (None: no answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class KubeConflict(KubeError):
+    """A write refused because the object changed since it was read (someone else wrote first):
+    read again and decide again."""
 
 
 class LockError(RedleaseError):
@@ -106,6 +122,8 @@ __all__ = [
     "AlreadyHeld",
     "ClockStepped",
     "ConfigError",
+    "KubeConflict",
+    "KubeError",
     "LeaseLost",
     "LockContention",
     "LockError",

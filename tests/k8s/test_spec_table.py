@@ -1,5 +1,5 @@
 """One spec, one verdict: each example goes through the CRD (schema, list types, CEL rules with
-cel-python) and through the parser every component uses (:func:`redlease.core.spec.parse_spec`);
+cel-python) and through the parser every component uses (:func:`redlease.kube.spec.parse_spec`);
 both must accept it, or both refuse it (and the parser must name the field)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from k8s_helpers import api_server_accepts, lock_object
 
-from redlease.core.spec import parse_spec
 from redlease.errors import ConfigError
+from redlease.kube.spec import parse_spec
 
 ONE = [{"url": "redis://redis:6379/0"}]
 THREE = [{"url": f"redis://r{i}:6379/0"} for i in range(3)]

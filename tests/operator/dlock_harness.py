@@ -18,7 +18,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,8 @@ import kopf
 import kubernetes.client
 import pytest
 
-from redlease.core.spec import CREDENTIALS_LABEL, GROUP, PLURAL, VERSION
+from redlease.core.times import format_time
+from redlease.kube.spec import CREDENTIALS_LABEL, GROUP, PLURAL, VERSION
 from redlease.operator.handlers import (
     OperatorConfig,
     Runtime,
@@ -112,7 +112,7 @@ class Emulator(kmock.KubernetesEmulator):
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(time.time())
 
 
 def declare(emulator: Emulator) -> None:

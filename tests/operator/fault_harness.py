@@ -24,8 +24,8 @@ import aiohttp.web
 import kmock
 from dlock_harness import NAMESPACE, Emulator, events, kubeconfig
 
-from redlease.core.spec import PLURAL
 from redlease.devtools.localredis import free_port
+from redlease.kube.spec import PLURAL
 
 GONE = {
     "kind": "Status",

@@ -13,8 +13,8 @@ import time
 
 from redlease import Lock
 from redlease.core.quorum import NodeSet
-from redlease.core.spec import parse_spec
 from redlease.devtools.localredis import RedisServer
+from redlease.kube.spec import parse_spec
 from redlease.operator.reader import NodeReader
 
 N = 1000

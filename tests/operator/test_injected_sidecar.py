@@ -28,8 +28,8 @@ from dlock_harness import NAMESPACE, RESOURCE
 from dlock_harness import until as harness_until
 from webhook_harness import running_webhook
 
-from redlease.core.spec import CREDENTIALS_LABEL, LEADER_LABEL
 from redlease.devtools.localredis import RedisServer, free_port
+from redlease.kube.spec import CREDENTIALS_LABEL, LEADER_LABEL
 from redlease.operator.inject import (
     HTTP_PORT_ANNOTATION,
     LOCK_ANNOTATION,

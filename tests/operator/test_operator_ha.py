@@ -38,8 +38,8 @@ from dlock_harness import (
 from webhook_harness import parse_answer, review
 
 import redlease
-from redlease.core.k8slease import LeaseRecord
 from redlease.devtools.localredis import RedisServer, free_port
+from redlease.kube.lease import LeaseRecord
 from redlease.operator.inject import LOCK_ANNOTATION, SIDECAR_NAME
 
 LEASE_NS, LEASE_NAME = "ops", "redlease-operator"

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from redlease.core.spec import parse_spec
 from redlease.core.state import LockState
+from redlease.core.times import format_time
 from redlease.core.view import lock_view
 from redlease.errors import ConfigError
+from redlease.kube.spec import parse_spec
 from redlease.operator import reconcile
 
 NODES3 = [{"url": f"redis://10.0.0.{i}:6379"} for i in (1, 2, 3)]
@@ -53,7 +54,7 @@ def test_phases() -> None:
     assert status_for({"1": free, "2": free, "3": free})["phase"] == "Free"
     degraded = status_for({"1": held, "2": OSError("x"), "3": held})
     assert degraded["phase"] == "Degraded" and degraded["holder"] == "a"
-    assert degraded["expiresAt"] == reconcile.timestamp(1010.0)
+    assert degraded["expiresAt"] == format_time(1010.0)
     gone = status_for({"1": held, "2": OSError("x"), "3": OSError("y")}, previous=degraded)
     # no quorum answered: the holder cannot be named (the view says why, in the condition)
     assert gone["phase"] == "Unavailable" and "holder" not in gone
@@ -68,7 +69,7 @@ def test_change_detection_and_expiry_rule() -> None:
     first = status_for({"1": held, "2": held, "3": held})
     assert reconcile.status_patch({}, first, now=1000.0, refresh=5.0) is not None
     assert reconcile.status_patch(first, first, now=1000.0, refresh=5.0) is None
-    renewed = {**first, "expiresAt": reconcile.timestamp(1013.0)}
+    renewed = {**first, "expiresAt": format_time(1013.0)}
     # A renewal alone is not written while the stored expiry stays ahead of the next refresh...
     assert reconcile.status_patch(first, renewed, now=1001.0, refresh=5.0) is None
     # ...but is once the stored one would be stale before the next look.

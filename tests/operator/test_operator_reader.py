@@ -7,8 +7,8 @@ import time
 import pytest
 
 from redlease import Lock
-from redlease.core.spec import parse_spec
 from redlease.devtools.localredis import RedisServer
+from redlease.kube.spec import parse_spec
 from redlease.operator.reader import NodeReader
 
 

@@ -17,10 +17,10 @@ from dlock_harness import NAMESPACE, Cluster, events, until
 from redlease import Lock
 from redlease.core.keys import LockKeys
 from redlease.core.quorum import NodeSet
-from redlease.core.spec import FORCE_RELEASE_ANNOTATION
+from redlease.core.times import parse_time
 from redlease.devtools.localredis import RedisServer
+from redlease.kube.spec import FORCE_RELEASE_ANNOTATION
 from redlease.operator.handlers import FINALIZER
-from redlease.operator.reconcile import parse_timestamp
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "distributedlock.yaml"
 
@@ -74,7 +74,7 @@ async def test_holder_shows_held_and_printer_columns(
         status = cluster.status("held")
         assert status["holder"] == "pod-a"
         assert status["fencingToken"] == lease.fencing_token
-        expires = parse_timestamp(status["expiresAt"])
+        expires = parse_time(status["expiresAt"])
         assert expires is not None and time.time() + 5 < expires <= time.time() + 21
         assert status["transitions"] >= 1 and status["lastTransitionTime"]
         await until(lambda: event_with(cluster, "HolderChanged"), what="HolderChanged")

@@ -17,7 +17,7 @@ from dlock_harness import NAMESPACE
 from webhook_harness import Webhook, running_webhook
 
 from redlease.cli import SA_DIR
-from redlease.core.spec import ALLOWED_NODES_ANNOTATION
+from redlease.kube.spec import ALLOWED_NODES_ANNOTATION
 from redlease.operator import inject
 from redlease.operator.inject import (
     HTTP_PORT_ANNOTATION,

@@ -25,8 +25,8 @@ import kubernetes.client
 import trustme
 from dlock_harness import NAMESPACE, RESOURCE, Emulator, KopfThread, declare, until, watching
 
-from redlease.core.spec import CREDENTIALS_LABEL
 from redlease.devtools.localredis import free_port
+from redlease.kube.spec import CREDENTIALS_LABEL
 from redlease.operator.handlers import OperatorConfig, Runtime, build_registry
 from redlease.operator.inject import InjectConfig
 from redlease.operator.secrets import SecretSource

@@ -9,16 +9,11 @@ import pytest
 
 from redlease.cli.wait import is_leader
 from redlease.core.connect import validate_target
-from redlease.core.spec import (
-    CREDENTIALS_LABEL,
-    SecretRef,
-    credentials_from_secret,
-    parse_spec,
-    validate_timing,
-)
 from redlease.core.state import LockState
+from redlease.core.timing import validate_timing
 from redlease.core.view import LockView, lock_view
 from redlease.errors import ConfigError, LockUnavailable, NotOwned
+from redlease.kube.spec import CREDENTIALS_LABEL, SecretRef, credentials_from_secret, parse_spec
 from redlease.sidecar.config import ElectionConfig, election_from_spec
 from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown
 

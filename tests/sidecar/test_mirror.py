@@ -19,8 +19,8 @@ import kmock
 import pytest
 import yaml
 
-from redlease.core.k8slease import LeaseRecord
 from redlease.devtools.localredis import RedisServer
+from redlease.kube.lease import LeaseRecord
 from tests.operator.dlock_harness import LEASES, Emulator, declare
 from tests.sidecar.procs import Observer, Sidecar, env, until
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import kmock
 import pytest
 
-from redlease.core.spec import CREDENTIALS_LABEL
+from redlease.kube.spec import CREDENTIALS_LABEL
 from tests.sidecar.procs import ROOT, Sidecar, env, until, wait_until
 from tests.tlsredis import TlsRedis, tls_redis
 

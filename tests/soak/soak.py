@@ -38,7 +38,7 @@ from dlock_harness import NAMESPACE  # noqa: E402
 from fault_harness import start_operator  # noqa: E402
 
 from bench.failover import Sidecar  # noqa: E402
-from redlease.core.k8slease import parse_micro_time  # noqa: E402
+from redlease.core.times import parse_time  # noqa: E402
 from redlease.devtools.localredis import RedisServer, free_port  # noqa: E402
 
 LOCKS = 10  # locks with two sidecars each
@@ -192,7 +192,7 @@ class Soak:
             victim.proc.send_signal(signal.SIGKILL)
             heir, st, _ = await self.wait_leader(pair, TAKEOVER, not_=victim)
             record: dict[str, Any] = {"lock": pair.lock, "killed": victim.identity}
-            acquired = parse_micro_time(st.get("acquired_at")) if st else None
+            acquired = parse_time(st.get("acquired_at")) if st else None
             if heir is None or acquired is None:
                 record["failed"] = f"no take-over seen within {TAKEOVER:g}s"
                 record["standbys"] = {

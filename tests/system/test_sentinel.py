@@ -163,7 +163,7 @@ async def test_elector_fails_closed_and_follows_replicas() -> None:
     import asyncio
 
     from redlease.core.connect import validate_target
-    from redlease.core.spec import validate_timing
+    from redlease.core.timing import validate_timing
     from redlease.sidecar.config import ElectionConfig
     from redlease.sidecar.elector import Elector, Hooks
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from redlease import __version__
 from redlease.cli import inject as inject_cli
 from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
-from redlease.core.spec import DEFAULT_READY, READY_MODES
 from redlease.errors import ConfigError, RedleaseError
+from redlease.kube.spec import DEFAULT_READY, READY_MODES
 
 if TYPE_CHECKING:
     from redlease.operator import OperatorConfig
@@ -165,7 +165,8 @@ def _operator_election(args: argparse.Namespace) -> Any:
     import secrets as _secrets
 
     from redlease.core.keys import validate_identity
-    from redlease.core.spec import validate_object_name, validate_timing
+    from redlease.core.timing import validate_timing
+    from redlease.kube.spec import validate_object_name
     from redlease.operator.leadership import ElectionConfig
 
     namespace = args.lease_namespace or os.environ.get("POD_NAMESPACE")
@@ -400,8 +401,7 @@ def _convert(action: argparse.Action, raw: str) -> Any:
 def _kube_settings(api: str | None) -> Any:
     from pathlib import Path
 
-    from redlease.sidecar.config import KubeSettings
-    from redlease.sidecar.kube import check_api_url
+    from redlease.kube.client import KubeSettings, check_api_url
 
     namespace = os.environ.get("POD_NAMESPACE")
     ns_file = Path(SA_DIR, "namespace")
@@ -471,7 +471,7 @@ def _lock_keys(args: argparse.Namespace) -> tuple[str, ...]:
 
 def _election_config(args: argparse.Namespace) -> Any:
     from redlease.core.keys import validate_identity
-    from redlease.core.spec import validate_timing
+    from redlease.core.timing import validate_timing
     from redlease.sidecar import config as sc
 
     return sc.ElectionConfig(
@@ -521,7 +521,7 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
     if tls is not None:  # given (injected pods: from the spec.tls Secrets as volumes)
         ref = replace(ref, tls=tls)
     if args.password:  # given (injected pods: from the Secret via env): the Secret is not read
-        from redlease.core.spec import Credentials
+        from redlease.kube.spec import Credentials
 
         ref = replace(ref, credentials=Credentials(args.username or None, args.password))
     return ref

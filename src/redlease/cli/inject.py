@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from redlease.core.spec import API_VERSION, KIND
 from redlease.errors import ConfigError
+from redlease.kube.spec import API_VERSION, KIND
 from redlease.operator import inject
 
 if TYPE_CHECKING:

@@ -22,10 +22,11 @@ from typing import Any
 import structlog
 
 from redlease.errors import ConfigError
-from redlease.sidecar.config import ElectionConfig, KubeSettings, LockRef
+from redlease.kube.client import KubeClient, KubeSettings
+from redlease.sidecar.config import ElectionConfig, LockRef
 from redlease.sidecar.election import Transition
 from redlease.sidecar.elector import Elector, Hooks
-from redlease.sidecar.kube import KubeClient, LockRefFollower
+from redlease.sidecar.lockref import LockRefFollower
 
 log = structlog.get_logger("redlease.run")
 

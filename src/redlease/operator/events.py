@@ -2,7 +2,7 @@
 
 kopf posts an Event with ``generateName``: when the connection breaks after the API server
 stored it, kopf's retry stores it a second time (found by tests/operator/test_api_faults.py).
-Here each Event gets its name when the operator decides it (``core.k8sevent.event_body``), so a
+Here each Event gets its name when the operator decides it (``kube.events.event_body``), so a
 retried POST is answered 409 AlreadyExists, which counts as posted. One object's Events are
 posted in the order they were decided, and retried for as long as the API server is away
 (:class:`.apifaults.EndlessBackoff`).
@@ -15,7 +15,7 @@ import contextlib
 import logging
 from typing import Any
 
-from redlease.core.k8sevent import event_body
+from redlease.kube.events import event_body
 from redlease.operator.apifaults import EndlessBackoff
 
 log = logging.getLogger("redlease.operator")

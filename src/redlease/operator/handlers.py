@@ -22,7 +22,8 @@ from typing import Any
 
 import kopf
 
-from redlease.core.spec import (
+from redlease.errors import ConfigError
+from redlease.kube.spec import (
     FORCE_RELEASE_ANNOTATION,
     GROUP,
     PLURAL,
@@ -31,7 +32,6 @@ from redlease.core.spec import (
     LockSpec,
     parse_spec,
 )
-from redlease.errors import ConfigError
 from redlease.operator import apifaults, metrics, reconcile, webhook
 from redlease.operator.events import EventPoster
 from redlease.operator.leadership import ElectionConfig

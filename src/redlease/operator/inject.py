@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redlease import __version__
-from redlease.core.spec import (
+from redlease.errors import ConfigError
+from redlease.kube.spec import (
     DEFAULT_READY,
     GROUP,
     READY_MODES,
@@ -36,7 +37,6 @@ from redlease.core.spec import (
     parse_spec,
     validate_object_name,
 )
-from redlease.errors import ConfigError
 
 # --- the annotations (one place: webhook, CLI, chart tests and docs use these names) ----------
 LOCK_ANNOTATION = f"{GROUP}/lock"  # opt in: the DistributedLock (same namespace) to follow
@@ -433,7 +433,7 @@ def _credentials(lock: LockLookup, where: str) -> tuple[LockSpec | None, str | N
     Secrets only by consent (docs/security.md): whoever writes a DistributedLock picks its
     Secrets and its nodes, so the injector wires a Secret into a pod only if it carries the
     consent label and, if it lists allowed nodes, the lock's nodes are among them -- the one
-    check in :func:`redlease.core.spec.check_consent`, as the operator and the sidecar apply it.
+    check in :func:`redlease.kube.spec.check_consent`, as the operator and the sidecar apply it.
     """
     if lock.error is not None:
         return None, f"cannot read {where}: {lock.error}"

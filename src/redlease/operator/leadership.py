@@ -1,14 +1,15 @@
 """The operator elects its active replica through a ``coordination.k8s.io/v1`` Lease.
 
-client-go's leader election, written once: :class:`Leadership` decides (pure, clock passed
-in), :class:`LeaseElector` does the I/O (the ``kubernetes`` client in worker threads, every
-call bounded). A candidate reads the Lease every retry period; it takes the Lease when nobody
-holds it, or when the holder has not renewed it for ``leaseDurationSeconds`` as measured on the
-candidate's own monotonic clock since it last saw the record change (so clocks need not agree).
-The leader renews every retry period and stops leading at its renew deadline (renew deadline
-after the last renewal it *sent*), which always comes before a standby may take over. Every
-write is a compare-and-swap on ``resourceVersion`` (:func:`redlease.core.k8slease.cas_patch`).
-On shutdown the leader releases the Lease, so the standby takes over at its next read.
+client-go's leader election, written once: :class:`Leadership` decides (pure, clock passed in),
+:class:`LeaseElector` does the I/O through the one Lease writer
+(:class:`~redlease.kube.leasewriter.LeaseWriter` over :class:`~redlease.kube.client.KubeClient`,
+every call bounded). A candidate reads the Lease every retry period; it takes the Lease
+when nobody holds it, or when the holder has not renewed it for ``leaseDurationSeconds`` as
+measured on the candidate's own monotonic clock since it last saw the record change (so clocks
+need not agree). The leader renews every retry period and stops leading at its renew deadline
+(renew deadline after the last renewal it *sent*), which always comes before a standby may take
+over. Every write is a compare-and-swap on ``resourceVersion``. On shutdown the leader releases
+the Lease, so the standby takes over at its next read.
 
 Why not kopf's peering: it is built to pause operators of lower priority (a developer's
 laptop), not to fail over between equals -- replicas of the same priority all pause -- and it
@@ -25,17 +26,12 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from redlease.core.k8slease import (
-    CONFLICT_STATUSES,
-    LeaseRecord,
-    cas_patch,
-    duration_seconds,
-    new_lease,
-    resource_version,
-)
-from redlease.core.spec import Timing
+from redlease.core.timing import Timing
+from redlease.errors import KubeError
+from redlease.kube.client import KubeClient
+from redlease.kube.lease import LeaseRecord, duration_seconds
+from redlease.kube.leasewriter import LeaseWriter
 
 log = logging.getLogger("redlease.operator")
 LABELS = {"app.kubernetes.io/name": "redlease", "app.kubernetes.io/component": "operator"}
@@ -91,85 +87,6 @@ class Leadership:
     def lost(self) -> None:
         self.renew_by = 0.0
 
-    def release(self, record: LeaseRecord, wall: float) -> LeaseRecord | None:
-        """The record that gives the Lease up (client-go's ReleaseOnCancel), if we hold it."""
-        if record.holder != self.config.identity:
-            return None
-        return LeaseRecord(None, 1, record.acquire_time, wall, record.transitions)
-
-
-class LeaseApi:
-    """GET / POST / JSON-patch one Lease with the ``kubernetes`` client, in worker threads.
-
-    Raises :class:`Conflict` when the API refused a write because the Lease changed meanwhile
-    (or was created by someone else), :class:`LeaseApiError` for anything else."""
-
-    def __init__(self, configuration: Any, config: ElectionConfig, timeout: float) -> None:
-        import kubernetes.client
-
-        self._client: Any = kubernetes.client.ApiClient(configuration)
-        self._api: Any = kubernetes.client.CoordinationV1Api(self._client)
-        self.config = config
-        self.timeout = timeout
-
-    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            obj = fn(*args, _request_timeout=self.timeout, **kwargs)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            if exc.status in CONFLICT_STATUSES:
-                raise Conflict(f"HTTP {exc.status}") from None
-            raise LeaseApiError(f"HTTP {exc.status} {exc.reason}") from None
-        except Exception as exc:  # noqa: BLE001 - urllib3/socket errors: one line, retried
-            raise LeaseApiError(f"{type(exc).__name__}: {exc}") from None
-        out: dict[str, Any] = self._client.sanitize_for_serialization(obj)
-        return out
-
-    async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            async with asyncio.timeout(self.timeout + 0.5):
-                return await asyncio.to_thread(self._call, fn, *args, **kwargs)
-        except TimeoutError:
-            raise LeaseApiError(f"no answer within {self.timeout:g}s") from None
-
-    async def get(self) -> dict[str, Any] | None:
-        cfg = self.config
-        lease: dict[str, Any] | None = await self._run(
-            self._api.read_namespaced_lease, cfg.name, cfg.namespace
-        )
-        return lease
-
-    async def create(self, record: LeaseRecord) -> dict[str, Any]:
-        cfg = self.config
-        body = new_lease(cfg.namespace, cfg.name, record, LABELS)
-        lease = await self._run(self._api.create_namespaced_lease, cfg.namespace, body)
-        if lease is None:
-            raise LeaseApiError(f"namespace {cfg.namespace!r} not found")
-        return dict(lease)
-
-    async def swap(self, version: str, record: LeaseRecord) -> dict[str, Any]:
-        cfg = self.config
-        ops = cas_patch(version, record)
-        lease = await self._run(self._api.patch_namespaced_lease, cfg.name, cfg.namespace, ops)
-        if lease is None:
-            raise Conflict("the Lease was deleted")
-        return dict(lease)
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._client.close()
-
-
-class LeaseApiError(Exception):
-    """The API could not be asked or refused (not a conflict)."""
-
-
-class Conflict(LeaseApiError):
-    """The Lease changed between our read and our write: someone else wrote first."""
-
 
 Hook = Callable[[], Awaitable[None]]
 
@@ -179,10 +96,11 @@ class LeaseElector:
     this replica starts and stops leading (start quickly: renewals wait for them)."""
 
     def __init__(
-        self, config: ElectionConfig, api: LeaseApi, on_started: Hook, on_stopped: Hook
+        self, config: ElectionConfig, client: KubeClient, on_started: Hook, on_stopped: Hook
     ) -> None:
         self.config = config
-        self.api = api
+        timeout = max(1.0, config.timing.retry_period)
+        self.writer = LeaseWriter(client, config.namespace, config.name, LABELS, timeout)
         self.state = Leadership(config)
         self.on_started = on_started
         self.on_stopped = on_stopped
@@ -227,23 +145,20 @@ class LeaseElector:
                 await self._try()
         except TimeoutError:
             self.last_error = f"no answer within {budget:.2f}s"
-        except LeaseApiError as exc:
+        except KubeError as exc:
             self.last_error = str(exc)
             log.debug("operator lease: %s", exc)
         else:
             self.last_error = None
 
     async def _try(self) -> None:
-        lease = await self.api.get()
+        lease = await self.writer.read()
         now, wall = time.monotonic(), time.time()
         record = None if lease is None else LeaseRecord.of(lease)
         claim = self.state.claim(record, now, wall)
         if claim is None:
             return
-        if lease is None:
-            await self.api.create(claim)
-        else:
-            await self.api.swap(resource_version(lease) or "", claim)
+        await self.writer.write(lease, claim)
         self.state.written(claim, now)
         if not self.is_leader:
             self.transitions += 1
@@ -266,14 +181,7 @@ class LeaseElector:
         """Give the Lease up so that a standby takes over at its next read (best effort)."""
         try:
             async with asyncio.timeout(max(1.0, self.config.timing.retry_period)):
-                lease = await self.api.get()
-                if lease is None:
-                    return
-                record = self.state.release(LeaseRecord.of(lease), time.time())
-                if record is not None:
-                    await self.api.swap(resource_version(lease) or "", record)
-                    log.info(
-                        "operator lease %s/%s released", self.config.namespace, self.config.name
-                    )
-        except (TimeoutError, LeaseApiError) as exc:
+                if await self.writer.release(self.config.identity, time.time()):
+                    log.info("operator lease %s released", self.writer)
+        except (TimeoutError, KubeError) as exc:
             log.warning("operator lease not released (it expires by itself): %s", exc)

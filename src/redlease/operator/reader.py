@@ -22,10 +22,10 @@ import redis.exceptions as rex
 from redlease.core import scripts
 from redlease.core.connect import Target, connect_target
 from redlease.core.keys import LockKeys
-from redlease.core.spec import Credentials, LockSpec
 from redlease.core.state import LockState, decode_state, status_call
 from redlease.core.view import LockView, lock_view
 from redlease.errors import LockError
+from redlease.kube.spec import Credentials, LockSpec
 
 # What a node read may fail with; anything else is a bug and propagates.
 NODE_ERRORS = (rex.RedisError, OSError, TimeoutError, LockError)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from redlease.core.spec import LockSpec
+from redlease.core.times import format_time, parse_time
 from redlease.core.view import LockView
 from redlease.errors import ConfigError
+from redlease.kube.spec import LockSpec
 
 FREE, HELD, DEGRADED, UNAVAILABLE, INVALID = "Free", "Held", "Degraded", "Unavailable", "Invalid"
 NORMAL, WARNING = "Normal", "Warning"
@@ -51,20 +51,6 @@ class Event:
     message: str
 
 
-def timestamp(seconds: float) -> str:
-    """RFC 3339 UTC with second precision, as Kubernetes writes times."""
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_timestamp(text: object) -> float | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
-
-
 def _condition(
     type_: str, status: bool | None, reason: str, message: str, generation: int | None
 ) -> dict[str, Any]:
@@ -89,7 +75,7 @@ def _merge_conditions(
         prev = old.get(cond["type"])
         since = prev.get("lastTransitionTime") if prev else None
         if prev is None or prev.get("status") != cond["status"] or not since:
-            since = timestamp(now)
+            since = format_time(now)
         out.append({**cond, "lastTransitionTime": since})
     return out
 
@@ -131,7 +117,7 @@ def compute_status(
         if view.fencing_token is not None:
             status["fencingToken"] = view.fencing_token
         if view.expires_in_ms is not None:
-            status["expiresAt"] = timestamp(read_at + view.expires_in_ms / 1000)
+            status["expiresAt"] = format_time(read_at + view.expires_in_ms / 1000)
     if view.healthy_nodes:
         status["lastFencingToken"] = view.last_fence
         status["transitions"] = view.transitions
@@ -140,7 +126,7 @@ def compute_status(
         if view.candidates:
             status["candidates"] = list(view.candidates)
         if view.last_transition_ms is not None:
-            status["lastTransitionTime"] = timestamp(view.last_transition_ms / 1000)
+            status["lastTransitionTime"] = format_time(view.last_transition_ms / 1000)
     if generation is not None:
         status["observedGeneration"] = generation
     if view.unknown is not None:
@@ -207,8 +193,8 @@ def status_patch(
     """
     changed = _comparable(previous) != _comparable(new)
     if not changed:
-        old_exp = parse_timestamp(previous.get("expiresAt"))
-        new_exp = parse_timestamp(new.get("expiresAt"))
+        old_exp = parse_time(previous.get("expiresAt"))
+        new_exp = parse_time(new.get("expiresAt"))
         if (old_exp is None) != (new_exp is None):
             changed = True
         elif old_exp is not None and new_exp is not None:

@@ -12,8 +12,8 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from redlease.core.spec import Credentials, LockSpec
 from redlease.core.view import LockView
+from redlease.kube.spec import Credentials, LockSpec
 
 Observation = tuple[LockView, float]  # the lock view and the wall-clock time of its read
 ReadFn = Callable[[Sequence[tuple[LockSpec, Credentials | None]]], Awaitable[list[Observation]]]

@@ -23,9 +23,11 @@ import asyncio
 import contextlib
 import logging
 import signal
+import ssl
 import threading
 from typing import Any
 
+from redlease import __version__
 from redlease.operator.handlers import (
     OperatorConfig,
     Runtime,
@@ -125,16 +127,17 @@ class Replica:
     def __init__(self, config: OperatorConfig) -> None:
         import kubernetes
 
-        from redlease.operator.leadership import LeaseApi, LeaseElector
+        from redlease.kube.client import KubeClient
+        from redlease.operator.leadership import LeaseElector
         from redlease.operator.secrets import SecretSource
         from redlease.operator.webhook import LockSource
 
         assert config.election is not None
         self.config = config
+        election = config.election
         configuration = load_client_configuration(kubernetes)
-        timing = config.election.timing
-        self.api = LeaseApi(configuration, config.election, timeout=max(1.0, timing.retry_period))
-        self.elector = LeaseElector(config.election, self.api, self._started, self._stopped)
+        self.kube = KubeClient(ClientAuth(configuration, election.identity))
+        self.elector = LeaseElector(election, self.kube, self._started, self._stopped)
         self.secrets = SecretSource(configuration)
         timeout = config.webhook.lock_timeout if config.webhook else 2.0
         self.locks = LockSource(configuration, timeout=timeout)
@@ -221,8 +224,40 @@ class Replica:
             await self.serving.stop()
             if server is not None:
                 await server.cleanup()
-            self.api.close()
+            await self.kube.close()
         return 0
+
+
+class ClientAuth:
+    """:class:`~redlease.kube.client.KubeAuth` from the ``kubernetes`` client's configuration
+    (:func:`load_client_configuration`): its server, its credentials (the token asked for again
+    on every request, so a refreshed one is used) and its TLS settings."""
+
+    def __init__(self, configuration: Any, identity: str) -> None:
+        self.configuration = configuration
+        self.identity = identity
+
+    def base_url(self) -> str:
+        return str(self.configuration.host).rstrip("/")
+
+    def credentials(self) -> dict[str, str]:
+        value = self.configuration.get_api_key_with_prefix("authorization")
+        return {"Authorization": str(value)} if value else {}
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        conf = self.configuration
+        if not self.base_url().startswith("https://"):
+            return False
+        context = ssl.create_default_context(cafile=conf.ssl_ca_cert or None)
+        if conf.cert_file:
+            context.load_cert_chain(conf.cert_file, conf.key_file or None)
+        if not conf.verify_ssl:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
+
+    def user_agent(self) -> str:
+        return f"redlease-operator/{__version__} ({self.identity})"
 
 
 def load_client_configuration(kubernetes: Any) -> Any:

@@ -13,7 +13,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from redlease.core.spec import (
+from redlease.errors import ConfigError
+from redlease.kube.spec import (
     CaSecretRef,
     CertSecretRef,
     Credentials,
@@ -23,7 +24,6 @@ from redlease.core.spec import (
     tls_material,
     with_tls_material,
 )
-from redlease.errors import ConfigError
 
 Ref = SecretRef | CaSecretRef | CertSecretRef
 
@@ -71,12 +71,12 @@ class SecretSource:
 
     async def get(self, namespace: str, ref: SecretRef, nodes: Sequence[str] = ()) -> Credentials:
         """The credentials for ``nodes`` (the Secret must consent: see
-        :func:`redlease.core.spec.credentials_from_secret`)."""
+        :func:`redlease.kube.spec.credentials_from_secret`)."""
         return credentials_from_secret(await self.secret(namespace, ref), ref, nodes)
 
     async def with_tls(self, spec: LockSpec, namespace: str) -> LockSpec:
         """``spec`` with the CA and client certificate its ``spec.tls`` Secrets hold (each
-        Secret must consent: :func:`redlease.core.spec.tls_material`)."""
+        Secret must consent: :func:`redlease.kube.spec.tls_material`)."""
         refs = spec.tls_refs
         if not refs:
             return spec

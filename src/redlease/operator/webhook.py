@@ -21,8 +21,8 @@ from typing import Any
 
 import kopf
 
-from redlease.core.spec import GROUP, PLURAL, VERSION, SecretRef
 from redlease.errors import ConfigError
+from redlease.kube.spec import GROUP, PLURAL, VERSION, SecretRef
 from redlease.operator import inject
 from redlease.operator.secrets import SecretSource
 

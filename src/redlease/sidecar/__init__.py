@@ -2,7 +2,9 @@
 
 :mod:`.config` (validated settings and the DistributedLock mapping), :mod:`.election` (the pure
 state machine), :mod:`.elector` (its asyncio driver), :mod:`.daemon` (HTTP, state file, pod
-label around it), :mod:`.kube` (the Kubernetes API calls).
+label around it), :mod:`.lockref` (following a DistributedLock), :mod:`.podlabel` (the leader
+label), :mod:`.mirror` (Lease mirror and Events). Kubernetes API calls go through
+:mod:`redlease.kube.client`.
 """
 
 from redlease.sidecar.config import ElectionConfig, SidecarConfig, Timing

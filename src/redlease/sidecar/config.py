@@ -1,8 +1,8 @@
 """Validated settings of the sidecar and of `redlease run` (pure).
 
-The lock's own model (keys, node set, timing, credentials) is the core's: flags go through
-:func:`redlease.core.spec.validate_timing` and :func:`redlease.core.connect.validate_target`, a
-DistributedLock through :func:`redlease.core.spec.parse_spec`, and :func:`election_from_spec`
+The lock's own model (keys, node set, timing, credentials) lives below: flags go through
+:func:`redlease.core.timing.validate_timing` and :func:`redlease.core.connect.validate_target`, a
+DistributedLock through :func:`redlease.kube.spec.parse_spec`, and :func:`election_from_spec`
 turns the latter into an :class:`ElectionConfig`. This module only adds what is the sidecar's
 own: its HTTP address, readiness mode, state directory and Kubernetes settings.
 """
@@ -14,17 +14,17 @@ from pathlib import Path
 
 from redlease.core.connect import Target, Tls
 from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
-from redlease.core.spec import (
+from redlease.core.timing import Timing, validate_timing
+from redlease.errors import ConfigError
+from redlease.kube.client import KubeSettings
+from redlease.kube.spec import (
     DEFAULT_READY,
     LEADER_LABEL,
     READY_MODES,
     Credentials,
     LockSpec,
-    Timing,
     validate_object_name,
-    validate_timing,
 )
-from redlease.errors import ConfigError
 
 __all__ = [
     "DEFAULT_READY",
@@ -32,7 +32,6 @@ __all__ = [
     "READY_MODES",
     "ElectionConfig",
     "HttpAddress",
-    "KubeSettings",
     "LockRef",
     "SidecarConfig",
     "Timing",
@@ -98,17 +97,6 @@ def parse_lock_ref(value: str, namespace: str | None, field_name: str = "--lock-
 
 
 @dataclass(frozen=True, slots=True)
-class KubeSettings:
-    """How to reach the Kubernetes API (in-cluster by default) and who this pod is."""
-
-    api: str | None = None  # https://HOST:PORT; None: not running in a cluster
-    token_file: Path | None = None
-    ca_file: Path | None = None
-    pod_name: str | None = None
-    namespace: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class ElectionConfig:
     """What the election needs: the lock's keys, identity, Redis, timing and two policy switches.
 
@@ -167,7 +155,7 @@ class SidecarConfig:
     ready: str = DEFAULT_READY
     pod_label: bool = False
     lock_ref: LockRef | None = None
-    kube: KubeSettings = KubeSettings()
+    kube: KubeSettings = field(default_factory=KubeSettings)
     metrics: HttpAddress | None = None  # /metrics alone on another address (for scrapers)
     lease_mirror: bool = False  # keep a coordination.k8s.io Lease named after the lock
     events: bool = False  # post became/stopped-leading Events

@@ -21,12 +21,14 @@ import structlog
 from redlease.core.connect import redact
 from redlease.core.view import iso_ms
 from redlease.errors import ConfigError
+from redlease.kube.client import KubeClient
 from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
 from redlease.sidecar.election import Transition
 from redlease.sidecar.elector import Elector, Hooks
-from redlease.sidecar.kube import KubeClient, LockRefFollower, PodLabeller
+from redlease.sidecar.lockref import LockRefFollower
 from redlease.sidecar.metrics import Metrics
 from redlease.sidecar.mirror import LeaderEvents, LeaseMirror, involved_lease, involved_lock
+from redlease.sidecar.podlabel import PodLabeller
 from redlease.sidecar.statefile import StateFile, WriteHealth
 from redlease.sidecar.web import HttpServer, serve
 

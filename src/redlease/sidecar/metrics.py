@@ -14,7 +14,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from redlease.core.spec import Timing
+from redlease.core.timing import Timing
 from redlease.sidecar.election import Transition
 from redlease.sidecar.statefile import failure_kind
 

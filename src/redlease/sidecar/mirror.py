@@ -3,14 +3,14 @@
 **Lease mirror** (``--lease-mirror``): while this sidecar leads, it keeps a
 ``coordination.k8s.io/v1`` Lease named after the lock (holderIdentity, leaseDurationSeconds,
 acquireTime, renewTime, and leaseTransitions: the lock's holder changes as Redis counts them) so
-that ``kubectl get lease`` and client-go tooling
-see the leader. Redis stays the source of truth: the mirror only copies the leader's status
-document; it is written on change and at most once per retry period (a renewal is a change of
-renewTime, so a leader writes once per retry period, as client-go's own election does);
-standbys never write. Every write is a compare-and-swap on ``resourceVersion``
-(:mod:`redlease.core.k8slease`). On a clean shutdown the leader, if the Lease still names it,
-marks it released. The API being slow or down never touches the election: writes happen in
-their own task, failures are logged and retried with back-off.
+that ``kubectl get lease`` and client-go tooling see the leader. Redis stays the source of
+truth: the mirror only copies the leader's status document; it is written on change and at most
+once per retry period (a renewal is a change of renewTime, so a leader writes once per retry
+period, as client-go's own election does); standbys never write. Every write is a
+compare-and-swap on ``resourceVersion``, by the one Lease writer
+(:class:`~redlease.kube.leasewriter.LeaseWriter`). On a clean shutdown the leader, if the Lease
+still names it, marks it released. The API being slow or down never touches the election: writes
+happen in their own task, failures are logged and retried with back-off.
 
 **Events** (``--events``): "became leader" / "stopped leading" on the lock's object (the
 DistributedLock with ``--lock-ref``, else the Lease named after the lock), reason
@@ -25,30 +25,23 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 import structlog
 
-from redlease.core.k8sevent import event_body
-from redlease.core.k8slease import (
-    CONFLICT_STATUSES,
-    LeaseRecord,
-    cas_patch,
-    duration_seconds,
-    lease_path,
-    new_lease,
-    parse_micro_time,
-    resource_version,
-)
-from redlease.core.spec import GROUP, KIND, VERSION
+from redlease.core.times import parse_time
+from redlease.errors import KubeConflict, KubeError
+from redlease.kube.client import KubeClient
+from redlease.kube.events import event_body
+from redlease.kube.lease import LeaseRecord, duration_seconds
+from redlease.kube.leasewriter import LeaseWriter
+from redlease.kube.spec import GROUP, KIND, VERSION
 from redlease.sidecar.election import Transition
-from redlease.sidecar.kube import KubeClient, KubeError
 
 log = structlog.get_logger("redlease.sidecar")
 LABELS = {"app.kubernetes.io/managed-by": "redlease"}
-JSON_PATCH = "application/json-patch+json"
 
 
 def leader_record(doc: Mapping[str, Any], ttl: float) -> LeaseRecord | None:
@@ -59,8 +52,8 @@ def leader_record(doc: Mapping[str, Any], ttl: float) -> LeaseRecord | None:
     return LeaseRecord(
         holder=str(doc["identity"]),
         duration=duration_seconds(ttl),
-        acquire_time=parse_micro_time(doc.get("acquired_at")),
-        renew_time=parse_micro_time(doc.get("renewed_at")),
+        acquire_time=parse_time(doc.get("acquired_at")),
+        renew_time=parse_time(doc.get("renewed_at")),
         transitions=transitions if isinstance(transitions, int) else 0,
     )
 
@@ -71,9 +64,7 @@ class LeaseMirror:
     def __init__(
         self, client: KubeClient, namespace: str, name: str, retry_period: float, ttl: float
     ) -> None:
-        self.client = client
-        self.namespace = namespace
-        self.name = name
+        self.writer = LeaseWriter(client, namespace, name, LABELS, timeout=5.0)
         self.retry_period = retry_period
         self.ttl = ttl
         self.desired: LeaseRecord | None = None
@@ -120,22 +111,15 @@ class LeaseMirror:
 
     @property
     def where(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return str(self.writer)
 
     async def _write(self, record: LeaseRecord) -> None:
         self._last_write = time.monotonic()
         for _ in range(3):  # a conflict means someone wrote first: read again and decide again
-            lease = self._lease or await self._get()
+            lease = self._lease or await self.writer.read()
             try:
-                if lease is None:
-                    body = new_lease(self.namespace, self.name, record, LABELS)
-                    path = lease_path(self.namespace)
-                    self._lease = await self.client.request("POST", path, body=body, timeout=5.0)
-                else:
-                    self._lease = await self._swap(lease, record)
-            except KubeError as exc:
-                if exc.status not in (*CONFLICT_STATUSES, 404):
-                    raise
+                self._lease = await self.writer.write(lease, record)
+            except KubeConflict:
                 self._lease = None
                 continue
             self.written = record
@@ -143,47 +127,14 @@ class LeaseMirror:
             return
         raise KubeError(f"Lease {self.where}: kept changing under us")
 
-    async def _get(self) -> dict[str, Any] | None:
-        try:
-            lease = await self.client.request(
-                "GET", lease_path(self.namespace, self.name), timeout=5.0
-            )
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return lease if isinstance(lease, dict) else None
-
-    async def _swap(self, lease: Mapping[str, Any], record: LeaseRecord) -> Any:
-        return await self.client.request(
-            "PATCH",
-            lease_path(self.namespace, self.name),
-            body=cas_patch(resource_version(lease) or "", record),
-            content_type=JSON_PATCH,
-            timeout=5.0,
-        )
-
     async def final(self, timeout: float = 2.0) -> None:
         """On a clean shutdown (after the Redis lease was released): mark the Lease released
         if it still names this sidecar. Bounded; a failure just leaves it to expire."""
-        if self.written is None:
+        if self.written is None or self.written.holder is None:
             return
         with contextlib.suppress(KubeError, TimeoutError):
             async with asyncio.timeout(timeout):
-                lease = await self._get()
-                if lease is None:
-                    return
-                current = LeaseRecord.of(lease)
-                if current.holder != self.written.holder:
-                    return
-                released = replace(current, holder=None, duration=1, renew_time=time.time())
-                await self.client.request(
-                    "PATCH",
-                    lease_path(self.namespace, self.name),
-                    body=cas_patch(resource_version(lease) or "", released),
-                    content_type=JSON_PATCH,
-                    timeout=timeout,
-                )
+                await self.writer.release(self.written.holder, time.time())
 
 
 @dataclass(slots=True)

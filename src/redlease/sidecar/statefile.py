@@ -24,7 +24,6 @@ say it leads. A ``leader: false`` document that cannot be written is replaced by
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import errno
 import json
 import os
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from redlease.core.times import parse_time
 from redlease.errors import ConfigError
 from redlease.sidecar.throttle import Throttle
 
@@ -159,12 +159,7 @@ class StateFile:
 def until_epoch(leader_until: object) -> float | None:
     """A status document's ``leader_until`` (RFC 3339) as Unix time; ``None`` if absent or
     unreadable (then it promises nothing)."""
-    if not isinstance(leader_until, str):
-        return None
-    try:
-        return _dt.datetime.fromisoformat(leader_until.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    return parse_time(leader_until)
 
 
 def marker_text(leader_until: object, identity: str) -> str:

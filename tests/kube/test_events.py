@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from redlease.core.k8sevent import MAX_MESSAGE, MAX_NAME, event_body
+from redlease.kube.events import MAX_MESSAGE, MAX_NAME, event_body
 
 
 def test_named_when_decided_within_the_name_limit() -> None:

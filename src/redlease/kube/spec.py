@@ -2,9 +2,10 @@
 
 Pure (no I/O). The operator, the sidecar's ``--lock-ref`` and ``redlease run --lock-ref`` all
 read a DistributedLock through :func:`parse_spec`; the command-line flags go through the same
-:func:`validate_timing` and :func:`~redlease.core.connect.validate_target`. The CRD's schema and
-CEL rules (crds/distributedlock.yaml) say the same things for the API server; a table-driven
-test feeds the same examples to both and expects the same verdict. Every error is a
+:func:`~redlease.core.timing.validate_timing` and
+:func:`~redlease.core.connect.validate_target`. The CRD's schema and CEL rules
+(crds/distributedlock.yaml) say the same things for the API server; a table-driven test feeds
+the same examples to both and expects the same verdict. Every error is a
 :class:`~redlease.errors.ConfigError` whose ``field`` is the JSON path (``spec.nodes[1].url``).
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from redlease.core.connect import Target, Tls, validate_target, with_pem
 from redlease.core.keys import validate_identity, validate_name
+from redlease.core.timing import DEFAULT_TTL, Timing, validate_timing
 from redlease.errors import ConfigError
 
 # --- API names (one place: the operator, the sidecar, the chart tests and the docs use these) ---
@@ -37,7 +39,8 @@ CREDENTIALS_LABEL = f"{GROUP}/credentials"
 ALLOWED_NODES_ANNOTATION = f"{GROUP}/allowed-nodes"
 
 # How a sidecar answers /readyz (`--ready`, the `redlease.dev/ready` annotation): connected
-# (up and reaching a quorum; the default), leader, always. See docs/sidecar.md.
+# (up and reaching a quorum; the default), leader, always. See docs/sidecar.md. Here because
+# the sidecar and the operator's injection both use them, and neither imports the other.
 READY_MODES = ("connected", "leader", "always")
 DEFAULT_READY = "connected"
 
@@ -45,7 +48,6 @@ MAX_KEYS = 16
 MAX_NODES = 15
 MAX_REPLICAS = 15  # spec.replicas: WAIT for this many replicas of a (Sentinel-managed) master
 MAX_SECONDS = 3600
-DEFAULT_TTL = 15
 _K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS-1123 subdomain
 _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
@@ -55,60 +57,6 @@ def validate_object_name(value: object, field: str) -> str:
     if not isinstance(value, str) or not _K8S_NAME.fullmatch(value):
         raise ConfigError(field, f"not a valid Kubernetes name: {value!r}")
     return value
-
-
-# --- timing ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Timing:
-    """Lease timing in seconds, named as client-go's leader election names it.
-
-    ``ttl`` is the lease duration in Redis; a leader renews every ``retry_period`` and steps
-    down when no renewal succeeded for ``renew_deadline`` (< ttl), so it stops acting as leader
-    before the lease could expire and be granted elsewhere.
-    """
-
-    ttl: float = float(DEFAULT_TTL)
-    renew_deadline: float = DEFAULT_TTL * 2 / 3
-    retry_period: float = DEFAULT_TTL * 2 / 15
-
-
-def default_renew_deadline(ttl: float) -> float:
-    """client-go's ratio (15 s lease, 10 s renew deadline): two thirds of the TTL."""
-    return ttl * 2 / 3
-
-
-def default_retry_period(ttl: float) -> float:
-    """client-go's ratio (15 s lease, 2 s retry period): two fifteenths of the TTL."""
-    return ttl * 2 / 15
-
-
-def validate_timing(
-    ttl: float,
-    renew_deadline: float | None = None,
-    retry_period: float | None = None,
-    *,
-    names: tuple[str, str, str] = ("--ttl", "--renew-deadline", "--retry-period"),
-    bounds: tuple[float, float] = (0.05, 86400.0),
-) -> Timing:
-    """The relations every timing must satisfy: retry < renew deadline < ttl (defaults from
-    :func:`default_renew_deadline` and :func:`default_retry_period`)."""
-    ttl_name, deadline_name, retry_name = names
-    lo, hi = bounds
-    if not lo <= ttl <= hi:
-        raise ConfigError(ttl_name, f"must be between {lo:g} and {hi:g} seconds, got {ttl:g}")
-    deadline = default_renew_deadline(ttl) if renew_deadline is None else renew_deadline
-    if not 0 < deadline < ttl:
-        raise ConfigError(
-            deadline_name, f"must be > 0 and below {ttl_name} ({ttl:g}), got {deadline:g}"
-        )
-    retry = default_retry_period(ttl) if retry_period is None else retry_period
-    if not 0 < retry < deadline:
-        raise ConfigError(
-            retry_name, f"must be > 0 and below {deadline_name} ({deadline:g}), got {retry:g}"
-        )
-    return Timing(float(ttl), float(deadline), float(retry))
 
 
 # --- credentials -----------------------------------------------------------------------------
@@ -300,7 +248,7 @@ class LockSpec:
 
     keys: tuple[str, ...]
     target: Target
-    timing: Timing = Timing()
+    timing: Timing = field(default_factory=Timing)
     secret_ref: SecretRef | None = None
     paused: bool = False
     preferred_holder: str | None = None

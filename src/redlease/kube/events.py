@@ -1,9 +1,10 @@
 """A ``v1`` Kubernetes Event, named when it is decided.
 
-Pure (no I/O). Two posters use it, each through its own HTTP client: the operator
-(:mod:`redlease.operator.events`, kopf's client) and the sidecar's leader Events
-(:mod:`redlease.sidecar.mirror`). The name is fixed here, not left to ``generateName``: a POST
-retried after its answer was lost gets 409 AlreadyExists instead of storing the Event twice.
+Pure (no I/O). Two posters use it: the operator (:mod:`redlease.operator.events`, through kopf's
+client) and the sidecar's leader Events (:mod:`redlease.sidecar.mirror`, through
+:class:`~redlease.kube.client.KubeClient`). The name is fixed here, not left to
+``generateName``: a POST retried after its answer was lost gets 409 AlreadyExists instead of
+storing the Event twice.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
+
+from redlease.core.times import format_time
 
 MAX_MESSAGE = 1024  # what kopf keeps of a message too
 MAX_NAME = 253  # an object name
@@ -31,7 +34,7 @@ def event_body(
 ) -> dict[str, Any]:
     """The Event about ``involved`` (an object reference with ``namespace`` and ``name``)."""
     when = now or datetime.now(UTC)
-    stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = format_time(when.timestamp())
     if len(message) > MAX_MESSAGE:
         message = message[: MAX_MESSAGE - 3] + "..."
     prefix = str(involved.get("name") or "event")[: MAX_NAME - _SUFFIX]
@@ -53,6 +56,6 @@ def event_body(
         "involvedObject": dict(involved),
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,
-        "eventTime": when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "eventTime": format_time(when.timestamp(), "microseconds"),
         "count": 1,
     }

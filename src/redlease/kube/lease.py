@@ -1,22 +1,23 @@
 """The ``coordination.k8s.io/v1`` Lease object: its API path, its record, and compare-and-swap.
 
-Pure (no I/O). Two writers use it, each through its own HTTP client: the operator elects its
-active replica through a Lease (:mod:`redlease.operator.leadership`), and the sidecar mirrors
-a lock's Redis leadership into one (:mod:`redlease.sidecar.mirror`) so that ``kubectl get
-lease`` and client-go tooling see the leader. Both write with a JSON patch whose first
-operation tests ``metadata.resourceVersion``: the API server applies it only to the version the
-writer read (optimistic concurrency, as client-go's Update does), and refuses it otherwise
-(409 or 422), so two writers can never both believe their write won.
+Pure (no I/O). The one writer (:mod:`redlease.kube.leasewriter`) serves two users: the
+operator elects its active replica through a Lease (:mod:`redlease.operator.leadership`), and
+the sidecar mirrors a lock's Redis leadership into one (:mod:`redlease.sidecar.mirror`) so that
+``kubectl get lease`` and client-go tooling see the leader. It writes with a JSON patch whose
+first operation tests ``metadata.resourceVersion``: the API server applies it only to the
+version the writer read (optimistic concurrency, as client-go's Update does), and refuses it
+otherwise (409 or 422), so two writers can never both believe their write won.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
+
+from redlease.core.times import format_time, parse_time
 
 API_VERSION = "coordination.k8s.io/v1"
 KIND = "Lease"
@@ -27,22 +28,6 @@ def lease_path(namespace: str, name: str | None = None) -> str:
     """The API path of the namespace's Leases, or of one Lease."""
     base = f"/apis/{API_VERSION}/namespaces/{quote(namespace)}/leases"
     return base if name is None else f"{base}/{quote(name)}"
-
-
-def micro_time(seconds: float) -> str:
-    """Epoch seconds as a Kubernetes MicroTime (RFC 3339, microseconds, UTC)."""
-    stamp = _dt.datetime.fromtimestamp(seconds, tz=_dt.UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_micro_time(text: object) -> float | None:
-    """A MicroTime (or any RFC 3339 time) as epoch seconds; None if absent or unreadable."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return _dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +45,8 @@ class LeaseRecord:
         return {
             "holderIdentity": self.holder,
             "leaseDurationSeconds": self.duration,
-            "acquireTime": None if self.acquire_time is None else micro_time(self.acquire_time),
-            "renewTime": None if self.renew_time is None else micro_time(self.renew_time),
+            "acquireTime": _micro_time(self.acquire_time),
+            "renewTime": _micro_time(self.renew_time),
             "leaseTransitions": self.transitions,
         }
 
@@ -74,10 +59,21 @@ class LeaseRecord:
         return cls(
             holder=str(spec["holderIdentity"]) if spec.get("holderIdentity") else None,
             duration=int(duration) if isinstance(duration, int) and duration > 0 else 1,
-            acquire_time=parse_micro_time(spec.get("acquireTime")),
-            renew_time=parse_micro_time(spec.get("renewTime")),
+            acquire_time=parse_time(spec.get("acquireTime")),
+            renew_time=parse_time(spec.get("renewTime")),
             transitions=int(transitions) if isinstance(transitions, int) else 0,
         )
+
+    def released(self, now: float) -> LeaseRecord:
+        """The record that gives the Lease up (client-go's ReleaseOnCancel): no holder, the
+        shortest duration, renewed at ``now`` (epoch seconds); acquire time and transitions
+        kept."""
+        return replace(self, holder=None, duration=1, renew_time=now)
+
+
+def _micro_time(seconds: float | None) -> str | None:
+    """A Kubernetes MicroTime (RFC 3339, microseconds), or None for an absent time."""
+    return None if seconds is None else format_time(seconds, "microseconds")
 
 
 def duration_seconds(ttl: float) -> int:

@@ -1,0 +1,66 @@
+"""Lease timing: the TTL, the renew deadline and the retry period, and the rules between them.
+
+Pure. client-go's leader election names the three timings and its ratios give the defaults;
+every surface that takes them (the command-line flags, a DistributedLock's spec, the sidecar
+and the operator's own election) checks them with :func:`validate_timing`, naming its own
+fields. A lease, not Kubernetes: this is the core's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redlease.errors import ConfigError
+
+DEFAULT_TTL = 15
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Lease timing in seconds, named as client-go's leader election names it.
+
+    ``ttl`` is the lease duration in Redis; a leader renews every ``retry_period`` and steps
+    down when no renewal succeeded for ``renew_deadline`` (< ttl), so it stops acting as leader
+    before the lease could expire and be granted elsewhere.
+    """
+
+    ttl: float = float(DEFAULT_TTL)
+    renew_deadline: float = DEFAULT_TTL * 2 / 3
+    retry_period: float = DEFAULT_TTL * 2 / 15
+
+
+def default_renew_deadline(ttl: float) -> float:
+    """client-go's ratio (15 s lease, 10 s renew deadline): two thirds of the TTL."""
+    return ttl * 2 / 3
+
+
+def default_retry_period(ttl: float) -> float:
+    """client-go's ratio (15 s lease, 2 s retry period): two fifteenths of the TTL."""
+    return ttl * 2 / 15
+
+
+def validate_timing(
+    ttl: float,
+    renew_deadline: float | None = None,
+    retry_period: float | None = None,
+    *,
+    names: tuple[str, str, str] = ("--ttl", "--renew-deadline", "--retry-period"),
+    bounds: tuple[float, float] = (0.05, 86400.0),
+) -> Timing:
+    """The relations every timing must satisfy: retry < renew deadline < ttl (defaults from
+    :func:`default_renew_deadline` and :func:`default_retry_period`)."""
+    ttl_name, deadline_name, retry_name = names
+    lo, hi = bounds
+    if not lo <= ttl <= hi:
+        raise ConfigError(ttl_name, f"must be between {lo:g} and {hi:g} seconds, got {ttl:g}")
+    deadline = default_renew_deadline(ttl) if renew_deadline is None else renew_deadline
+    if not 0 < deadline < ttl:
+        raise ConfigError(
+            deadline_name, f"must be > 0 and below {ttl_name} ({ttl:g}), got {deadline:g}"
+        )
+    retry = default_retry_period(ttl) if retry_period is None else retry_period
+    if not 0 < retry < deadline:
+        raise ConfigError(
+            retry_name, f"must be > 0 and below {deadline_name} ({deadline:g}), got {retry:g}"
+        )
+    return Timing(float(ttl), float(deadline), float(retry))

@@ -1,0 +1,194 @@
+"""The one asyncio Kubernetes API client: authenticated JSON requests and watches, on aiohttp.
+
+Only a few calls are needed (a pod's label, a DistributedLock and its Secrets, a Lease,
+Events), so this talks to the API directly instead of pulling in a full client. Where the API
+is and how to authenticate come from a :class:`KubeAuth`, asked again for every request:
+:class:`KubeSettings` is the sidecar's (the pod's service-account token, read again on every
+request because bound tokens rotate, and CA; ``--kube-api`` points it elsewhere: tests,
+``kubectl proxy``); the operator adapts the ``kubernetes`` client's configuration (in-cluster
+or kubeconfig, as kopf logs in).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from redlease import __version__
+from redlease.errors import ConfigError, KubeError
+
+
+class KubeAuth(Protocol):
+    """Where the API server is, how to reach it and who is calling."""
+
+    def base_url(self) -> str:
+        """The API server's URL; a :class:`ConfigError` if there is none or it is refused."""
+        ...
+
+    def credentials(self) -> dict[str, str]:
+        """The headers that authenticate a request (asked again for every request)."""
+        ...
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        """TLS for the connections (False: plain HTTP)."""
+        ...
+
+    def user_agent(self) -> str:
+        """Who is calling, in the API server's audit log (as client-go's user agent says it)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class KubeSettings:
+    """How the sidecar reaches the Kubernetes API (in-cluster by default) and who this pod is:
+    a :class:`KubeAuth`."""
+
+    api: str | None = None  # https://HOST:PORT; None: not running in a cluster
+    token_file: Path | None = None
+    ca_file: Path | None = None
+    pod_name: str | None = None
+    namespace: str | None = None
+
+    def base_url(self) -> str:
+        if not self.api:
+            raise ConfigError(
+                "--kube-api",
+                "no Kubernetes API: not in a cluster (KUBERNETES_SERVICE_HOST unset)",
+            )
+        check_api_url(self.api)
+        return self.api.rstrip("/")
+
+    def credentials(self) -> dict[str, str]:
+        token_file = self.token_file
+        if not self.api or not check_api_url(self.api):
+            return {}  # the token travels over TLS only
+        if token_file is None or not token_file.exists():
+            return {}
+        # bound service-account tokens rotate: read the file on every request
+        return {"Authorization": "Bearer " + token_file.read_text().strip()}
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        if not (self.api or "").startswith("https://"):
+            return False
+        ca = self.ca_file
+        if ca is not None and ca.exists():
+            return ssl.create_default_context(cafile=str(ca))
+        return ssl.create_default_context()
+
+    def user_agent(self) -> str:
+        return f"redlease-sidecar/{__version__} ({self.pod_name or 'unknown pod'})"
+
+
+class KubeClient:
+    """Authenticated JSON requests to the API server (see the module docstring)."""
+
+    def __init__(self, auth: KubeAuth) -> None:
+        self.auth = auth
+        self.base = auth.base_url()
+        self._session: aiohttp.ClientSession | None = None
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": self.auth.user_agent()}
+        headers.update(self.auth.credentials())
+        return headers
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=self.auth.ssl_context())
+            self._session = aiohttp.ClientSession(connector=connector)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float = 10.0,
+    ) -> Any:
+        headers = self._headers()
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = json.dumps(body)
+        try:
+            async with self.session().request(
+                method,
+                self.base + path,
+                data=data,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
+                text = await resp.text()
+                if resp.status >= 400:
+                    raise KubeError(
+                        f"{method} {path}: HTTP {resp.status}: {_reason(text)}", resp.status
+                    )
+                return json.loads(text) if text else None
+        except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
+            raise KubeError(f"{method} {path}: {type(exc).__name__}: {exc}") from None
+
+    async def stream(self, path: str, timeout: float) -> AsyncIterator[dict[str, Any]]:
+        """Watch events of ``path`` (``?watch=true`` already in it) for at most ``timeout``."""
+        try:
+            async with self.session().get(
+                self.base + path,
+                headers=self._headers(),
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout),
+            ) as resp:
+                if resp.status >= 400:
+                    raise KubeError(
+                        f"watch {path}: HTTP {resp.status}: {_reason(await resp.text())}"
+                    )
+                async with asyncio.timeout(timeout):
+                    async for line in resp.content:
+                        if line.strip():
+                            yield json.loads(line)
+        except (aiohttp.ClientError, json.JSONDecodeError) as exc:
+            raise KubeError(f"watch {path}: {type(exc).__name__}: {exc}") from None
+
+
+def check_api_url(url: str) -> bool:
+    """Whether the token may be sent to ``url``: https only. Plain http is accepted for a
+    proxy on this host (kubectl proxy, tests), which then gets no token; anything else is a
+    :class:`ConfigError` naming ``--kube-api``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ConfigError("--kube-api", f"not an http(s) URL: {url!r}")
+    if parts.scheme == "http" and not _loopback(parts.hostname):
+        raise ConfigError(
+            "--kube-api",
+            "use https:// (the service-account token must not travel in plain text); "
+            f"http:// only for a proxy on this host, got {url!r}",
+        )
+    return parts.scheme == "https"
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _reason(text: str) -> str:
+    try:
+        return str(json.loads(text).get("message", ""))[:200]
+    except (ValueError, AttributeError):
+        return text[:200]

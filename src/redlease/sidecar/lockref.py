@@ -1,0 +1,161 @@
+"""Follows a DistributedLock (``--lock-ref``): its spec and Secrets, read into election settings.
+
+The spec is parsed by :func:`redlease.kube.spec.parse_spec`, the same parser the operator uses;
+the object is watched and re-read on every change and every resync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+import structlog
+
+from redlease.errors import ConfigError, KubeError
+from redlease.kube.client import KubeClient
+from redlease.kube.spec import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    LockSpec,
+    credentials_from_secret,
+    parse_spec,
+    tls_material,
+    with_tls_material,
+)
+from redlease.sidecar.config import ElectionConfig, LockRef, election_from_spec
+
+log = structlog.get_logger("redlease.sidecar")
+
+
+def lock_path(ref: LockRef, watch: bool = False) -> str:
+    base = f"/apis/{GROUP}/{VERSION}/namespaces/{quote(ref.namespace)}/{PLURAL}"
+    if watch:
+        return f"{base}?watch=true&fieldSelector=metadata.name%3D{quote(ref.name)}"
+    return f"{base}/{quote(ref.name)}"
+
+
+class LockRefFollower:
+    """Reads a DistributedLock (and its Secret) into election settings and follows changes.
+
+    The spec is parsed by :func:`redlease.kube.spec.parse_spec`, the same parser the operator
+    uses; ``identity`` is this pod's own. Credentials given with the reference
+    (``--username``/``--password``, i.e. ``REDLEASE_USERNAME``/``REDLEASE_PASSWORD``, which an
+    injected pod takes from the Secret) are used as they are; only without them is the Secret
+    named by ``spec.auth.secretRef`` read through the API (the same for TLS files and the Secrets
+    of ``spec.tls``). Given credentials (and a given client certificate) are kept to the
+    nodes the lock named when they were first used: the Secret's consent was checked for those
+    (at admission, docs/security.md), so a lock that later names other nodes is refused until
+    the pod restarts (and is checked again)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        ref: LockRef,
+        identity: str,
+        on_config: Callable[[ElectionConfig], None],
+        resync: float = 30.0,
+    ) -> None:
+        self.client = client
+        self.ref = ref
+        self.identity = identity
+        self.on_config = on_config
+        self.resync = resync
+        self.generation: Any = None
+        self.pinned_nodes: frozenset[str] | None = None  # where given credentials may go
+
+    async def read(self, obj: dict[str, Any] | None = None) -> ElectionConfig:
+        """The settings the object's spec asks for (reads the object unless given)."""
+        if obj is None:
+            obj = await self.client.request("GET", lock_path(self.ref))
+        if not isinstance(obj, dict):
+            raise KubeError(f"DistributedLock {self.ref}: the API answered {obj!r}")
+        spec = parse_spec(obj.get("spec"))
+        credentials = self.ref.credentials
+        given_tls = self.ref.tls
+        if credentials is not None or (given_tls is not None and given_tls.client_certificate):
+            nodes = frozenset(spec.node_names)
+            if self.pinned_nodes is None:
+                self.pinned_nodes = nodes
+            elif not nodes <= self.pinned_nodes:
+                raise ConfigError(
+                    "spec.nodes",
+                    f"the credentials this sidecar was given are for {sorted(self.pinned_nodes)}"
+                    f"; not sending them to {sorted(nodes - self.pinned_nodes)} (restart the pod "
+                    "to use the new nodes)",
+                )
+        ref = spec.secret_ref
+        if ref is not None and credentials is None:
+            secret = await self._secret(ref.name)
+            credentials = credentials_from_secret(secret, ref, spec.node_names)
+        spec = await self._tls(spec)
+        return election_from_spec(spec, self.identity, credentials, self.ref.replica_timeout)
+
+    async def _secret(self, name: str) -> dict[str, Any]:
+        path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(name)}"
+        secret = await self.client.request("GET", path)
+        return secret if isinstance(secret, dict) else {}
+
+    async def _tls(self, spec: LockSpec) -> LockSpec:
+        """TLS files given with the reference (flags) win; else ``spec.tls``'s Secrets are read
+        (they must consent, as credentials must)."""
+        given = self.ref.tls
+        if given is not None:
+            tls = dataclasses.replace(
+                given,
+                insecure_skip_verify=given.insecure_skip_verify
+                or spec.target.tls.insecure_skip_verify,
+            )
+            return dataclasses.replace(spec, target=spec.target.with_tls(tls))
+        refs = spec.tls_refs
+        if not refs:
+            return spec
+        secrets = {name: await self._secret(name) for name in refs.names()}
+        return with_tls_material(spec, tls_material(refs, secrets, spec.node_names))
+
+    async def initial(self) -> ElectionConfig:
+        """Read the object, retrying with back-off until it exists and its spec is valid."""
+        delay = 0.5
+        while True:
+            try:
+                return await self.read()
+            except (KubeError, ConfigError) as exc:
+                log.warning(
+                    "cannot use DistributedLock yet, retrying",
+                    lock_ref=str(self.ref),
+                    error=str(exc),
+                    retry_in=delay,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+    async def run(self) -> None:
+        """Watch the object; re-read it (and its Secret) on every change and every ``resync``."""
+        delay = 0.5
+        while True:
+            try:
+                await self._apply(None)
+                async for event in self.client.stream(lock_path(self.ref, watch=True), self.resync):
+                    obj = event.get("object") or {}
+                    if (obj.get("metadata") or {}).get("name") != self.ref.name:
+                        continue
+                    if event.get("type") in ("ADDED", "MODIFIED"):
+                        await self._apply(obj)
+                delay = 0.5
+            except TimeoutError:
+                delay = 0.5
+            except (KubeError, ConfigError) as exc:
+                log.warning("DistributedLock not followed", lock_ref=str(self.ref), error=str(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    async def _apply(self, obj: dict[str, Any] | None) -> None:
+        try:
+            config = await self.read(obj)
+        except ConfigError as exc:
+            log.error("DistributedLock spec invalid, keeping the current settings", error=str(exc))
+            return
+        self.on_config(config)
