@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import time
 from collections.abc import Awaitable
@@ -20,10 +21,11 @@ import structlog
 from redlease.core import _async, aio
 from redlease.core.connect import connect_target
 from redlease.core.keys import LockKeys
-from redlease.core.observe import node_answer, node_drivers
+from redlease.core.observe import Notices, node_drivers, read_view
 from redlease.core.protocol import drift
+from redlease.core.rules import OPERATOR
 from redlease.core.state import heartbeat_flow
-from redlease.core.view import lock_view
+from redlease.core.view import LockView
 from redlease.errors import LockError, LockTimeout, RedleaseError
 from redlease.sidecar.config import ElectionConfig
 from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown, Term, Transition
@@ -66,6 +68,7 @@ class Elector:
         self._tick_deadline = time.monotonic() + 30.0
         self._task: asyncio.Task[None] | None = None
         self._outage_logged = False
+        self._notices = Notices()
 
     # -- public -------------------------------------------------------------------------------
 
@@ -255,24 +258,17 @@ class Elector:
             cfg = self.config
             started = time.monotonic()
             hb_ms = int(max(cfg.timing.ttl, 3 * cfg.timing.retry_period) * 1000)
-            drivers = node_drivers(self._client, cfg.lock)
             heartbeat = LockKeys.for_name(cfg.lock)
-            answers = await asyncio.gather(
-                *(
-                    node_answer(
-                        d,
-                        cfg.keys,
-                        max(1.0, cfg.timing.retry_period),
-                        heartbeat_flow(heartbeat, cfg.identity, hb_ms),
-                    )
-                    for _, d in drivers
-                )
+            view = await read_view(
+                self._client,
+                cfg.keys,
+                cfg.target.quorum,
+                max(1.0, cfg.timing.retry_period),
+                functools.partial(heartbeat_flow, heartbeat, cfg.identity, hb_ms),
             )
             if self.config is cfg:
-                named = dict(zip([n for n, _ in drivers], answers, strict=True))
-                transition = self.election.observe(
-                    lock_view(cfg.keys, named, cfg.target.quorum), started
-                )
+                self._note_outside(view)
+                transition = self.election.observe(view, started)
                 if transition is not None:
                     self._emit(transition)
             self.refresh()
@@ -298,6 +294,17 @@ class Elector:
             )
         self.hooks.transition(transition)
         self.hooks.changed()
+
+    def _note_outside(self, view: LockView) -> None:
+        """Log nodes that answer but do not count: what the operator must do, rate-limited."""
+        for node, out in self._notices.due(view, time.monotonic())[0]:
+            if out.kind == OPERATOR:
+                log.warning(
+                    "redis node needs an operator", lock=view.lock, node=node, why=out.why,
+                    action=out.action,
+                )  # fmt: skip
+            else:
+                log.info("redis node does not count yet", lock=view.lock, node=node, why=out.why)
 
     def _outage(self, exc: BaseException, *, count: bool = True) -> None:
         self.hooks.error(type(exc).__name__)
