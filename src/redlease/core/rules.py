@@ -423,7 +423,8 @@ def standing(
         else:
             why = (
                 f"{lost}; cannot rejoin by itself: {members} of {n} nodes kept their data, "
-                f"{sources} needed to restore its fencing counters"
+                f"{sources} needed to restore its fencing counters (docs/quorum.md, 'Bringing "
+                "nodes back')"
             )
             out.append(Outside(OPERATOR, why, recovery(p, restart_delay)))
     return out

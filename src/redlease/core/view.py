@@ -155,7 +155,7 @@ def lock_view(
     (:func:`redlease.core.rules.standing`) is left out of ``healthy`` and of the quorum rule.
     """
     keys = tuple(keys)
-    outside = _outside(answers, probes or {}, quorum, restart_delay) if probes else {}
+    outside = _outside(answers, probes, quorum, restart_delay) if probes else {}
     ok = {n: a for n, a in answers.items() if not isinstance(a, BaseException) and n not in outside}
     errors = {n: _reason(a) for n, a in answers.items() if isinstance(a, BaseException)}
     health = NodeHealth(total=len(answers), healthy=len(ok), quorum=quorum)
