@@ -201,7 +201,9 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
     (:func:`~redlease.core.rules.born_members`): both are race-free among any number of
     clients. Any other fresh node counts again only after it has been up for ``restart_delay``
     and its fence counters were raised to the maximum found on
-    :func:`~redlease.core.rules.reseed_sources` intact nodes.
+    :func:`~redlease.core.rules.reseed_sources` intact nodes. While too few nodes count to
+    serve a quorum, the markers are read again first (an operator may have vouched for a node
+    or reset the set: docs/quorum.md, "Bringing nodes back").
     """
     if all(type(p) is Probe and membership(p) == "member" for p in replies):
         if cfg.outside:  # the common case, kept cheap: every node counts
@@ -211,9 +213,11 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
     probes = [p if isinstance(p, Probe) else None for p in replies]
     states = [membership(p) for p in probes]
     if "fresh" in states:
-        if states.count("member") < cfg.quorum:  # an operator may have vouched or reset
+        new_set = brand_new(probes)  # read again below anyway
+        if states.count("member") < cfg.quorum and not new_set:  # an operator may have acted
             probes = yield from _refresh(cfg, probes)
-        if brand_new(probes):
+            new_set = brand_new(probes)
+        if new_set:
             probes = yield from _bootstrap(cfg, probes)
         born = born_members(probes)
         if born:
