@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from redlease.core import view as lockview
+from redlease.core.observe import Notices
 from redlease.core.rules import OPERATOR, REJOINING, Probe
 from redlease.core.state import LockState
 from redlease.core.view import lock_view
@@ -140,3 +141,20 @@ def test_a_lease_only_on_nodes_that_do_not_count_is_never_named() -> None:
     # the holder on the two intact nodes is named; the third is still out
     held = lock_view(["job"], nodes(st("a", 5, 900), st("a", 5, 800), st()), 2, probes=marks)
     assert (held.holder, held.fencing_token, held.nodes.healthy) == ("a", 5, 2)
+
+
+def test_notices_log_each_node_once_and_operator_cases_again_later() -> None:
+    notices = Notices(every=300.0)
+    marks = {"n0": probe("a", "a"), "n1": probe("b2", None), "n2": probe("c2", None)}
+    stuck = lock_view(["job"], nodes(st(), st(), st()), 2, probes=marks)
+    due, back = notices.due(stuck, now=0.0)
+    assert [n for n, _ in due] == ["n1", "n2"] and back == []
+    assert notices.due(stuck, now=10.0) == ([], [])  # not once per read
+    again, _ = notices.due(stuck, now=300.0)  # still needs an operator: said again
+    assert [n for n, _ in again] == ["n1", "n2"]
+    # n2 vouched for: n1 now rejoins by itself (a new kind: one line), n2 counts again
+    marks = {**marks, "n2": probe("c2", "c2")}
+    rejoining = lock_view(["job"], nodes(st(), st(), st()), 2, probes=marks)
+    due, back = notices.due(rejoining, now=301.0)
+    assert [(n, o.kind) for n, o in due] == [("n1", REJOINING)] and back == ["n2"]
+    assert notices.due(rejoining, now=10_000.0) == ([], [])  # rejoining is never repeated

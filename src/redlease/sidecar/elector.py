@@ -297,7 +297,10 @@ class Elector:
 
     def _note_outside(self, view: LockView) -> None:
         """Log nodes that answer but do not count: what the operator must do, rate-limited."""
-        for node, out in self._notices.due(view, time.monotonic())[0]:
+        due, back = self._notices.due(view, time.monotonic())
+        for node in back:
+            log.info("redis node counts again", lock=view.lock, node=node)
+        for node, out in due:
             if out.kind == OPERATOR:
                 log.warning(
                     "redis node needs an operator", lock=view.lock, node=node, why=out.why,
