@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import Awaitable
 
 import pytest
 
 import redlease
+import redlease.aio
 from redlease import QuorumUnavailable
 from redlease.core.observe import read_view
 from redlease.core.rules import OPERATOR, REJOINING
 from redlease.core.view import LockView, document
 from redlease.devtools.localredis import RedisServer
 from redlease.quorum import NodeSet
-from tests.core.util import wait_until
+from tests.core.util import async_wait_until, wait_until
 
 RESTART_DELAY = 1.0
 
@@ -180,3 +182,38 @@ def test_node_restored_from_an_older_aof_is_not_trusted(
     assert tokens == sorted(set(tokens))  # strictly increasing throughout
     assert fence(a, lock_name) >= tokens[-2]  # re-seeded before it counted
     ns.close()
+
+
+async def test_asyncio_node_set_names_nodes_that_do_not_count(
+    redis_nodes: list[RedisServer], lock_name: str
+) -> None:
+    ns = NodeSet.from_urls(
+        [s.url for s in redis_nodes], asyncio=True, restart_delay=RESTART_DELAY, node_timeout=0.5
+    )
+    lock = redlease.aio.Lock(ns, lock_name, ttl=RESTART_DELAY)
+    await lock.acquire()
+    await lock.release()
+    for server in redis_nodes[1:]:
+        server.restart()
+    lost = {s.address for s in redis_nodes[1:]}
+
+    async def refused() -> str:
+        try:
+            await lock.acquire(blocking=False)
+        except QuorumUnavailable as exc:
+            return str(exc)
+        await lock.release()
+        return ""
+
+    await async_wait_until(
+        lambda: _contains(refused(), "cannot rejoin by itself"), timeout=10, step=0.05
+    )
+    assert ns.health() == {"total": 3, "healthy": 1, "quorum": 2}
+    assert set(ns.not_counting()) == lost
+    await ns.aclose()
+    for c in ns.clients:
+        await c.aclose()
+
+
+async def _contains(text: Awaitable[str], part: str) -> bool:
+    return part in await text
