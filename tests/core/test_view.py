@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from redlease.core import view as lockview
+from redlease.core.observe import Notices
+from redlease.core.rules import OPERATOR, REJOINING, Probe
 from redlease.core.state import LockState
 from redlease.core.view import lock_view
 
@@ -102,7 +104,57 @@ def test_document_is_the_status_contract() -> None:
         "transitions": 0,
         "nodes": {"total": 1, "healthy": 1, "quorum": 1},
         "holder_unknown": None,
+        "nodes_not_counting": {},
     }
     assert lockview.document(v, expires_in_ms=100)["expires_in_ms"] == 100
     empty = lockview.document(lockview.empty(["job"], 3, 2))
     assert empty["holder"] is None and empty["nodes"]["healthy"] == 0 and empty["holder_unknown"]
+
+
+def probe(run_id: str, marker: str | None, uptime: float = 100.0) -> Probe:
+    return Probe(run_id, uptime=uptime, at=0.0, marker=marker, durable=False)
+
+
+def test_nodes_restarted_empty_answer_but_do_not_count() -> None:
+    answers = nodes(st(), st(), st())  # the two empty nodes and the intact one all say "free"
+    marks = {"n0": probe("a", "a"), "n1": probe("b2", None), "n2": probe("c2", None)}
+    v = lock_view(["job"], answers, 2, probes=marks)
+    assert v.nodes.as_dict() == {"total": 3, "healthy": 1, "quorum": 2}
+    assert not v.nodes.reachable
+    assert v.holder is None and v.unknown is not None  # unknown, not "free"
+    assert "only 1 of 3 nodes count (quorum 2)" in v.unknown and "n1, n2" in v.unknown
+    assert set(v.outside) == {"n1", "n2"} and {o.kind for o in v.outside.values()} == {OPERATOR}
+    assert v.unhealthy_nodes == ("n1", "n2") and v.healthy_nodes == ("n0",)
+    doc = lockview.document(v)
+    assert doc["nodes"]["healthy"] == 1 and doc["holder_unknown"] == v.unknown
+    assert set(doc["nodes_not_counting"]) == {"n1", "n2"}
+    assert "cannot rejoin by itself" in doc["nodes_not_counting"]["n1"]
+
+
+def test_a_lease_only_on_nodes_that_do_not_count_is_never_named() -> None:
+    # one empty node took a late write; the two intact ones say free: the lock is free
+    answers = nodes(st(), st(), st("late", 1, 900))
+    marks = {"n0": probe("a", "a"), "n1": probe("b", "b"), "n2": probe("c2", None, uptime=1)}
+    v = lock_view(["job"], answers, 2, probes=marks, restart_delay=30.0)
+    assert v.holder is None and v.unknown is None and v.nodes.healthy == 2
+    assert v.outside["n2"].kind == REJOINING and "in 29s" in v.outside["n2"].why
+    # the holder on the two intact nodes is named; the third is still out
+    held = lock_view(["job"], nodes(st("a", 5, 900), st("a", 5, 800), st()), 2, probes=marks)
+    assert (held.holder, held.fencing_token, held.nodes.healthy) == ("a", 5, 2)
+
+
+def test_notices_log_each_node_once_and_operator_cases_again_later() -> None:
+    notices = Notices(every=300.0)
+    marks = {"n0": probe("a", "a"), "n1": probe("b2", None), "n2": probe("c2", None)}
+    stuck = lock_view(["job"], nodes(st(), st(), st()), 2, probes=marks)
+    due, back = notices.due(stuck, now=0.0)
+    assert [n for n, _ in due] == ["n1", "n2"] and back == []
+    assert notices.due(stuck, now=10.0) == ([], [])  # not once per read
+    again, _ = notices.due(stuck, now=300.0)  # still needs an operator: said again
+    assert [n for n, _ in again] == ["n1", "n2"]
+    # n2 vouched for: n1 now rejoins by itself (a new kind: one line), n2 counts again
+    marks = {**marks, "n2": probe("c2", "c2")}
+    rejoining = lock_view(["job"], nodes(st(), st(), st()), 2, probes=marks)
+    due, back = notices.due(rejoining, now=301.0)
+    assert [(n, o.kind) for n, o in due] == [("n1", REJOINING)] and back == ["n2"]
+    assert notices.due(rejoining, now=10_000.0) == ([], [])  # rejoining is never repeated

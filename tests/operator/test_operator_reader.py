@@ -10,6 +10,7 @@ from redlease import Lock
 from redlease.devtools.localredis import RedisServer
 from redlease.kube.spec import parse_spec
 from redlease.operator.reader import NodeReader
+from redlease.quorum import NodeSet
 
 
 async def test_thousand_locks_one_refresh(redis_server: RedisServer) -> None:
@@ -46,6 +47,11 @@ async def test_thousand_locks_one_refresh(redis_server: RedisServer) -> None:
 @pytest.mark.parametrize("redis_nodes", [3], indirect=True)
 async def test_dead_node_is_bounded(redis_nodes: list[RedisServer]) -> None:
     s = parse_spec({"keys": ["x"], "nodes": [{"url": n.url} for n in redis_nodes]})
+    marked = NodeSet([n.client() for n in redis_nodes])  # a set in use: its nodes are marked
+    lock = Lock(marked, "x")
+    lock.acquire()
+    lock.release()
+    marked.close()
     redis_nodes[2].pause()  # SIGSTOP: connects, never answers
     reader = NodeReader(timeout=0.5)
     try:

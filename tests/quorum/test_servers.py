@@ -51,9 +51,10 @@ def mixed_nodes() -> Iterator[list[RedisServer]]:
 def test_mixed_servers_lock_fence_and_outages(mixed_nodes: list[RedisServer]) -> None:
     labels = [describe(s.binary).label for s in mixed_nodes]
     assert [label.split()[0] for label in labels] == ["Redis", "Redis", "Valkey"], labels
-    ns = NodeSet([s.client(socket_timeout=5) for s in mixed_nodes], node_timeout=0.5)
-    lock = redlease.Lock(ns, "mixed", ttl=5)
-    other = redlease.Lock(ns, "mixed", ttl=5)
+    clients = [s.client(socket_timeout=5) for s in mixed_nodes]
+    ns = NodeSet(clients, node_timeout=0.5, restart_delay=1.0)
+    lock = redlease.Lock(ns, "mixed", ttl=1)
+    other = redlease.Lock(ns, "mixed", ttl=1)
     last = lock.acquire(blocking=False).fencing_token
     assert all(lease_keys(s, "mixed") for s in mixed_nodes)  # granted by all three
     with pytest.raises(LockContention):
@@ -67,7 +68,7 @@ def test_mixed_servers_lock_fence_and_outages(mixed_nodes: list[RedisServer]) ->
         assert token > last, f"token went from {last} to {token} without {down.binary}"
         last = token
         lock.release()
-        down.start()  # AOF: it comes back with its fence counters and counts at once
+        down.start()  # AOF: back with its data, counted again after restart_delay (re-seeded)
 
         def all_three_grant() -> bool:
             try:

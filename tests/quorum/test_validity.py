@@ -10,6 +10,9 @@ from redlease import ConfigError, errors
 from redlease.core.protocol import Outcome, drift
 from redlease.core.rules import (
     LATE,
+    OPERATOR,
+    REJOINING,
+    WAITING,
     Down,
     Probe,
     Reply,
@@ -25,8 +28,10 @@ from redlease.core.rules import (
     may_rejoin,
     membership,
     raise_confirmed,
+    recovery,
     release_verdict,
     reseed_sources,
+    standing,
     tally,
     validity,
 )
@@ -151,7 +156,8 @@ def test_restart_rule_membership() -> None:
     assert membership(intact) == "member"
     assert membership(restarted) == "fresh"
     assert membership(rdb_restore) == "fresh"  # a snapshot may miss recent fence increments
-    assert membership(aof_always) == "member"
+    # AOF + fsync always keeps a restart's data, but an older AOF backup looks the same
+    assert membership(aof_always) == "fresh"
     assert membership(None) == "unknown"
     assert not may_rejoin(restarted, now=0.5, restart_delay=1.0)
     assert may_rejoin(restarted, now=1.0, restart_delay=1.0)
@@ -177,3 +183,54 @@ def test_born_members_are_the_servers_on_a_birth_list() -> None:
     assert born_members([marked, not_yet, restarted]) == (1,)  # the new server stays out
     assert born_members([marked, not_yet, None]) == (1,)
     assert born_members([Probe("r0", 5, 0, "r0", False), not_yet, restarted]) == ()
+
+
+def _node(
+    run_id: str, marker: str | None, uptime: float = 0.0, born: frozenset[str] = frozenset()
+) -> Probe:
+    return Probe(run_id, uptime=uptime, at=0.0, marker=marker, durable=True, born=born)
+
+
+def test_standing_counts_members_new_sets_and_born_nodes() -> None:
+    born = frozenset({"a", "b", "c"})
+    members = [_node("a", "a"), _node("b", "b"), _node("c", "c")]
+    assert standing(members, 2, 60.0, now=0.0) == [None, None, None]
+    new = [_node("a", None), _node("b", None), _node("c", None)]
+    assert standing(new, 2, 60.0, now=0.0) == [None, None, None]  # marked at first contact
+    not_yet = [_node("a", "a", born=born), _node("b", None), _node("c", "c", born=born)]
+    assert standing(not_yet, 2, 60.0, now=0.0) == [None, None, None]
+    assert standing([None, *members[1:]], 2, 60.0, now=0.0) == [None, None, None]
+
+
+def test_standing_one_restarted_node_rejoins_by_itself() -> None:
+    empty = _node("b2", None, uptime=10.0)
+    why = standing([_node("a", "a"), empty, _node("c", "c")], 2, 60.0, now=5.0)
+    assert why[0] is None and why[2] is None
+    assert why[1] is not None and why[1].kind == REJOINING and not why[1].action
+    assert why[1].why == "restarted without its data; rejoins by itself in 45s"
+    late = standing([_node("a", "a"), empty, _node("c", "c")], 2, 60.0, now=50.0)[1]
+    assert late is not None and late.why.endswith("rejoins by itself at the next lock operation")
+
+
+def test_standing_two_of_three_restarted_empty_need_an_operator() -> None:
+    probes = [_node("a", "a"), _node("b2", None, 100.0), _node("c2", None, 100.0)]
+    why = standing(probes, 2, 60.0, now=0.0)
+    assert why[0] is None
+    for w in why[1:]:
+        assert w is not None and w.kind == OPERATOR
+        assert "cannot rejoin by itself: 1 of 3 nodes kept their data, 2 needed" in w.why
+        assert "DEL redlease:node" in w.action and "HSET" not in w.action
+    # one intact node unreachable: the others may still come back by themselves
+    waiting = standing([None, probes[1], _node("c", "c")], 2, 60.0, now=0.0)[1]
+    assert waiting is not None and waiting.kind == WAITING
+
+
+def test_standing_foreign_marker_is_not_trusted_even_with_aof() -> None:
+    restored = _node("b2", "b1", uptime=1.0)  # AOF from the run before (or an older backup)
+    why = standing([_node("a", "a"), restored, _node("c", "c")], 2, 60.0, now=0.0)[1]
+    assert why is not None and why.kind == REJOINING
+    assert "earlier server run b1" in why.why
+    stuck = standing([_node("a", "a"), restored, _node("c2", "c1")], 2, 60.0, now=0.0)[1]
+    assert stuck is not None and stuck.kind == OPERATOR
+    assert "HSET redlease:node run_id b2" in stuck.action
+    assert recovery(restored, 60.0) == stuck.action

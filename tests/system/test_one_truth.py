@@ -4,7 +4,8 @@ A 5-node RedLock set, two sidecars, the operator (kopf against KMock) with a Dis
 the same nodes, and `redlease status`. With 2 nodes killed, the sidecars' /status, state files
 and /metrics, `redlease status` and the DistributedLock status all say 3 of 5 healthy within two
 retry periods and keep saying it, and all name the same holder and fencing token. A stale
-holder on a minority of nodes is named by none of them.
+holder on a minority of nodes is named by none of them. With 2 of 3 nodes restarted empty,
+every surface says 1 of 3 healthy, the holder unknown, and names both nodes.
 """
 
 from __future__ import annotations
@@ -30,13 +31,22 @@ from tests.sidecar.procs import ROOT, Sidecar, env
 TTL, DEADLINE, RETRY = 5.0, 3.0, 1.0
 
 
-def cli_status(lock: str, urls: list[str]) -> dict[str, Any]:
+def cli_status_doc(lock: str, urls: list[str]) -> tuple[int, dict[str, Any]]:
+    """`redlease status --json`: (exit code, document, or {"stderr": ...} if none)."""
     args = [sys.executable, "-m", "redlease", "status", "--lock", lock, "--json"]
     for url in urls:
         args += ["--redis", url]
     out = subprocess.run(args, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=30)
-    assert out.returncode == 0, out.stderr
-    doc: dict[str, Any] = json.loads(out.stdout)
+    try:
+        doc: dict[str, Any] = json.loads(out.stdout)
+    except ValueError:
+        doc = {"stderr": out.stderr}
+    return out.returncode, doc
+
+
+def cli_status(lock: str, urls: list[str]) -> dict[str, Any]:
+    code, doc = cli_status_doc(lock, urls)
+    assert code == 0, doc
     return doc
 
 
@@ -165,3 +175,84 @@ async def test_a_stale_holder_on_a_minority_is_named_by_no_surface(
         assert "phantom-holder" not in sc.log()
     finally:
         sc.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("redis_nodes", [3], indirect=True)
+async def test_nodes_restarted_empty_do_not_count_on_any_surface(
+    cluster: Cluster, redis_nodes: list[RedisServer]
+) -> None:
+    """2 of 3 nodes restarted empty: no leader (they cannot be re-seeded), and every surface
+    says 1 of 3 healthy, the holder unknown (not free), and names both nodes; `connected`
+    readiness is 503; the sidecars' logs say what the operator must do, once per node."""
+    urls = [s.url for s in redis_nodes]
+    lock = f"empty-{uuid.uuid4().hex[:8]}"
+    await cluster.create("empty", {"keys": [lock], "nodes": [{"url": u} for u in urls]})
+    timing = dict(ttl=TTL, renew_deadline=DEADLINE, retry_period=RETRY)
+    scs = [Sidecar(i, lock, urls, **timing).start() for i in ("pod-a", "pod-b")]  # type: ignore[arg-type]
+    lost = {s.address for s in redis_nodes[1:]}
+    try:
+        for sc in scs:
+            await asyncio.to_thread(sc.wait_up)
+        await until(
+            lambda: any(sc.is_leader() for sc in scs) and cluster.status("empty").get("holder"),
+            timeout=30,
+            what="a leader",
+        )
+        for server in redis_nodes[1:]:
+            server.restart()  # no persistence: data and markers gone
+
+        def everywhere() -> dict[str, Any] | None:
+            seen: dict[str, Any] = {}
+            for sc in scs:
+                doc = sc.status()
+                if doc is None:
+                    return None
+                seen[f"{sc.identity}/status"] = doc
+                seen[f"{sc.identity}/file"] = json.loads(sc.state_file.read_text())
+            code, cli = cli_status_doc(lock, urls)
+            seen["redlease status"] = cli
+            for doc in seen.values():
+                if (
+                    "nodes" not in doc
+                    or doc["nodes"]["healthy"] != 1
+                    or doc["holder"] is not None
+                    or not doc["holder_unknown"]
+                    or set(doc["nodes_not_counting"]) != lost
+                ):
+                    return None
+            st = cluster.status("empty")
+            if st.get("healthyNodes") != 1 or set(st.get("unhealthyNodes", ())) != lost:
+                return None
+            seen["DistributedLock"] = st
+            seen["cli exit"] = code
+            return seen
+
+        seen = await until(everywhere, timeout=30, what="1/3 healthy everywhere")
+        assert seen["cli exit"] == 1
+        assert seen["DistributedLock"]["phase"] == "Unavailable"
+        assert "holder" not in seen["DistributedLock"]
+        for sc in scs:
+            m = metrics_view(sc)
+            assert (m["healthy"], m["not_counting"], m["quorum"]) == (1, 2, 2)
+            code, body = sc.get("/readyz")
+            assert code == 503 and body == {"ready": False, "leader": False}
+        # they stay out (nothing brings them back by itself); the log says so once per node
+        end = time.monotonic() + 3 * RETRY
+        while time.monotonic() < end:
+            assert all((sc.status() or {}).get("nodes", {}).get("healthy") == 1 for sc in scs)
+            await asyncio.sleep(RETRY / 2)
+        for sc in scs:
+            log = sc.log()
+            for address in lost:
+                lines = [
+                    line
+                    for line in log.splitlines()
+                    if "needs an operator" in line and address in line
+                ]
+                assert len(lines) == 1, lines  # rate-limited: not once per read
+                assert "DEL redlease:node" in lines[0]
+            assert "rejoining" not in log
+    finally:
+        for sc in scs:
+            sc.stop()

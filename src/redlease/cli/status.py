@@ -35,6 +35,9 @@ def describe(view: LockView) -> dict[str, Any]:
     }
     if view.errors:
         doc["unhealthy"] = dict(view.errors)
+    actions = {n: o.action for n, o in view.outside.items() if o.action}
+    if actions:
+        doc["operator_action"] = actions
     return doc
 
 
@@ -57,6 +60,10 @@ def render(doc: dict[str, Any]) -> str:
         rows.append(("why unknown", doc["holder_unknown"]))
     for node, why in (doc.get("unhealthy") or {}).items():
         rows.append(("unreachable", f"{node}: {why}"))
+    for node, why in doc["nodes_not_counting"].items():
+        rows.append(("not counting", f"{node}: {why}"))
+    for node, action in (doc.get("operator_action") or {}).items():
+        rows.append(("to bring back", f"{node}: {action}"))
     return "\n".join(f"{k + ':':<15}{v}" for k, v in rows)
 
 

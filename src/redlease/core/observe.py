@@ -6,12 +6,17 @@ builds the same :func:`~redlease.core.view.lock_view` from the same per-node sta
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import redis.exceptions as rex
 
 from redlease.core import _async
 from redlease.core.keys import LockKeys
 from redlease.core.protocol import Flow
+from redlease.core.quorum import _probe
+from redlease.core.rules import OPERATOR, RESTART_DELAY, Outside, Probe
 from redlease.core.state import LockState, read_state_flow
 from redlease.core.view import LockView, NodeAnswer, lock_view
 from redlease.errors import LockError, LockUnavailable
@@ -27,27 +32,105 @@ def node_drivers(client: Any, lock: str) -> list[tuple[str, _async.AsyncNode]]:
     return list(zip(names or [d.name for d in drivers], drivers, strict=True))
 
 
+def is_nodeset(client: Any) -> bool:
+    """A RedLock node set: its nodes carry markers, and a node may answer without counting."""
+    return bool(getattr(client, "is_redlease_nodeset", False))
+
+
+async def node_probe(client: Any) -> Probe:
+    """What a RedLock node's server and marker say now (one pipelined round trip)."""
+    pipe = client.pipeline(transaction=False)
+    for command in _probe.NODE:
+        pipe.execute_command(*command)
+    replies = await pipe.execute(raise_on_error=False)
+    at = time.monotonic()
+    return _probe.node(Probe("", 0.0, at, None, durable=False), replies, at)
+
+
 async def node_answer(
-    node: _async.AsyncNode, keys: Sequence[str], timeout: float, before: Flow | None = None
-) -> NodeAnswer:
+    node: _async.AsyncNode,
+    keys: Sequence[str],
+    timeout: float,
+    before: Flow | None = None,
+    *,
+    probe: bool = False,
+) -> tuple[NodeAnswer, Probe | None]:
     """One node's states of ``keys`` (after running ``before``, e.g. a candidate heartbeat),
-    or the error that kept it from answering within ``timeout`` seconds."""
+    or the error that kept it from answering within ``timeout`` seconds; with ``probe``, also
+    what its server and marker say (read first, so a restart in between shows as a stale
+    marker rather than as a counted node)."""
+    seen: Probe | None = None
     try:
         async with asyncio.timeout(timeout):
+            if probe:
+                seen = await node_probe(node.client)
             if before is not None:
                 await _async.drive(node, before)
             states: dict[str, LockState] = {}
             for key in keys:
                 states[key] = await _async.drive(node, read_state_flow(LockKeys.for_name(key)))
-            return states
+            return states, seen
     except LockError as exc:
-        return exc
+        return exc, None
+    except rex.RedisError as exc:  # the probe's own commands
+        return node.error(exc), None
     except TimeoutError:
-        return LockUnavailable(keys[0], f"no answer within {timeout:g}s", nodes=[node.name])
+        return LockUnavailable(keys[0], f"no answer within {timeout:g}s", nodes=[node.name]), None
 
 
-async def read_view(client: Any, keys: Sequence[str], quorum: int, timeout: float) -> LockView:
-    """Read every node in parallel and build the lock view."""
+async def read_view(
+    client: Any,
+    keys: Sequence[str],
+    quorum: int,
+    timeout: float,
+    before: Callable[[], Flow] | None = None,
+) -> LockView:
+    """Read every node in parallel (after running ``before()`` on each) and build the lock
+    view; on a RedLock set, each node's marker is read too, so that nodes that answer but do
+    not count are named as such."""
     drivers = node_drivers(client, keys[0])
-    answers = await asyncio.gather(*(node_answer(d, keys, timeout) for _, d in drivers))
-    return lock_view(keys, dict(zip([n for n, _ in drivers], answers, strict=True)), quorum)
+    probe = is_nodeset(client)
+    answers = await asyncio.gather(
+        *(
+            node_answer(d, keys, timeout, before() if before else None, probe=probe)
+            for _, d in drivers
+        )
+    )
+    names = [n for n, _ in drivers]
+    return lock_view(
+        keys,
+        {n: a for n, (a, _) in zip(names, answers, strict=True)},
+        quorum,
+        probes={n: p for n, (_, p) in zip(names, answers, strict=True)} if probe else None,
+        restart_delay=getattr(client, "restart_delay", RESTART_DELAY),
+    )
+
+
+class Notices:
+    """Which nodes that do not count to log, and when (the caller's log, rate-limited).
+
+    A node is logged when it stops counting or the reason's kind changes (rejoining by itself,
+    waiting for intact nodes, needs an operator); one that needs an operator is logged again
+    every ``every`` seconds while it stays out, one that rejoins by itself is not repeated.
+    """
+
+    def __init__(self, every: float = 300.0) -> None:
+        self.every = every
+        self._seen: dict[str, tuple[str, float]] = {}  # node -> (kind, when logged)
+
+    def due(self, view: LockView, now: float) -> tuple[list[tuple[str, Outside]], list[str]]:
+        """(nodes to log now with why, nodes that count again) after reading ``view``."""
+        log: list[tuple[str, Outside]] = []
+        for node, out in view.outside.items():
+            last = self._seen.get(node)
+            if (
+                last is None
+                or last[0] != out.kind
+                or (out.kind == OPERATOR and now - last[1] >= self.every)
+            ):
+                self._seen[node] = (out.kind, now)
+                log.append((node, out))
+        back = [n for n in self._seen if n not in view.outside and n not in view.errors]
+        for node in back:
+            del self._seen[node]
+        return log, back

@@ -298,11 +298,16 @@ class Probe:
 
 
 def membership(probe: Probe | None) -> str:
-    """``member`` (data intact: counts toward quorums), ``fresh`` (no marker: restarted empty
-    or brand new) or ``unknown`` (never reached)."""
+    """``member`` (its marker names the server running now: data intact, counts toward
+    quorums), ``fresh`` (no marker, or one naming another server run: restarted empty, brand
+    new, or restarted from an AOF that may be an older backup) or ``unknown`` (never reached).
+
+    Persistence does not make a foreign marker trusted: a server restarted from its own AOF and
+    one restored from an older backup look the same (both carry an earlier run id), and the
+    second has forgotten leases and fence raises. Both rejoin by the restart rule."""
     if probe is None:
         return "unknown"
-    if probe.marker is not None and (probe.marker == probe.run_id or probe.durable):
+    if probe.marker is not None and probe.marker == probe.run_id:
         return "member"
     return "fresh"
 
@@ -310,7 +315,12 @@ def membership(probe: Probe | None) -> str:
 def may_rejoin(probe: Probe, now: float, restart_delay: float) -> bool:
     """A fresh node may be re-seeded once it has been up for ``restart_delay`` (the longest
     TTL): by then every lease it forgot has expired everywhere."""
-    return probe.uptime + (now - probe.at) >= restart_delay
+    return rejoin_in(probe, now, restart_delay) <= 0
+
+
+def rejoin_in(probe: Probe, now: float, restart_delay: float) -> float:
+    """Seconds until a fresh node has been up for ``restart_delay`` (<= 0: it may rejoin)."""
+    return restart_delay - (probe.uptime + (now - probe.at))
 
 
 def brand_new(probes: Sequence[Probe | None]) -> bool:
@@ -349,4 +359,89 @@ def born_members(probes: Sequence[Probe | None]) -> tuple[int, ...]:
         i
         for i, p in enumerate(probes)
         if p is not None and p.run_id in born and membership(p) == "fresh"
+    )
+
+
+# --- nodes that do not count -------------------------------------------------------------------
+
+RESTART_DELAY = 60.0  # default seconds a node that lost its data stays out (>= the longest TTL)
+REJOINING = "rejoining"  # rejoins by itself (after restart_delay, re-seeded from intact nodes)
+WAITING = "waiting"  # rejoins by itself once enough intact nodes answer again
+OPERATOR = "operator"  # cannot rejoin by itself: only an operator's hand brings it back
+
+
+@dataclass(frozen=True, slots=True)
+class Outside:
+    """Why a node that answered does not count toward quorums, and whether it comes back by
+    itself (``kind``: :data:`REJOINING`, :data:`WAITING` or :data:`OPERATOR`)."""
+
+    kind: str
+    why: str
+    action: str = ""  # what an operator must do (kind OPERATOR), or ""
+
+
+def standing(
+    probes: Sequence[Probe | None], quorum: int, restart_delay: float, now: float
+) -> list[Outside | None]:
+    """For each node: None if it counts (or was not reached: unreachable is reported apart),
+    else why not. The same rule as the quorum flows apply before every operation: a fresh node
+    counts at once when the whole set is brand new or its server is on a birth list (it is
+    marked at first contact); any other fresh node rejoins after ``restart_delay`` once
+    :func:`reseed_sources` intact nodes can restore its fence counters, and with fewer intact
+    nodes than that it cannot rejoin by itself."""
+    n = len(probes)
+    new_set = brand_new(probes)
+    born = births(probes)
+    members = sum(1 for p in probes if membership(p) == "member")
+    unreached = sum(1 for p in probes if p is None)
+    unmarked = all(p is None or p.marker is None for p in probes)
+    sources = reseed_sources(n, quorum)
+    out: list[Outside | None] = []
+    for p in probes:
+        if p is None or membership(p) == "member" or new_set or p.run_id in born:
+            out.append(None)
+            continue
+        if unmarked:  # a new set (or one whose every reachable node lost its data)
+            out.append(
+                Outside(WAITING, "not marked yet; the set is marked once every node answers")
+            )
+            continue
+        lost = (
+            "restarted without its data"
+            if p.marker is None
+            else f"its data is from an earlier server run {p.marker[:12]} (restarted, or "
+            "restored from a backup)"
+        )
+        left = rejoin_in(p, now, restart_delay)
+        if members >= sources:
+            when = f"in {left:.0f}s" if left > 0 else "at the next lock operation"
+            out.append(Outside(REJOINING, f"{lost}; rejoins by itself {when}"))
+        elif members + unreached >= sources:
+            out.append(
+                Outside(WAITING, f"{lost}; rejoins once {sources} nodes with their data answer")
+            )
+        else:
+            why = (
+                f"{lost}; cannot rejoin by itself: {members} of {n} nodes kept their data, "
+                f"{sources} needed to restore its fencing counters (docs/quorum.md, 'Bringing "
+                "nodes back')"
+            )
+            out.append(Outside(OPERATOR, why, recovery(p, restart_delay)))
+    return out
+
+
+def recovery(probe: Probe, restart_delay: float) -> str:
+    """What an operator does to bring back a node that cannot rejoin by itself (the procedure
+    of docs/quorum.md, "Bringing nodes back")."""
+    new_history = (
+        f"once every node is up and has been for {restart_delay:g}s, run `DEL redlease:node` "
+        "on every node of the set to start a new fencing history (docs/quorum.md, 'Bringing "
+        "nodes back')"
+    )
+    if probe.marker is None:
+        return new_history
+    return (
+        "if this node's data is its own latest (restarted from its AOF, not restored from an "
+        f"older backup), run `HSET redlease:node run_id {probe.run_id}` on it; otherwise "
+        + new_history
     )

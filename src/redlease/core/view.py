@@ -9,17 +9,21 @@ that answered agree on the same lease (same holder identity and fencing token) f
 the lock. A single Redis, or a cluster, is its own quorum of one. When fewer agree, the view
 says the lock is free only if no lease could still have a quorum (counting the nodes that did
 not answer as possibly holding it); otherwise the holder is *unknown* and the view says why.
-``healthy`` is the number of nodes that answered this round; nothing else writes it.
+``healthy`` is the number of nodes that answered this round and count: a RedLock node that lost
+its data (restarted empty, or from an AOF naming an earlier server run) answers but does not
+count until it rejoins (:func:`redlease.core.rules.standing`); the view names it and why.
+Nothing else writes ``healthy``.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from redlease.core.rules import RESTART_DELAY, Outside, Probe, standing
 from redlease.core.state import LockState
+from redlease.core.times import format_time
 
 NodeAnswer = Mapping[str, LockState] | BaseException  # key -> state, or why the node failed
 
@@ -76,7 +80,8 @@ class LockView(Facts):
     nodes: NodeHealth
     per_key: tuple[KeyView, ...] = ()
     healthy_nodes: tuple[str, ...] = ()
-    errors: Mapping[str, str] = field(default_factory=dict)  # unhealthy node -> reason
+    errors: Mapping[str, str] = field(default_factory=dict)  # unreachable node -> reason
+    outside: Mapping[str, Outside] = field(default_factory=dict)  # answered, does not count
 
     @property
     def lock(self) -> str:
@@ -84,7 +89,13 @@ class LockView(Facts):
 
     @property
     def unhealthy_nodes(self) -> tuple[str, ...]:
-        return tuple(self.errors)
+        """Nodes that do not count this round: unreachable, or answered but out of quorums."""
+        return (*self.errors, *self.outside)
+
+    @property
+    def not_counting(self) -> dict[str, str]:
+        """Nodes that answered but do not count, and why (what every surface shows)."""
+        return {n: o.why for n, o in self.outside.items()}
 
 
 def _nth_largest(values: Sequence[int], n: int) -> int | None:
@@ -128,14 +139,24 @@ def key_view(key: str, states: Sequence[LockState], quorum: int, unanswered: int
     return KeyView(unknown=why, **common)
 
 
-def lock_view(keys: Sequence[str], answers: Mapping[str, NodeAnswer], quorum: int) -> LockView:
+def lock_view(
+    keys: Sequence[str],
+    answers: Mapping[str, NodeAnswer],
+    quorum: int,
+    *,
+    probes: Mapping[str, Probe | None] | None = None,
+    restart_delay: float = RESTART_DELAY,
+) -> LockView:
     """The view of a lock over ``keys`` from each node's answer (in node order).
 
     ``answers`` maps a secret-free node name to that node's per-key states, or to the exception
-    that kept it from answering.
+    that kept it from answering. ``probes`` (RedLock sets only) maps a node name to what its
+    server and marker said in the same round: a node that does not count
+    (:func:`redlease.core.rules.standing`) is left out of ``healthy`` and of the quorum rule.
     """
     keys = tuple(keys)
-    ok = {n: a for n, a in answers.items() if not isinstance(a, BaseException)}
+    outside = _outside(answers, probes, quorum, restart_delay) if probes else {}
+    ok = {n: a for n, a in answers.items() if not isinstance(a, BaseException) and n not in outside}
     errors = {n: _reason(a) for n, a in answers.items() if isinstance(a, BaseException)}
     health = NodeHealth(total=len(answers), healthy=len(ok), quorum=quorum)
     unanswered = len(errors)
@@ -155,12 +176,16 @@ def lock_view(keys: Sequence[str], answers: Mapping[str, NodeAnswer], quorum: in
         "per_key": per_key,
         "healthy_nodes": tuple(ok),
         "errors": errors,
+        "outside": outside,
     }
     if not health.reachable:
-        return LockView(
-            unknown=f"only {health.healthy} of {health.total} nodes answered (quorum {quorum})",
-            **base,
-        )
+        why = f"only {health.healthy} of {health.total} nodes answered (quorum {quorum})"
+        if outside:
+            why = (
+                f"only {health.healthy} of {health.total} nodes count (quorum {quorum}); "
+                f"not counting: {', '.join(outside)}"
+            )
+        return LockView(unknown=why, **base)
     unknown = [k for k in per_key if k.unknown]
     if unknown:
         return LockView(unknown="; ".join(f"{k.key}: {k.unknown}" for k in unknown), **base)
@@ -181,6 +206,20 @@ def lock_view(keys: Sequence[str], answers: Mapping[str, NodeAnswer], quorum: in
     return LockView(unknown=f"the keys are not held as one lease ({parts})", **base)
 
 
+def _outside(
+    answers: Mapping[str, NodeAnswer],
+    probes: Mapping[str, Probe | None],
+    quorum: int,
+    restart_delay: float,
+) -> dict[str, Outside]:
+    """The nodes that answered but do not count (``probes``: read in the same round)."""
+    names = list(answers)
+    seen = [None if isinstance(answers[n], BaseException) else probes.get(n) for n in names]
+    now = max((p.at for p in seen if p is not None), default=0.0)
+    why = standing(seen, quorum, restart_delay, now)
+    return {n: w for n, w in zip(names, why, strict=True) if w is not None}
+
+
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:200]
@@ -191,15 +230,13 @@ def _reason(exc: BaseException) -> str:
 
 def iso_ms(ms: int | None) -> str | None:
     """Epoch milliseconds as an RFC 3339 UTC timestamp with millisecond precision."""
-    if ms is None:
-        return None
-    stamp = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC)
-    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return None if ms is None else format_time(ms / 1000, "milliseconds")
 
 
 def document(view: LockView, *, expires_in_ms: int | None = None) -> dict[str, Any]:
     """The lock part of a status document (docs/sidecar.md "HTTP"): holder, fencing token,
-    expiry, times, transitions, nodes, and why the holder is unknown if it is.
+    expiry, times, transitions, nodes, why the holder is unknown if it is, and the nodes that
+    answered but do not count (node -> why).
 
     ``expires_in_ms`` overrides the view's (a reader that aged the view since it was read)."""
     held = view.holder is not None
@@ -214,6 +251,7 @@ def document(view: LockView, *, expires_in_ms: int | None = None) -> dict[str, A
         "transitions": view.transitions,
         "nodes": view.nodes.as_dict(),
         "holder_unknown": view.unknown,
+        "nodes_not_counting": view.not_counting,
     }
 
 

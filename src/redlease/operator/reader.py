@@ -22,6 +22,8 @@ import redis.exceptions as rex
 from redlease.core import scripts
 from redlease.core.connect import Target, connect_target
 from redlease.core.keys import LockKeys
+from redlease.core.observe import node_probe
+from redlease.core.rules import Probe
 from redlease.core.state import LockState, decode_state, status_call
 from redlease.core.view import LockView, lock_view
 from redlease.errors import LockError
@@ -129,14 +131,22 @@ class NodeReader:
             for target in targets_for(spec, creds):
                 wanted[target].update(spec.keys)
         results: dict[Target, dict[str, LockState] | BaseException] = {}
+        # RedLock nodes: their markers say whether they count (one more read per node)
+        sets = [targets_for(spec, creds) for spec, creds in requests]
+        marked = {t for ts in sets if len(ts) > 1 for t in ts}
+        probes: dict[Target, Probe] = {}
         sem = asyncio.Semaphore(self.concurrency)
+
+        async def read_node(target: Target, names: list[str]) -> dict[str, LockState]:
+            if target in marked:
+                probes[target] = await node_probe(self._client(target))
+                self.round_trips += 1
+            return await self._read_target(target, names)
 
         async def one(target: Target, names: list[str]) -> None:
             async with sem:
                 try:
-                    results[target] = await asyncio.wait_for(
-                        self._read_target(target, names), self.timeout
-                    )
+                    results[target] = await asyncio.wait_for(read_node(target, names), self.timeout)
                 except TimeoutError:
                     results[target] = TimeoutError(f"no answer within {self.timeout:g}s")
                     await self._drop(target)
@@ -148,11 +158,10 @@ class NodeReader:
         await self._gc()
         views = []
         for spec, creds in requests:
-            per_node = {
-                name: results[t]
-                for name, t in zip(spec.node_names, targets_for(spec, creds), strict=True)
-            }
-            views.append((lock_view(spec.keys, per_node, spec.quorum), started))
+            named = list(zip(spec.node_names, targets_for(spec, creds), strict=True))
+            per_node = {name: results[t] for name, t in named}
+            seen = {name: probes.get(t) for name, t in named} if len(named) > 1 else None
+            views.append((lock_view(spec.keys, per_node, spec.quorum, probes=seen), started))
         return views
 
     async def force_release(

@@ -85,7 +85,7 @@ def phase_of(view: LockView) -> str:
     named), else Held or Free."""
     if not view.nodes.reachable:
         return UNAVAILABLE
-    if view.errors or view.unknown:
+    if view.unhealthy_nodes or view.unknown:
         return DEGRADED
     return HELD if view.held else FREE
 
@@ -110,7 +110,7 @@ def compute_status(
         "totalNodes": nodes.total,
         "quorum": nodes.quorum,
     }
-    if view.errors:
+    if view.unhealthy_nodes:
         status["unhealthyNodes"] = list(view.unhealthy_nodes)
     if view.holder is not None:
         status["holder"] = view.holder
@@ -143,7 +143,7 @@ def compute_status(
             "Available",
             nodes.reachable,
             "QuorumReachable" if nodes.reachable else "QuorumLost",
-            f"{nodes.healthy} of {nodes.total} nodes answered, quorum {nodes.quorum}"
+            f"{nodes.healthy} of {nodes.total} nodes answered and count, quorum {nodes.quorum}"
             + _errors_text(view),
             generation,
         ),
@@ -156,9 +156,12 @@ def compute_status(
 
 
 def _errors_text(view: LockView) -> str:
-    if not view.errors:
-        return ""
-    return "; unreachable: " + "; ".join(f"{n}: {why}" for n, why in view.errors.items())
+    text = ""
+    if view.errors:
+        text += "; unreachable: " + "; ".join(f"{n}: {why}" for n, why in view.errors.items())
+    if view.outside:
+        text += "; not counting: " + "; ".join(f"{n}: {o.why}" for n, o in view.outside.items())
+    return text
 
 
 def invalid_status(

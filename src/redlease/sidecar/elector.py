@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import time
 from collections.abc import Awaitable
@@ -21,10 +22,11 @@ from redlease.core import _async, aio
 from redlease.core.connect import connect_target
 from redlease.core.durability import read_config, restart_loss
 from redlease.core.keys import LockKeys
-from redlease.core.observe import node_answer, node_drivers
+from redlease.core.observe import Notices, node_drivers, read_view
 from redlease.core.protocol import drift
+from redlease.core.rules import OPERATOR
 from redlease.core.state import heartbeat_flow
-from redlease.core.view import lock_view
+from redlease.core.view import LockView
 from redlease.errors import LockError, LockTimeout, RedleaseError
 from redlease.sidecar.config import ElectionConfig
 from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown, Term, Transition
@@ -74,6 +76,7 @@ class Elector:
         self._task: asyncio.Task[None] | None = None
         self._outage_logged = False
         self._durability_checked = False
+        self._notices = Notices()
 
     # -- public -------------------------------------------------------------------------------
 
@@ -306,37 +309,30 @@ class Elector:
             cfg = self.config
             started = time.monotonic()
             hb_ms = int(max(cfg.timing.ttl, 3 * cfg.timing.retry_period) * 1000)
-            drivers = node_drivers(self._client, cfg.lock)
             heartbeat = LockKeys.for_name(cfg.lock)
-            answers = await asyncio.gather(
-                *(
-                    node_answer(
-                        d,
-                        cfg.keys,
-                        max(1.0, cfg.timing.retry_period),
-                        heartbeat_flow(heartbeat, cfg.identity, hb_ms),
-                    )
-                    for _, d in drivers
-                )
+            view = await read_view(
+                self._client,
+                cfg.keys,
+                cfg.target.quorum,
+                max(1.0, cfg.timing.retry_period),
+                functools.partial(heartbeat_flow, heartbeat, cfg.identity, hb_ms),
             )
             if self.config is cfg:
-                named = dict(zip([n for n, _ in drivers], answers, strict=True))
-                if not self._durability_checked and not isinstance(answers[0], Exception):
+                if not self._durability_checked and view.healthy_nodes:
                     self._durability_checked = True
-                    await self._warn_if_not_durable(named)
-                transition = self.election.observe(
-                    lock_view(cfg.keys, named, cfg.target.quorum), started
-                )
+                    await self._warn_if_not_durable(view)
+                self._note_outside(view)
+                transition = self.election.observe(view, started)
                 if transition is not None:
                     self._emit(transition)
             self.refresh()
             self.hooks.changed()
             await asyncio.sleep(cfg.timing.retry_period)
 
-    async def _warn_if_not_durable(self, named: dict[str, Any]) -> None:
+    async def _warn_if_not_durable(self, view: LockView) -> None:
         """Once, on a single node (a RedLock set has the restart rule): say what a restart of
         it would lose."""
-        if len(named) != 1 or getattr(self._client, "clients", None):
+        if view.nodes.total != 1 or getattr(self._client, "clients", None):
             return
         loss = restart_loss(await read_config(self._client, 1.0))
         log.debug("persistence checked", lock=self.config.lock, loses=loss)
@@ -344,7 +340,7 @@ class Elector:
             log.warning(
                 "the Redis node does not keep leases across a restart",
                 lock=self.config.lock,
-                node=next(iter(named)),
+                node=view.healthy_nodes[0],
                 persistence=loss,
                 effect="after a restart a second holder can be granted while this one still "
                 "leads until its next renewal; fencing tokens still only grow",
@@ -370,6 +366,20 @@ class Elector:
             )
         self.hooks.transition(transition)
         self.hooks.changed()
+
+    def _note_outside(self, view: LockView) -> None:
+        """Log nodes that answer but do not count: what the operator must do, rate-limited."""
+        due, back = self._notices.due(view, time.monotonic())
+        for node in back:
+            log.info("redis node counts again", lock=view.lock, node=node)
+        for node, out in due:
+            if out.kind == OPERATOR:
+                log.warning(
+                    "redis node needs an operator", lock=view.lock, node=node, why=out.why,
+                    action=out.action,
+                )  # fmt: skip
+            else:
+                log.info("redis node does not count yet", lock=view.lock, node=node, why=out.why)
 
     def _outage(self, exc: BaseException, *, count: bool = True) -> None:
         self.hooks.error(type(exc).__name__)

@@ -64,7 +64,8 @@ class Metrics:
         )
         self.nodes = Gauge(
             "redlease_nodes",
-            "Redis nodes of the lock: total, healthy (answered the latest read) and quorum",
+            "Redis nodes of the lock: total, healthy (answered the latest read and count), "
+            "not_counting (answered but lost their data) and quorum",
             [*labels, "state"],
             registry=self.registry,
         )
@@ -123,6 +124,8 @@ class Metrics:
         if isinstance(nodes, dict):
             for state in ("total", "healthy", "quorum"):
                 self.nodes.labels(self.lock, state).set(int(nodes.get(state) or 0))
+        outside = doc.get("nodes_not_counting")
+        self.nodes.labels(self.lock, "not_counting").set(len(outside or ()))  # type: ignore[arg-type]
         self.holder_known.labels(self.lock).set(0 if doc.get("holder_unknown") else 1)
 
     def renewed(self, latency: float) -> None:

@@ -77,9 +77,14 @@ def node(probe: Probe, replies: Sequence[object], at: float) -> Probe:
     info, marker = replies
     if isinstance(info, BaseException):
         raise info
-    fields = dict(
-        line.split(":", 1) for line in _text(info).splitlines() if ":" in line and line[0] != "#"
-    )
+    if isinstance(info, dict):  # redis-py parsed it (a client's own INFO)
+        fields = {str(k): _text(v) for k, v in info.items()}
+    else:
+        fields = dict(
+            line.split(":", 1)
+            for line in _text(info).splitlines()
+            if ":" in line and line[0] != "#"
+        )
     run_id, born = marker if isinstance(marker, list | tuple) and len(marker) == 2 else ("", "")
     return replace(
         probe,

@@ -49,6 +49,7 @@ from redlease.core.rules import (
     raise_confirmed,
     release_verdict,
     reseed_sources,
+    standing,
     tally,
     validity,
 )
@@ -200,7 +201,9 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
     (:func:`~redlease.core.rules.born_members`): both are race-free among any number of
     clients. Any other fresh node counts again only after it has been up for ``restart_delay``
     and its fence counters were raised to the maximum found on
-    :func:`~redlease.core.rules.reseed_sources` intact nodes.
+    :func:`~redlease.core.rules.reseed_sources` intact nodes. While too few nodes count to
+    serve a quorum, the markers are read again first (an operator may have vouched for a node
+    or reset the set: docs/quorum.md, "Bringing nodes back").
     """
     if all(type(p) is Probe and membership(p) == "member" for p in replies):
         if cfg.outside:  # the common case, kept cheap: every node counts
@@ -210,7 +213,11 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
     probes = [p if isinstance(p, Probe) else None for p in replies]
     states = [membership(p) for p in probes]
     if "fresh" in states:
-        if brand_new(probes):
+        new_set = brand_new(probes)  # read again below anyway
+        if states.count("member") < cfg.quorum and not new_set:  # an operator may have acted
+            probes = yield from _refresh(cfg, probes)
+            new_set = brand_new(probes)
+        if new_set:
             probes = yield from _bootstrap(cfg, probes)
         born = born_members(probes)
         if born:
@@ -218,14 +225,15 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
         states = [membership(p) for p in probes]
     members = tuple(i for i, s in enumerate(states) if s == "member")
     fresh = [i for i, s in enumerate(states) if s == "fresh"]
+    now = cfg.clock()
+    why = standing(probes, cfg.quorum, cfg.restart_delay, now)
     cfg.outside = {
-        i: reasons[i] if s == "unknown" else "restarted without its data; rejoining"
+        i: reasons[i] if s == "unknown" else (w.why if (w := why[i]) else "not marked")
         for i, s in enumerate(states)
         if s != "member"
     }
     if not fresh:
         return members
-    now = cfg.clock()
     due = [
         i
         for i in fresh
@@ -266,11 +274,29 @@ def _bootstrap(cfg: Settings, probes: list[Probe | None]) -> ProbesFlow:
     on the birth list. If another client has marked some node meanwhile, its marker (and birth
     list) is taken instead.
     """
-    reads = yield FanOut(dict.fromkeys(range(cfg.n), NODE_READ), max(1.0, cfg.node_timeout))
-    at = cfg.clock()
-    now = [_reread(p, reads.get(i), at) for i, p in enumerate(probes)]
+    now = yield from _reread_all(cfg, probes)
     if brand_new(now):
         return (yield from _mark(cfg, now, range(cfg.n), birth_list(now)))
+    return (yield from _remember(probes, now))
+
+
+def _refresh(cfg: Settings, probes: list[Probe | None]) -> ProbesFlow:
+    """``probes`` with every node's marker read again over the same connections: the markers
+    an operator changed by hand (docs/quorum.md, "Bringing nodes back") are seen without a
+    reconnect. Only while too few nodes count to serve a quorum."""
+    now = yield from _reread_all(cfg, probes)
+    return (yield from _remember(probes, now))
+
+
+def _reread_all(cfg: Settings, probes: list[Probe | None]) -> ProbesFlow:
+    """Every node's server and marker read again (None: no answer, or another server)."""
+    reads = yield FanOut(dict.fromkeys(range(cfg.n), NODE_READ), max(1.0, cfg.node_timeout))
+    at = cfg.clock()
+    return [_reread(p, reads.get(i), at) for i, p in enumerate(probes)]
+
+
+def _remember(probes: list[Probe | None], now: list[Probe | None]) -> ProbesFlow:
+    """Record the markers that changed between ``probes`` and ``now``; the merged probes."""
     for i, (p, old) in enumerate(zip(now, probes, strict=True)):
         if p is not None and old is not None and (p.marker, p.born) != (old.marker, old.born):
             yield Marked(i, p)

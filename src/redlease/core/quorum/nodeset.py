@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Sequence
 from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -19,7 +20,7 @@ from redlease.core.connect import SENTINEL_SCHEMES, sentinel_hosts
 from redlease.core.quorum import _aio, _blocking
 from redlease.core.quorum.channel import Channel
 from redlease.core.quorum.flows import Settings
-from redlease.core.rules import check_quorum, membership
+from redlease.core.rules import RESTART_DELAY, check_quorum, standing
 from redlease.errors import ConfigError
 
 NODESET_OPTIONS = ("quorum", "node_timeout", "restart_delay", "dead_after")
@@ -43,7 +44,7 @@ class NodeSet:
         *,
         quorum: int | None = None,
         node_timeout: float = 0.25,
-        restart_delay: float = 60.0,
+        restart_delay: float = RESTART_DELAY,
         dead_after: float = 10.0,
     ) -> None:
         clients = list(clients)
@@ -135,9 +136,23 @@ class NodeSet:
     # -- health and life cycle ------------------------------------------------------------------
 
     def health(self) -> dict[str, int]:
-        """``total``, ``healthy`` (connected members) and ``quorum``, as last seen."""
-        healthy = sum(1 for ch in self._channels or [] if membership(ch.probe) == "member")
+        """``total``, ``healthy`` (connected nodes that count) and ``quorum``, as last seen."""
+        outside = self.not_counting()
+        healthy = sum(
+            1
+            for n, ch in zip(self.names, self._channels or [], strict=False)
+            if ch.probe is not None and n not in outside
+        )
         return {"total": len(self.names), "healthy": healthy, "quorum": self.quorum}
+
+    def not_counting(self) -> dict[str, str]:
+        """Connected nodes that do not count toward quorums, and why (as last probed; the
+        rule of :func:`redlease.core.rules.standing`)."""
+        probes = [ch.probe for ch in self._channels or []]
+        if not probes:
+            return {}
+        why = standing(probes, self.quorum, self.restart_delay, time.monotonic())
+        return {n: w.why for n, w in zip(self.names, why, strict=True) if w is not None}
 
     def close(self) -> None:
         """Drop the per-node connections (blocking node sets); the clients stay open."""
