@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -34,6 +34,23 @@ def cluster() -> Iterator[LocalCluster]:
     """A fresh 3+3 cluster per test (the test kills one of its masters)."""
     with LocalCluster(replicas=1, node_timeout_ms=1000) as c:
         yield c
+
+
+@pytest.fixture
+def client(cluster: LocalCluster) -> Iterator[Any]:
+    """A blocking cluster client, made before the failover and kept through it."""
+    c = cluster.client()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+async def aclient(cluster: LocalCluster) -> AsyncIterator[Any]:
+    """An asyncio cluster client, made before the failover and kept through it."""
+    host, port = cluster.startup_nodes[0]
+    c: Any = AsyncRedisCluster(host=host, port=port)
+    yield c
+    await c.aclose()
 
 
 def lease_key(name: str) -> str:
@@ -88,75 +105,79 @@ async def aretry(
 
 @pytest.mark.slow
 def test_sync_clients_survive_a_master_sigkill_and_automatic_failover(
-    cluster: LocalCluster,
+    cluster: LocalCluster, client: Any
 ) -> None:
     name = f"svc{next(_names)}"
     names = names_on_every_master(cluster, name)
-    client = cluster.client()
-    try:
-        lock = Lock(client, name, ttl=60)
-        multi = MultiLock(client, names[1:], ttl=60)  # on the other masters
-        across = MultiLock(client, names, ttl=60)  # on every master, the killed one included
-        token = across.acquire(blocking=False).fencing_token
-        across.release()
-        lease = lock.acquire(blocking=False)
-        held = multi.acquire(blocking=False)
-        old = kill_master(cluster, name)
+    lock = Lock(client, name, ttl=60)
+    multi = MultiLock(client, names[1:], ttl=60)  # on the other masters
+    across = MultiLock(client, names, ttl=60)  # on every master, the killed one included
+    token = across.acquire(blocking=False).fencing_token
+    across.release()
+    lease = lock.acquire(blocking=False)
+    held = multi.acquire(blocking=False)
+    old = kill_master(cluster, name)
 
-        errors: list[LockUnavailable] = []
-        extended = retry(lambda: lock.extend(), errors)
-        assert extended.fencing_token == lease.fencing_token  # the replicated lease survived
-        new = cluster.wait_promoted(lease_key(name), old)
-        assert new.port != old.port and new in cluster.replica_servers
-        assert cluster.master_of(lease_key(name)) is new
-        assert errors, "the first operations after the kill fail as outages"
+    errors: list[LockUnavailable] = []
+    extended = retry(lambda: lock.extend(), errors)
+    assert extended.fencing_token == lease.fencing_token  # the replicated lease survived
+    new = cluster.wait_promoted(lease_key(name), old)
+    assert new.port != old.port and new in cluster.replica_servers
+    assert cluster.master_of(lease_key(name)) is new
+    assert errors, "the first operations after the kill fail as outages"
 
-        lock.release()
-        again = retry(lambda: lock.acquire(blocking=False), errors)
-        assert again.fencing_token > token  # the fence counter survived and keeps growing
-        lock.release()
-        # a lease on the masters that did not fail is untouched (the same client object)
-        assert retry(lambda: multi.extend(), errors).fencing_token == held.fencing_token
-        multi.release()
-        later = retry(lambda: across.acquire(blocking=False), errors)
-        assert later.fencing_token > again.fencing_token
-        across.release()
-    finally:
-        client.close()
+    lock.release()
+    again = retry(lambda: lock.acquire(blocking=False), errors)
+    assert again.fencing_token > token  # the fence counter survived and keeps growing
+    lock.release()
+    # a lease on the masters that did not fail is untouched (the same client object)
+    assert retry(lambda: multi.extend(), errors).fencing_token == held.fencing_token
+    multi.release()
+    later = retry(lambda: across.acquire(blocking=False), errors)
+    assert later.fencing_token > again.fencing_token
+    across.release()
 
 
 @pytest.mark.slow
 async def test_asyncio_clients_survive_a_master_sigkill_and_automatic_failover(
-    cluster: LocalCluster,
+    cluster: LocalCluster, aclient: Any
 ) -> None:
     name = f"asvc{next(_names)}"
-    names = names_on_every_master(cluster, name)
-    host, port = cluster.startup_nodes[0]
-    client: Any = AsyncRedisCluster(host=host, port=port)
-    try:
-        lock = aio.Lock(client, name, ttl=60)
-        across = aio.MultiLock(client, names, ttl=60)
-        lease = await lock.acquire()
-        old = kill_master(cluster, name)
+    lock = aio.Lock(aclient, name, ttl=60)
+    across = aio.MultiLock(aclient, names_on_every_master(cluster, name), ttl=60)
+    lease = await lock.acquire()
+    old = kill_master(cluster, name)
 
-        errors: list[LockUnavailable] = []
-        extended = await aretry(lambda: lock.extend(), errors)
-        assert extended.fencing_token == lease.fencing_token
-        await asyncio.to_thread(cluster.wait_promoted, lease_key(name), old)
-        assert errors
+    errors: list[LockUnavailable] = []
+    extended = await aretry(lambda: lock.extend(), errors)
+    assert extended.fencing_token == lease.fencing_token
+    await asyncio.to_thread(cluster.wait_promoted, lease_key(name), old)
+    assert errors
 
-        await lock.release()
-        again = await aretry(lambda: lock.acquire(blocking=False), errors)
-        assert again.fencing_token > lease.fencing_token
-        await lock.release()
-        later = await aretry(lambda: across.acquire(blocking=False), errors)
-        assert later.fencing_token > again.fencing_token
-        await across.release()
-    finally:
-        await client.aclose()
+    await lock.release()
+    again = await aretry(lambda: lock.acquire(blocking=False), errors)
+    assert again.fencing_token > lease.fencing_token
+    await lock.release()
+    later = await aretry(lambda: across.acquire(blocking=False), errors)
+    assert later.fencing_token > again.fencing_token
+    await across.release()
 
 
-async def test_clients_follow_a_takeover_of_a_killed_master(cluster: LocalCluster) -> None:
+def take_over(cluster: LocalCluster, old: RedisServer, name: str, *, kill: bool) -> None:
+    """Promote the replica of ``old`` (serving lock ``name``) at once, with ``CLUSTER FAILOVER
+    TAKEOVER``, once it has all ``old`` wrote; SIGKILL ``old`` first if ``kill``. Returns when
+    every live node names the replica."""
+    replica = cluster.replica_of(old)
+    cluster.wait_synced(old)
+    if kill:
+        old.kill()
+    cluster.takeover(replica)
+    assert cluster.wait_promoted(lease_key(name), old) is replica
+
+
+async def test_clients_follow_a_takeover_of_a_killed_master(
+    cluster: LocalCluster, client: Any, aclient: Any
+) -> None:
     """The quick variant: the master is SIGKILLed and its replica promoted at once with
     ``CLUSTER FAILOVER TAKEOVER`` (no wait for the failure detection). The first request of
     each client after the promotion finds the dead node, the client refreshes its slot map and
@@ -167,63 +188,42 @@ async def test_clients_follow_a_takeover_of_a_killed_master(cluster: LocalCluste
     other = next(
         n for i in itertools.count() if cluster.master_of(lease_key(n := f"{name}-{i}")) is old
     )
-    client = cluster.client()
-    host, port = cluster.startup_nodes[0]
-    aclient: Any = AsyncRedisCluster(host=host, port=port)
-    try:
-        lock = Lock(client, name, ttl=60)
-        alock = aio.Lock(aclient, other, ttl=60)
-        lease = lock.acquire()
-        alease = await alock.acquire()
-        replica = cluster.replica_of(old)
-        cluster.wait_synced(old)
-        old.kill()
-        cluster.takeover(replica)
-        assert cluster.wait_promoted(lease_key(name), old) is replica
+    lock = Lock(client, name, ttl=60)
+    alock = aio.Lock(aclient, other, ttl=60)
+    lease = lock.acquire()
+    alease = await alock.acquire()
+    take_over(cluster, old, name, kill=True)
 
-        assert lock.extend().fencing_token == lease.fencing_token
-        assert (await alock.extend()).fencing_token == alease.fencing_token
-        lock.release()
-        await alock.release()
-        assert lock.acquire(blocking=False).fencing_token > lease.fencing_token
-        assert (await alock.acquire(blocking=False)).fencing_token > alease.fencing_token
-        lock.release()
-        await alock.release()
-    finally:
-        client.close()
-        await aclient.aclose()
+    assert lock.extend().fencing_token == lease.fencing_token
+    assert (await alock.extend()).fencing_token == alease.fencing_token
+    lock.release()
+    await alock.release()
+    assert lock.acquire(blocking=False).fencing_token > lease.fencing_token
+    assert (await alock.acquire(blocking=False)).fencing_token > alease.fencing_token
+    lock.release()
+    await alock.release()
 
 
 async def test_clients_follow_moved_after_a_takeover_of_a_live_master(
-    cluster: LocalCluster,
+    cluster: LocalCluster, client: Any, aclient: Any
 ) -> None:
     """The old master stays up and becomes its replica's replica: it answers ``MOVED``, which
     did not run the request, so the clients refresh their slot map and send it to the new
     master at once (no error seen)."""
     name = f"mv{next(_names)}"
     old = cluster.master_of(lease_key(name))
-    client = cluster.client()
-    host, port = cluster.startup_nodes[0]
-    aclient: Any = AsyncRedisCluster(host=host, port=port)
-    try:
-        lock = Lock(client, name, ttl=60)
-        alock = aio.Lock(aclient, name, ttl=60)
-        lease = lock.acquire()
-        assert (await alock.state()).fencing_token == lease.fencing_token  # its map: the old
-        replica = cluster.replica_of(old)
-        cluster.wait_synced(old)
-        cluster.takeover(replica)
-        assert cluster.wait_promoted(lease_key(name), old) is replica
-        assert old.alive
+    lock = Lock(client, name, ttl=60)
+    alock = aio.Lock(aclient, name, ttl=60)
+    lease = lock.acquire()
+    assert (await alock.state()).fencing_token == lease.fencing_token  # its map: the old
+    take_over(cluster, old, name, kill=False)
+    assert old.alive
 
-        assert lock.extend().fencing_token == lease.fencing_token
-        assert (await alock.state()).fencing_token == lease.fencing_token
-        lock.release()
-        assert (await alock.acquire(blocking=False)).fencing_token > lease.fencing_token
-        await alock.release()
-    finally:
-        client.close()
-        await aclient.aclose()
+    assert lock.extend().fencing_token == lease.fencing_token
+    assert (await alock.state()).fencing_token == lease.fencing_token
+    lock.release()
+    assert (await alock.acquire(blocking=False)).fencing_token > lease.fencing_token
+    await alock.release()
 
 
 @pytest.mark.parametrize(
