@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -30,7 +31,7 @@ class AsyncNode(_redis.NodeBase):
     async def execute(self, req: Request) -> Any:
         try:
             return await self._execute(req)
-        except rex.RedisError as exc:
+        except (rex.RedisError, RedisClusterException) as exc:
             raise self.error(exc) from exc
 
     async def _execute(self, req: Request) -> Any:
@@ -76,23 +77,55 @@ class AsyncNode(_redis.NodeBase):
         home = self._home(req.keys[0]) if req.keys else None
         if home is None:
             return await self._routed(req)
+        for _ in range(_redis.HOPS):
+            try:
+                reply = await self._script(home, req)
+            except rex.RedisError as exc:
+                reply = exc
+            if not isinstance(reply, rex.RedisError):
+                return reply
+            moved = await self._reroute(home, req, reply)
+            if moved is None:
+                if isinstance(reply, rex.AskError) and not isinstance(reply, rex.MovedError):
+                    return await self._routed(req)  # a slot being migrated: redis-py's ASKING
+                raise self.error(reply, home if self.cluster else None) from reply
+            home = moved
+        raise self.error(reply, home) from reply
+
+    async def _script(self, home: Any, req: Call) -> Any:
+        """``req``'s reply from ``home`` (an error reply returned, not raised)."""
         run = _redis.scripting(home)
-        try:
-            sent = run.command(req)
-            reply = await self._exchange(home, sent, req.owner, req.timeout)
-            while isinstance(reply, rex.ResponseError):
-                recovery = run.recover(req, sent, reply)
-                if not recovery:
-                    break
-                for sent in recovery:
-                    reply = await self._exchange(home, sent, req.owner, req.timeout)
-        except rex.RedisError as exc:
-            raise self.error(exc, home if self.cluster else None) from exc
-        if isinstance(reply, rex.MovedError | rex.AskError):  # resharded or failed over
-            return await self._routed(req)
-        if isinstance(reply, rex.ResponseError):
-            raise self.error(reply, home if self.cluster else None) from reply
+        sent = run.command(req)
+        reply = await self._exchange(home, sent, req.owner, req.timeout)
+        while isinstance(reply, rex.ResponseError):
+            recovery = run.recover(req, sent, reply)
+            if not recovery:
+                break
+            for sent in recovery:
+                reply = await self._exchange(home, sent, req.owner, req.timeout)
         return reply
+
+    async def _reroute(self, home: Any, req: Call, error: BaseException) -> Any:
+        """After ``error`` on ``home``: refresh the slot map if it may be stale; the node to send
+        ``req`` to now (see the blocking driver's), or None."""
+        if not (self.cluster and _redis.stale_map(error)):
+            return None
+        await self._refresh(home, error)
+        if not _redis.resendable(error):
+            return None
+        moved = self._home(req.keys[0])
+        return moved if moved is not None and moved is not home else None
+
+    async def _refresh(self, home: Any, error: BaseException) -> None:
+        """Re-read the slot map after ``error`` on cluster node ``home``; a node that dropped us
+        keeps no idle connection (redis-py >= 7 can close them)."""
+        drop = getattr(home, "disconnect_free_connections", None)
+        if isinstance(error, rex.ConnectionError) and drop is not None:
+            await drop()
+        manager = self.client.nodes_manager
+        # no node answers: the request's own error is reported, the next one tries again
+        with contextlib.suppress(rex.RedisError, RedisClusterException):
+            await manager.initialize(**_redis.refresh_options(manager, home.name))
 
     async def _exchange(
         self, home: Any, args: tuple[Any, ...], owner: str = "", timeout: float | None = None
@@ -100,7 +133,10 @@ class AsyncNode(_redis.NodeBase):
         """Send ``args`` (behind ``owner``'s unanswered requests) and read its reply (an error
         reply is returned); wait at most ``timeout`` (None: the client's socket timeout)."""
         pinned = self.pins.take(owner, home) if owner else None
-        conn = pinned.conn if pinned else await _checkout(home)
+        try:
+            conn = pinned.conn if pinned else await _checkout(home)
+        except rex.RedisError as exc:
+            raise _redis.unsent(exc)  # noqa: B904 - the cause is kept by unsent()
         unread = pinned.unread if pinned else 0
         reply: Any = None
         try:
@@ -162,12 +198,14 @@ async def _checkout(home: Any) -> Any:
     if hasattr(home, "get_connection"):
         return await idle.atake(home)
     conn = home.acquire_connection()
-    if not conn.is_connected:
-        try:
+    try:
+        if conn.is_connected and not await idle.aclean(conn):
+            await conn.disconnect()  # its node went away since: connect again (or fail unsent)
+        if not conn.is_connected:
             await conn.connect()
-        except BaseException:
-            await _give_back(home, conn)
-            raise
+    except BaseException:
+        await _give_back(home, conn)
+        raise
     return conn
 
 

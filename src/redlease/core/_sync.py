@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,7 @@ class SyncNode(_redis.NodeBase):
     def execute(self, req: Request) -> Any:
         try:
             return self._execute(req)
-        except rex.RedisError as exc:
+        except (rex.RedisError, RedisClusterException) as exc:
             raise self.error(exc) from exc
 
     def _execute(self, req: Request) -> Any:
@@ -66,23 +67,56 @@ class SyncNode(_redis.NodeBase):
         pool = self._pool(req.keys[0]) if req.keys else None
         if pool is None:
             return self._routed(req)
+        for _ in range(_redis.HOPS):
+            try:
+                reply = self._script(pool, req)
+            except rex.RedisError as exc:
+                reply = exc
+            if not isinstance(reply, rex.RedisError):
+                return reply
+            moved = self._reroute(pool, req, reply)
+            if moved is None:
+                if isinstance(reply, rex.AskError) and not isinstance(reply, rex.MovedError):
+                    return self._routed(req)  # a slot being migrated: redis-py's ASKING
+                raise self.error(reply, pool if self.cluster else None) from reply
+            pool = moved
+        raise self.error(reply, pool) from reply
+
+    def _script(self, pool: Any, req: Call) -> Any:
+        """``req``'s reply from ``pool``'s node (an error reply returned, not raised)."""
         run = _redis.scripting(pool)
-        try:
-            sent = run.command(req)
-            reply = self._exchange(pool, sent, req.owner, req.timeout)
-            while isinstance(reply, rex.ResponseError):
-                recovery = run.recover(req, sent, reply)
-                if not recovery:
-                    break
-                for sent in recovery:
-                    reply = self._exchange(pool, sent, req.owner, req.timeout)
-        except rex.RedisError as exc:
-            raise self.error(exc, pool if self.cluster else None) from exc
-        if isinstance(reply, rex.MovedError | rex.AskError):  # resharded or failed over
-            return self._routed(req)
-        if isinstance(reply, rex.ResponseError):
-            raise self.error(reply, pool if self.cluster else None) from reply
+        sent = run.command(req)
+        reply = self._exchange(pool, sent, req.owner, req.timeout)
+        while isinstance(reply, rex.ResponseError):
+            recovery = run.recover(req, sent, reply)
+            if not recovery:
+                break
+            for sent in recovery:
+                reply = self._exchange(pool, sent, req.owner, req.timeout)
         return reply
+
+    def _reroute(self, pool: Any, req: Call, error: BaseException) -> Any:
+        """After ``error`` on ``pool``'s node: refresh the cluster's slot map if it may be
+        stale; the pool to send ``req`` to now if it certainly did not run and its slot has
+        another node (None: report the error)."""
+        if not (self.cluster and _redis.stale_map(error)):
+            return None
+        self._refresh(pool, error)
+        if not _redis.resendable(error):
+            return None
+        moved = self._pool(req.keys[0])
+        return moved if moved is not None and moved is not pool else None
+
+    def _refresh(self, pool: Any, error: BaseException) -> None:
+        """Re-read the slot map (shared by every lock on this client) after ``error`` on
+        ``pool``'s node; a node that dropped us keeps no idle connection."""
+        if isinstance(error, rex.ConnectionError):
+            idle.drop(pool)
+            pool.disconnect(inuse_connections=False)
+        manager = self.client.nodes_manager
+        # no node answers: the request's own error is reported, the next one tries again
+        with contextlib.suppress(rex.RedisError, RedisClusterException):
+            manager.initialize(**_redis.refresh_options(manager, _redis.home_name(pool)))
 
     def _exchange(
         self, pool: Any, args: tuple[Any, ...], owner: str = "", timeout: float | None = None
@@ -90,7 +124,10 @@ class SyncNode(_redis.NodeBase):
         """Send ``args`` (behind ``owner``'s unanswered requests) and read its reply (an error
         reply is returned); wait at most ``timeout`` (None: the client's socket timeout)."""
         pinned = self.pins.take(owner, pool) if owner else None
-        conn = pinned.conn if pinned else idle.take(pool)
+        try:
+            conn = pinned.conn if pinned else idle.take(pool)
+        except rex.RedisError as exc:
+            raise _redis.unsent(exc)  # noqa: B904 - the cause is kept by unsent()
         unread = pinned.unread if pinned else 0
         reply: Any = None
         try:
@@ -136,7 +173,12 @@ class SyncNode(_redis.NodeBase):
         pool = self._pool(keys[0])
         if pool is None:
             return None  # the cluster's slot map is not ready: the next attempt re-routes
-        conn = idle.take(pool)
+        try:
+            conn = idle.take(pool)
+        except rex.RedisError as exc:
+            if self.cluster and _redis.stale_map(exc):
+                self._refresh(pool, exc)
+            raise
         try:
             conn.send_command("BLPOP", *keys, round(timeout + 1.0, 3))
             if conn.can_read(timeout=timeout):

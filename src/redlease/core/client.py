@@ -6,6 +6,7 @@ This is the one place where redis-py exceptions become redlease exceptions.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from redlease.core.protocol import Request, Scripting
 from redlease.errors import LockError, LockUnavailable, ProtocolError
 
 PIN_HOLD = 30.0  # a pinned connection nobody came back for is closed after this many seconds
+HOPS = 3  # nodes one cluster request is sent to at most (each after a refreshed slot map)
 
 
 class Executor(Protocol):
@@ -42,7 +44,7 @@ class NodeBase:
         self.cluster = not hasattr(client, "connection_pool")
         self.pins = Pins()
 
-    def error(self, exc: rex.RedisError, home: Any = None) -> BaseException:
+    def error(self, exc: BaseException, home: Any = None) -> BaseException:
         """The redlease exception to raise for a redis-py error on this node (``home``: the
         pool or cluster node it happened on, named instead of the whole cluster)."""
         mapped = translate(exc, self.lock, self.name if home is None else home_name(home))
@@ -87,6 +89,15 @@ class Pins:
     (the bytes are in its socket buffer). A new connection would give no such order. Once every
     reply is read the connection goes back to its pool; one nobody comes back for is closed
     after :data:`PIN_HOLD` (what was written still runs, in order).
+
+    On a Redis Cluster a pin belongs to the node that served the slot. When the refreshed slot
+    map names another node (a failover; a ``MOVED``), the undo goes to the new owner without
+    waiting for the pinned request, and that cannot reverse their order: writes reach the new
+    owner only through replication from the old one, which stopped before the promotion (a
+    promoted replica has applied all it will ever get from its old master before it takes its
+    first write), and whatever the old node runs later is discarded when it rejoins as a
+    replica, or is refused with ``MOVED``. A request whose connection failed (the node died or
+    dropped it) pins nothing: that node runs nothing more from it.
     """
 
     def __init__(self) -> None:
@@ -109,6 +120,51 @@ class Pins:
             stale = [k for k, p in self._pins.items() if now - p.since > PIN_HOLD]
             expired = [self._pins.pop(k) for k in stale]
         return [old, *expired] if old is not None else expired
+
+
+class Unsent(rex.ConnectionError):
+    """No connection could be had for a request (refused, unreachable): no byte of it was
+    written, so it may go to another node."""
+
+
+def stale_map(error: BaseException) -> bool:
+    """Whether ``error`` (raised, or an error reply) from a cluster node means the client's slot
+    map may be out of date, as redis-py reads it: the node is gone or silent (connection error,
+    timeout), it moved the slot (``MOVED``) or the cluster is reconfiguring (``CLUSTERDOWN``).
+    A client-side limit or refused credentials say nothing about the map."""
+    if isinstance(error, rex.AuthenticationError | rex.MaxConnectionsError):
+        return False
+    return isinstance(
+        error, rex.ConnectionError | rex.TimeoutError | rex.MovedError | rex.ClusterDownError
+    )
+
+
+def resendable(error: BaseException) -> bool:
+    """Whether a request that failed with ``error`` certainly did not run, so it may be sent at
+    once to the node that serves its slot after a refresh: no byte of it was written
+    (:class:`Unsent`), or the node answered ``MOVED``. A request that may have run is reported
+    (an outage the flow handles) and never sent twice."""
+    return isinstance(error, Unsent | rex.MovedError)
+
+
+def unsent(exc: BaseException) -> BaseException:
+    """``exc``, raised while connecting for a request, as :class:`Unsent` (a client-side limit
+    or refused credentials stay what they are)."""
+    if not stale_map(exc) or isinstance(exc, Unsent):
+        return exc
+    out = Unsent(str(exc))
+    out.__cause__ = exc
+    return out
+
+
+def refresh_options(manager: Any, failed: str | None) -> dict[str, Any]:
+    """Keyword arguments of ``manager.initialize`` (a redis-py cluster ``NodesManager``) for a
+    refresh after node ``failed`` failed: asked last where redis-py supports it (>= 7)."""
+    try:
+        params = inspect.signature(manager.initialize).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"last_failed_node_name": failed} if failed and "last_failed_node_name" in params else {}
 
 
 def keeps_order(owner: str, unread: int, exc: BaseException) -> bool:
@@ -177,7 +233,9 @@ def translate(exc: BaseException, lock: str, node: str) -> LockError | None:
         return LockUnavailable(lock, f"cannot reach Redis: {_short(exc)}", nodes=[node])
     if isinstance(exc, rex.ReadOnlyError):
         return LockUnavailable(lock, "node is a read-only replica", nodes=[node])
-    if isinstance(exc, rex.ClusterError | rex.ClusterDownError | rex.TryAgainError):
+    if isinstance(
+        exc, rex.ClusterError | rex.TryAgainError | rex.AskError | rex.RedisClusterException
+    ):  # a slot being moved, a node failing over, no node reachable: all pass
         return LockUnavailable(lock, f"cluster unavailable: {_short(exc)}", nodes=[node])
     if isinstance(exc, rex.ResponseError):
         text = _short(exc)

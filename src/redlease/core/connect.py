@@ -375,14 +375,20 @@ def connect_target(
         common["socket_timeout"] = socket_timeout
         common["socket_connect_timeout"] = socket_timeout
     if target.cluster:
+        # every seed is asked for the slot map until one answers (the first may be down);
+        # after that the client knows every node from the cluster itself
         opts = {**common, **_url_options(target.urls[0], target.tls)}
+        seeds = [(p.hostname or "", p.port or 6379) for p in map(urlsplit, target.urls[1:])]
         if asyncio:
+            from redis.asyncio.cluster import ClusterNode as AsyncNode
             from redis.asyncio.cluster import RedisCluster as AsyncCluster
 
-            return AsyncCluster.from_url(target.urls[0], **opts)
-        from redis.cluster import RedisCluster
+            nodes: list[Any] = [AsyncNode(h, p) for h, p in seeds]
+            return AsyncCluster.from_url(target.urls[0], startup_nodes=nodes, **opts)
+        from redis.cluster import ClusterNode, RedisCluster
 
-        return RedisCluster.from_url(target.urls[0], **opts)
+        nodes = [ClusterNode(h, p) for h, p in seeds]  # type: ignore[no-untyped-call]
+        return RedisCluster.from_url(target.urls[0], startup_nodes=nodes, **opts)
     from redlease.core.quorum.nodeset import NodeSet, client_from_url
 
     clients = [

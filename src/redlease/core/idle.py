@@ -43,8 +43,12 @@ def _kept(pool: Any, plain: type) -> list[Any] | None:
 def _clean(conn: Any) -> bool:
     """Connected, nothing unread and the peer still there (a zero-timeout poll)."""
     sock = getattr(conn, "_sock", None)
-    if sock is None:
-        return False
+    return sock is not None and _quiet(sock)
+
+
+def _quiet(sock: Any) -> bool:
+    """Nothing to read on ``sock``: no stray reply and no end of stream from a peer that closed
+    (or died) since the last request."""
     poller = select.poll()
     try:
         poller.register(sock, select.POLLIN)
@@ -68,6 +72,18 @@ def take(pool: Any) -> Any:
     return pool.get_connection()
 
 
+def drop(pool: Any) -> None:
+    """Close the connections kept for ``pool`` (its node is gone: they lead nowhere)."""
+    kept = _kept(pool, redis.ConnectionPool)
+    while kept:
+        try:
+            conn = kept.pop()
+        except IndexError:
+            break
+        conn.disconnect()
+        pool.release(conn)
+
+
 def give(pool: Any, conn: Any) -> None:
     """Return a connection after a request whose reply was read in full."""
     kept = _kept(pool, redis.ConnectionPool)
@@ -85,16 +101,27 @@ async def atake(pool: Any) -> Any:
             conn = kept.pop()
         except IndexError:
             break
-        # can_read (redis-py 8) checks without reading; older versions only have the other
-        check = getattr(conn, "can_read", None) or conn.can_read_destructive
-        try:
-            if conn.is_connected and not await check():
-                return conn
-        except (redis.exceptions.ConnectionError, OSError):
-            pass
+        if await aclean(conn):
+            return conn
         await conn.disconnect()
         await pool.release(conn)
     return await pool.get_connection()
+
+
+async def aclean(conn: Any) -> bool:
+    """:func:`_clean` for a ``redis.asyncio`` connection: connected, nothing unread and the peer
+    still there (a node that died since the last request has closed it)."""
+    # can_read (redis-py 8) checks without reading; older versions only have the other
+    check = getattr(conn, "can_read", None) or conn.can_read_destructive
+    try:
+        if not conn.is_connected or await check():
+            return False
+    except (redis.exceptions.ConnectionError, OSError):
+        return False
+    # the event loop may not have seen the end of stream yet: ask the socket itself
+    writer = getattr(conn, "_writer", None)
+    sock = writer.transport.get_extra_info("socket") if writer is not None else None
+    return sock is None or _quiet(sock)
 
 
 async def agive(pool: Any, conn: Any) -> None:

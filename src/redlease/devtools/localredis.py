@@ -476,39 +476,64 @@ class RedisServer:
 
 @dataclass
 class LocalCluster:
-    """A Redis Cluster of ``masters`` primaries (no replicas) on loopback."""
+    """A Redis Cluster of ``masters`` primaries on loopback, each with ``replicas`` replicas.
+
+    With replicas, a master that dies is replaced by its replica after ``node_timeout_ms``
+    (the failure detection) plus the replica's election delay (500-1000 ms): about 2-3 s with
+    the default 1000 ms. :meth:`master_of`, :meth:`wait_promoted` and :meth:`takeover` are the
+    tools of failover tests.
+    """
 
     masters: int = 3
+    replicas: int = 0
+    node_timeout_ms: int = 2000
     servers: list[RedisServer] = field(default_factory=list)
+    replica_servers: list[RedisServer] = field(default_factory=list)
 
     def start(self, timeout: float = 30.0) -> LocalCluster:
-        self.servers = [RedisServer(cluster=True).start() for _ in range(self.masters)]
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _server(self) -> RedisServer:
+        timeout = ["--cluster-node-timeout", str(self.node_timeout_ms)]
+        # no 5 s wait before a replica's first full sync (the default for diskless sync)
+        return RedisServer(cluster=True, extra_args=[*timeout, "--repl-diskless-sync-delay", "0"])
+
+    def _start(self, timeout: float) -> LocalCluster:
+        self.servers = [self._server().start() for _ in range(self.masters)]
+        self.replica_servers = [self._server().start() for _ in range(self.masters * self.replicas)]
         total = 16384
         per = total // self.masters
-        clients = [s.client() for s in self.servers]
-        try:
-            for i, c in enumerate(clients):
-                lo = i * per
-                hi = total - 1 if i == self.masters - 1 else lo + per - 1
-                c.execute_command("CLUSTER", "ADDSLOTS", *range(lo, hi + 1))
-            first = self.servers[0]
-            for c in clients[1:]:
-                c.execute_command("CLUSTER", "MEET", "127.0.0.1", first.port)
-            deadline = time.monotonic() + timeout
-            while True:
-                states = [c.execute_command("CLUSTER", "INFO") for c in clients]
-                texts = [s.decode() if isinstance(s, bytes) else str(s) for s in states]
-                if all(
-                    "cluster_state:ok" in t and f"cluster_known_nodes:{self.masters}" in t
-                    for t in texts
-                ):
-                    return self
-                if time.monotonic() > deadline:
-                    raise ServerError(f"cluster did not reach cluster_state:ok: {texts[0]}")
-                time.sleep(0.05)
-        finally:
-            for c in clients:
-                c.close()
+        deadline = time.monotonic() + timeout
+        for i, server in enumerate(self.servers):
+            lo = i * per
+            hi = total - 1 if i == self.masters - 1 else lo + per - 1
+            _command(server, "CLUSTER", "ADDSLOTS", *range(lo, hi + 1))
+        first = self.servers[0]
+        for server in self.everyone[1:]:
+            _command(server, "CLUSTER", "MEET", "127.0.0.1", first.port)
+        known = f"cluster_known_nodes:{len(self.everyone)}"
+        _until(deadline, "every node knows every other", lambda: self._info_has(known))
+        for i, replica in enumerate(self.replica_servers):
+            master = self.servers[i % self.masters]
+            _command(replica, "CLUSTER", "REPLICATE", _command(master, "CLUSTER", "MYID"))
+        _until(deadline, "cluster_state:ok", lambda: self._info_has("cluster_state:ok"))
+        _until(deadline, "replicas in sync", self._replicas_in_sync)
+        return self
+
+    @property
+    def everyone(self) -> list[RedisServer]:
+        """Every server: the first masters, then the replicas."""
+        return [*self.servers, *self.replica_servers]
+
+    def _info_has(self, text: str) -> bool:
+        return all(text in str(_command(s, "CLUSTER", "INFO")) for s in self.everyone if s.alive)
+
+    def _replicas_in_sync(self) -> bool:
+        return all(_replication(r).get("master_link_status") == "up" for r in self.replica_servers)
 
     @property
     def startup_nodes(self) -> list[tuple[str, int]]:
@@ -520,8 +545,83 @@ class LocalCluster:
         nodes = [ClusterNode(h, p) for h, p in self.startup_nodes]
         return RedisCluster(startup_nodes=nodes, **kwargs)  # type: ignore[arg-type]
 
+    def master_of(self, key: str) -> RedisServer:
+        """The live server that serves ``key``'s slot as master, as a live node reports it."""
+        from redis.crc import key_slot
+
+        port = self._slot_master(key_slot(key.encode()))
+        found = [s for s in self.everyone if s.port == port]
+        if not found:
+            raise ServerError(f"no known server serves the slot of {key!r} (port {port})")
+        return found[0]
+
+    def _slot_master(self, slot: int) -> int | None:
+        """The port of the slot's master as the first live server answering reports it."""
+        for server in self.everyone:
+            if not server.alive:
+                continue
+            with contextlib.suppress(redis.RedisError):
+                for lo, hi, master, *_ in _command(server, "CLUSTER", "SLOTS"):
+                    if int(lo) <= slot <= int(hi):
+                        return int(master[1])
+                return None
+        return None
+
+    def wait_promoted(self, key: str, old: RedisServer, timeout: float = 30.0) -> RedisServer:
+        """Wait until every live server names another master than ``old`` for ``key``'s slot and
+        that server says it is a master; return it."""
+        from redis.crc import key_slot
+
+        slot = key_slot(key.encode())
+        found: list[RedisServer] = []
+
+        def promoted() -> bool:
+            ports = set()
+            for server in self.everyone:
+                if server.alive:
+                    for lo, hi, master, *_ in _command(server, "CLUSTER", "SLOTS"):
+                        if int(lo) <= slot <= int(hi):
+                            ports.add(int(master[1]))
+            if len(ports) != 1 or old.port in ports:
+                return False
+            new = next(s for s in self.everyone if s.port in ports)
+            if _replication(new).get("role") != "master":
+                return False
+            found.append(new)
+            return self._info_has("cluster_state:ok")
+
+        _until(time.monotonic() + timeout, f"a failover away from port {old.port}", promoted)
+        return found[-1]
+
+    def wait_synced(self, master: RedisServer, timeout: float = 10.0) -> None:
+        """Wait until every replica of ``master`` has everything it wrote so far (replication
+        is asynchronous: what a replica lacks when its master dies is lost)."""
+
+        def synced() -> bool:
+            info = _command(master, "INFO", "replication")  # slaveN: {"offset": ...}
+            offset = int(info["master_repl_offset"])
+            replicas = [v for k, v in info.items() if k.startswith("slave") and "offset" in v]
+            return bool(replicas) and all(int(r["offset"]) >= offset for r in replicas)
+
+        _until(time.monotonic() + timeout, f"the replicas of {master.address} in sync", synced)
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A live replica of ``master``."""
+        myid = str(_command(master, "CLUSTER", "MYID"))
+        for line in str(_command(master, "CLUSTER", "NODES")).splitlines():
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == myid and "fail" not in fields[2]:
+                port = int(fields[1].split("@")[0].rpartition(":")[2])
+                return next(s for s in self.everyone if s.port == port)
+        raise ServerError(f"no live replica of {master.address}")
+
+    def takeover(self, replica: RedisServer) -> None:
+        """``CLUSTER FAILOVER TAKEOVER`` on ``replica``: it becomes master at once, without
+        the agreement of its master or of the other masters (a deterministic failover)."""
+        _command(replica, "CLUSTER", "FAILOVER", "TAKEOVER")
+
     def stop(self) -> None:
-        for s in self.servers:
+        for s in self.everyone:
             s.stop()
 
     def __enter__(self) -> LocalCluster:
@@ -529,6 +629,26 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _command(server: RedisServer, *args: Any) -> Any:
+    """One command on a short-lived client of ``server`` (replies decoded)."""
+    client = server.client(socket_timeout=2.0, decode_responses=True)
+    try:
+        return client.execute_command(*args)
+    finally:
+        client.close()
+
+
+def _until(deadline: float, what: str, check: Callable[[], bool]) -> None:
+    """Poll ``check`` until it holds (Redis errors count as "not yet"); ServerError at the end."""
+    while True:
+        with contextlib.suppress(redis.RedisError, KeyError):
+            if check():
+                return
+        if time.monotonic() > deadline:
+            raise ServerError(f"timed out waiting for {what}")
+        time.sleep(0.02)
 
 
 @dataclass
@@ -653,7 +773,7 @@ class SentinelDeployment:
                 )
                 self.replica_servers.append(replica.start())
             deadline = time.monotonic() + timeout
-            self._until(deadline, "replicas in sync", self._in_sync)
+            _until(deadline, "Sentinel replicas in sync", self._in_sync)
             # every Sentinel is told its id and its peers up front: no wait for discovery
             peers = [(free_port(), os.urandom(20).hex()) for _ in range(self.sentinels)]
             for port, myid in peers:
@@ -671,7 +791,7 @@ class SentinelDeployment:
                 sentinel.start()
                 self.sentinel_servers.append(sentinel)
             wanted = (self.sentinels - 1, self.replicas)
-            self._until(
+            _until(
                 deadline,
                 "Sentinels know each other and the replicas",
                 lambda: all(s.known() == wanted for s in self.sentinel_servers),
@@ -686,16 +806,6 @@ class SentinelDeployment:
         if int(_replication(self.master).get("connected_slaves", 0)) != self.replicas:
             return False
         return all(_replication(r).get("master_link_status") == "up" for r in self.replica_servers)
-
-    @staticmethod
-    def _until(deadline: float, what: str, check: Callable[[], bool]) -> None:
-        while True:
-            with contextlib.suppress(redis.RedisError, KeyError):
-                if check():
-                    return
-            if time.monotonic() > deadline:
-                raise ServerError(f"Sentinel deployment: timed out waiting for {what}")
-            time.sleep(0.02)
 
     def master_port(self) -> int | None:
         """The master's port as a majority of the live Sentinels report it."""
@@ -736,7 +846,7 @@ class SentinelDeployment:
             found.append(server)
             return True
 
-        self._until(deadline, f"a failover away from port {old.port}", promoted)
+        _until(deadline, f"a failover away from port {old.port}", promoted)
         return found[-1]
 
     def stop(self) -> None:
