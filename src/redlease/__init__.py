@@ -17,6 +17,7 @@ from redlease.core.state import LockState
 from redlease.errors import (
     AlreadyHeld,
     ConfigError,
+    ConnectionLimit,
     LeaseLost,
     LockContention,
     LockError,
@@ -34,6 +35,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AlreadyHeld",
     "ConfigError",
+    "ConnectionLimit",
     "Lease",
     "LeaseLost",
     "Lock",
