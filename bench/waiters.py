@@ -3,10 +3,14 @@
 Each point runs in a fresh child process (RSS and connections are that process's alone) with
 one default redis-py client and one lock name on a local redis-server:
 
-* wake-up: N waiters queue behind a holder; each, once it has the lock, releases it at once;
+* wake-up: N waiters queue behind a holder; each, once it has the lock, releases it at once
+  (small N repeat the chain to get 200 samples);
   wake-up latency = a holder's acquire return - the previous holder's release call;
-* timeout: N waiters with a 1 s timeout on a lock held throughout; overshoot = elapsed - 1 s
-  (never negative: a waiter that gave up early is counted as ``early``);
+* timeout: N waiters with a 1 s timeout on a lock held throughout, all started at once (their
+  deadlines fall together: the worst case); overshoot = elapsed - 1 s (never negative: a
+  waiter that gave up early is counted as ``early``);
+* timeout among N: N - 1 waiters wait on while 20 probes, started 50 ms apart, time out
+  after 1 s: what one waiter's timeout costs when N wait;
 * connections: the process's connections on the server (CLIENT LIST) while all N wait, and
   the peak seen during the wake-up chain; RSS of the process while all N wait.
 
@@ -33,6 +37,24 @@ from bench import stats
 
 COUNTS = (1, 10, 100, 1000)
 TIMEOUT = 1.0
+WAKE_SAMPLES = 200  # small points repeat their wake-up chain to get at least this many
+TIMEOUT_SAMPLES = 10  # ... and their timeouts (each round takes TIMEOUT)
+
+
+PROBES = 20  # timeouts measured among N waiters, started PROBE_GAP apart
+PROBE_GAP = 0.05
+SPAN = TIMEOUT + PROBES * PROBE_GAP + 1.0  # the other waiters' timeout: past the last probe
+
+
+def _overshoot(elapsed: list[float]) -> dict[str, Any]:
+    out: dict[str, Any] = _summary([max(0.0, e - TIMEOUT) for e in elapsed])
+    out["early"] = sum(1 for e in elapsed if e < TIMEOUT)
+    out["timed_out"] = len(elapsed)
+    return out
+
+
+def _rounds(n: int, samples: int) -> int:
+    return max(1, -(-samples // n))
 
 
 def _rss_mb() -> float:
@@ -91,7 +113,6 @@ async def _aio_point(port: int, n: int, name: str) -> dict[str, Any]:
 
     # wake-up chain
     holder = aio.Lock(client, name, ttl=60)
-    await holder.acquire()
     marks: list[tuple[float, float]] = []  # (acquired, release called)
 
     async def chained() -> None:
@@ -102,17 +123,21 @@ async def _aio_point(port: int, n: int, name: str) -> dict[str, Any]:
         marks.append((got, released))
         await lock.release()
 
-    tasks = [asyncio.create_task(chained()) for _ in range(n)]
-    while int(observer.hlen(direct)) < n:  # polled: the server is the only witness
-        await asyncio.sleep(0.005)  # noqa: ASYNC110
-    out["connections_waiting"] = _conns(observer) - 1  # the sampler's excluded
-    out["rss_mb_waiting"] = _rss_mb()
-    start = time.perf_counter()
-    marks.append((start, start))
-    await holder.release()
-    await asyncio.gather(*tasks)
-    marks.sort()
-    wake = [b[0] - a[1] for a, b in itertools.pairwise(marks)]
+    wake: list[float] = []
+    for _ in range(_rounds(n, WAKE_SAMPLES)):
+        await holder.acquire()
+        marks.clear()
+        tasks = [asyncio.create_task(chained()) for _ in range(n)]
+        while int(observer.hlen(direct)) < n:  # noqa: ASYNC110 - the server is the only witness
+            await asyncio.sleep(0.005)
+        out["connections_waiting"] = _conns(observer) - 1  # the sampler's excluded
+        out["rss_mb_waiting"] = _rss_mb()
+        start = time.perf_counter()
+        marks.append((start, start))
+        await holder.release()
+        await asyncio.gather(*tasks)
+        marks.sort()
+        wake += [b[0] - a[1] for a, b in itertools.pairwise(marks)]
     out["wakeup"] = _summary(wake)
     out["connections_after"] = _conns(observer)
 
@@ -120,19 +145,30 @@ async def _aio_point(port: int, n: int, name: str) -> dict[str, Any]:
     await holder.acquire()
     elapsed: list[float] = []
 
-    async def timing_out() -> None:
+    async def timing_out(
+        into: list[float] | None = None, timeout: float = TIMEOUT, delay: float = 0.0
+    ) -> None:
+        await asyncio.sleep(delay)
         lock = aio.Lock(client, name, ttl=60)
         t0 = time.perf_counter()
         try:
-            await lock.acquire(timeout=TIMEOUT)
+            await lock.acquire(timeout=timeout)
         except LockTimeout:
-            elapsed.append(time.perf_counter() - t0)
+            (elapsed if into is None else into).append(time.perf_counter() - t0)
 
-    await asyncio.gather(*(timing_out() for _ in range(n)))
+    for _ in range(_rounds(n, TIMEOUT_SAMPLES)):
+        await asyncio.gather(*(timing_out() for _ in range(n)))
+    # one timeout among N waiters: N - 1 wait on while probes, spaced out, time out
+    among: list[float] = []
+    rest: list[float] = []
+    background = [asyncio.create_task(timing_out(rest, SPAN)) for _ in range(n - 1)]
+    while int(observer.hlen(direct)) < n - 1:  # noqa: ASYNC110 - the server is the only witness
+        await asyncio.sleep(0.005)
+    await asyncio.gather(*(timing_out(among, delay=i * PROBE_GAP) for i in range(PROBES)))
+    await asyncio.gather(*background)
     await holder.release()
-    out["timeout"] = _summary([max(0.0, e - TIMEOUT) for e in elapsed])
-    out["timeout"]["early"] = sum(1 for e in elapsed if e < TIMEOUT)
-    out["timeout"]["timed_out"] = len(elapsed)
+    out["timeout"] = _overshoot(elapsed)
+    out["timeout_among"] = _overshoot(among)
     out["connections_peak"] = peak.stop()
     await client.aclose()
     observer.close()
@@ -149,7 +185,6 @@ def _sync_point(port: int, n: int, name: str) -> dict[str, Any]:
     out: dict[str, Any] = {"waiters": n}
     peak = Peak(port)
     holder = redlease.Lock(client, name, ttl=60)
-    holder.acquire()
     marks: list[tuple[float, float]] = []
     guard = threading.Lock()
 
@@ -161,43 +196,66 @@ def _sync_point(port: int, n: int, name: str) -> dict[str, Any]:
             marks.append((got, time.perf_counter()))
         lock.release()
 
-    threads = [threading.Thread(target=chained, daemon=True) for _ in range(n)]
-    for t in threads:
-        t.start()
-    while int(observer.hlen(direct)) < n:
-        time.sleep(0.005)
-    out["connections_waiting"] = _conns(observer) - 1  # the sampler's excluded
-    out["rss_mb_waiting"] = _rss_mb()
-    start = time.perf_counter()
-    marks.append((start, start))
-    holder.release()
-    for t in threads:
-        t.join()
-    marks.sort()
-    out["wakeup"] = _summary([b[0] - a[1] for a, b in itertools.pairwise(marks)])
+    wake: list[float] = []
+    for _ in range(_rounds(n, WAKE_SAMPLES)):
+        holder.acquire()
+        marks.clear()
+        threads = [threading.Thread(target=chained, daemon=True) for _ in range(n)]
+        for t in threads:
+            t.start()
+        while int(observer.hlen(direct)) < n:
+            time.sleep(0.005)
+        out["connections_waiting"] = _conns(observer) - 1  # the sampler's excluded
+        out["rss_mb_waiting"] = _rss_mb()
+        start = time.perf_counter()
+        marks.append((start, start))
+        holder.release()
+        for t in threads:
+            t.join()
+        marks.sort()
+        wake += [b[0] - a[1] for a, b in itertools.pairwise(marks)]
+    out["wakeup"] = _summary(wake)
     out["connections_after"] = _conns(observer)
 
     holder.acquire()
     elapsed: list[float] = []
 
-    def timing_out() -> None:
+    def timing_out(
+        into: list[float] | None = None, timeout: float = TIMEOUT, delay: float = 0.0
+    ) -> None:
+        time.sleep(delay)
         lock = redlease.Lock(client, name, ttl=60)
         t0 = time.perf_counter()
         try:
-            lock.acquire(timeout=TIMEOUT)
+            lock.acquire(timeout=timeout)
         except LockTimeout:
             with guard:
-                elapsed.append(time.perf_counter() - t0)
+                (elapsed if into is None else into).append(time.perf_counter() - t0)
 
-    threads = [threading.Thread(target=timing_out, daemon=True) for _ in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
+    def run(threads: list[threading.Thread]) -> list[threading.Thread]:
+        for t in threads:
+            t.start()
+        return threads
+
+    for _ in range(_rounds(n, TIMEOUT_SAMPLES)):
+        for t in run([threading.Thread(target=timing_out, daemon=True) for _ in range(n)]):
+            t.join()
+    among: list[float] = []
+    rest: list[float] = []
+    background = run(
+        [threading.Thread(target=timing_out, args=(rest, SPAN), daemon=True) for _ in range(n - 1)]
+    )
+    while int(observer.hlen(direct)) < n - 1:
+        time.sleep(0.005)
+    probes = [
+        threading.Thread(target=timing_out, args=(among, TIMEOUT, i * PROBE_GAP), daemon=True)
+        for i in range(PROBES)
+    ]
+    for t in run(probes) + background:
         t.join()
     holder.release()
-    out["timeout"] = _summary([max(0.0, e - TIMEOUT) for e in elapsed])
-    out["timeout"]["early"] = sum(1 for e in elapsed if e < TIMEOUT)
-    out["timeout"]["timed_out"] = len(elapsed)
+    out["timeout"] = _overshoot(elapsed)
+    out["timeout_among"] = _overshoot(among)
     out["connections_peak"] = peak.stop()
     client.close()
     observer.close()
@@ -239,11 +297,12 @@ def scenario(
 
 def _line(row: dict[str, Any]) -> str:
     if "error" in row:
-        return row["error"]
-    w, t = row["wakeup"], row["timeout"]
+        return str(row["error"])
+    w, t, a = row["wakeup"], row["timeout"], row["timeout_among"]
     return (
         f"wake-up p50 {w['p50_ms']:.2f} ms p99 {w['p99_ms']:.2f} ms; timeout overshoot "
-        f"p50 {t['p50_ms']:.1f} ms p99 {t['p99_ms']:.1f} ms (early {t['early']}); "
+        f"p50 {t['p50_ms']:.1f} ms p99 {t['p99_ms']:.1f} ms (early {t['early']}), "
+        f"among N p50 {a['p50_ms']:.1f} p99 {a['p99_ms']:.1f} ms (early {a['early']}); "
         f"connections {row['connections_waiting']} waiting, {row['connections_peak']} peak; "
         f"RSS {row['rss_mb_waiting']:.0f} MB"
     )
@@ -259,3 +318,76 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _worst(res: dict[str, Any], n: int, pick: Callable[[dict[str, Any]], float]) -> float:
+    rows = [r for f in ("asyncio", "threads") for r in res.get(f, []) if r["waiters"] == n]
+    values = [pick(r) for r in rows if "error" not in r]
+    return max(values) if values else float("nan")
+
+
+def checks(results: dict[str, Any]) -> list[Any]:
+    """The waiter targets (shared/DESIGN.md, "Performance anchors") at 1,000 waiters, the
+    worse of the asyncio and thread flavours."""
+    from bench.targets import Check
+
+    res = results.get("waiters")
+    n = max((r["waiters"] for r in (res or {}).get("asyncio", [])), default=0)
+    if not res or n < 1000:
+        return [
+            Check("1,000 waiters: wake-up p99, overshoot p99, connections", "not measured", None)
+        ]
+    wake = _worst(res, n, lambda r: float(r["wakeup"]["p99_ms"]))
+    over = _worst(res, n, lambda r: float(r["timeout_among"]["p99_ms"]))
+    together = _worst(res, n, lambda r: float(r["timeout"]["p99_ms"]))
+    conns = _worst(res, n, lambda r: float(r["connections_peak"]))
+    return [
+        Check("1,000 waiters: wake-up p99 <= 5 ms", f"{wake:.2f} ms", wake <= 5),
+        Check("1,000 waiters: timeout overshoot p99 <= 20 ms", f"{over:.1f} ms", over <= 20),
+        Check(
+            "1,000 deadlines at once: timeout overshoot p99 <= 20 ms",
+            f"{together:.1f} ms",
+            together <= 20,
+        ),
+        Check(
+            "1,000 waiters: connections O(locks) (<= 5 for one lock)", f"{conns:.0f}", conns <= 5
+        ),
+    ]
+
+
+def markdown(results: dict[str, Any]) -> list[str]:
+    """The report's section for this scenario ([] when it did not run)."""
+    res = results.get("waiters")
+    if not res:
+        return []
+    lines = [
+        "",
+        "## Many waiters on one lock, one process",
+        "",
+        "One default redis-py client per process, N asyncio tasks or threads on one lock "
+        "(bench/waiters.py). Wake-up = a holder's acquire return - the previous holder's "
+        "release call (each holder releases at once); overshoot = how long past its "
+        f"{res['timeout_s']:g} s timeout a waiter gave up: *N at once*: all N start together, "
+        "so all N deadlines fall together (the worst case: each waiter's last attempt is one "
+        "round trip, so the last of them waits for all the others); *one among N*: N - 1 "
+        "wait on while 20 probes, 50 ms apart, time out; early = waiters that gave up before "
+        "their timeout; "
+        "connections = the process's connections on the server, peak sampled every 5 ms.",
+        "",
+        "| flavour | N | wake-up p50 ms | p99 ms | overshoot, N at once: p50 ms | p99 ms | "
+        "early | one among N: p50 ms | p99 ms | early | connections (peak) | RSS MB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for flavour in ("asyncio", "threads"):
+        for r in res.get(flavour, []):
+            if "error" in r:
+                lines.append(f"| {flavour} | {r['waiters']} | {r['error']} |" + " |" * 10)
+                continue
+            w, t, a = r["wakeup"], r["timeout"], r["timeout_among"]
+            lines.append(
+                f"| {flavour} | {r['waiters']} | {w['p50_ms']:.2f} | {w['p99_ms']:.2f} | "
+                f"{t['p50_ms']:.1f} | {t['p99_ms']:.1f} | {t['early']} | "
+                f"{a['p50_ms']:.1f} | {a['p99_ms']:.1f} | {a['early']} | "
+                f"{r['connections_peak']} | {r['rss_mb_waiting']:.0f} |"
+            )
+    return lines

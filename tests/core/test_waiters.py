@@ -20,9 +20,11 @@ import redis.asyncio as aioredis
 import redlease
 from redlease import aio
 from redlease.core import gate, waiting
+from redlease.core.keys import LockKeys
 from redlease.core.protocol import Wait
 from redlease.devtools.localredis import RedisServer
 
+from .test_handoff import Counting
 from .util import async_wait_until, wait_until
 
 # one listener per lock, plus the requests the process may have in flight to the node
@@ -286,6 +288,27 @@ def test_many_threads_never_give_up_early(redis_server: RedisServer, lock_name: 
         assert len(elapsed) == 30 and min(elapsed) >= timeout
         assert max(elapsed) < timeout + 10
         assert int(client.zcard(f"redlease:{{{lock_name}}}:waiters")) == 0
+    finally:
+        holder.release()
+        client.close()
+
+
+def test_a_waiter_that_times_out_leaves_the_queue_in_its_last_attempt(
+    redis_server: RedisServer, lock_name: str
+) -> None:
+    client = redis_server.client()
+    holder = redlease.Lock(client, lock_name, ttl=30)
+    holder.acquire()
+    waiter = redlease.Lock(client, lock_name)
+    counting = Counting(waiter._node)
+    waiter._node = counting  # type: ignore[assignment]
+    try:
+        with pytest.raises(redlease.LockTimeout):
+            waiter.acquire(timeout=0.2)
+        # one round trip to give up: no LEAVE after the last attempt, nothing left queued
+        assert counting.calls[-1] == "acquire" and "leave" not in counting.calls
+        keys = LockKeys.for_name(lock_name)
+        assert client.zcard(keys.waiters) == 0 and client.hlen(keys.direct) == 0
     finally:
         holder.release()
         client.close()

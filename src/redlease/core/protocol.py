@@ -590,11 +590,15 @@ def acquire(
     )
     while True:
         wait_ms = pacing.attempt()
+        if not wait_ms and blocking and state.registered and prim.direct:
+            wait_ms = LAST_ATTEMPT  # refused by a holder, it leaves the queue in the same call
         sent_at = clock()
         state.in_flight = True
         reply = yield prim.acquire(token, wait_ms, min_fence, state.registered)
         state.in_flight = False
         outcome = decode_acquire(reply, prim.name)
+        if wait_ms == LAST_ATTEMPT and outcome.status == scripts.HELD:
+            state.registered = False
         if outcome.status == scripts.GRANTED:
             state.granted = True
             state.registered = False
@@ -637,6 +641,9 @@ def acquire(
             sent_at=sent_at,
             deadline=deadline,
         )
+
+
+LAST_ATTEMPT = -1  # registration ms of a waiter's last attempt (see scripts.ACQUIRE, ARGV[5])
 
 
 def abort_acquire(prim: Primitive, token: str, state: AcquireState) -> Flow:

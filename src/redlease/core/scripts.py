@@ -251,7 +251,9 @@ ACQUIRE = Script(
 --   KEYS[1] lease hash  KEYS[2] fence counter  KEYS[3] history hash  KEYS[4] waiters zset
 --   KEYS[5] handoff flag
 -- ARGV[1] owner token  ARGV[2] ttl ms  ARGV[3] holder identity  ARGV[4] reentrant '1'|'0'
--- ARGV[5] waiter registration ms (0: do not register)  ARGV[6] minimum fence (0: none)
+-- ARGV[5] waiter registration ms (0: do not register; -1, direct hand-off only: the caller's
+--   last attempt, which, refused by a holder, also drops its registration: no LEAVE after it)
+-- ARGV[6] minimum fence (0: none)
 -- ARGV[7] '0': the owner is registered as a waiter nowhere (absent: it may be)
 -- ARGV[8] the caller's process mailbox for a direct hand-off (absent or '': its own list)
 -- With one lock, two more keys may follow: KEYS[6] direct hand-off hash, KEYS[7] the caller's
@@ -323,6 +325,11 @@ if refused then
   if direct then enlist(direct, token, wait, ttl, ARGV[3], ARGV[8]) end
   for i, a in pairs(admit) do  -- no stale registration where the lock was free
     if a % 2 == 1 then redis.call('ZREM', KEYS[5 * i - 1], token) end
+  end
+  if wait < 0 and status == 0 and direct then  -- the last attempt: the caller leaves here
+    redis.call('ZREM', KEYS[4], token)
+    redis.call('HDEL', direct, token)
+    redis.call('DEL', KEYS[7])
   end
   return {status, hint, holder, unpack(refused)}
 end
