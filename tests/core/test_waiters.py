@@ -37,7 +37,8 @@ def _connections(observer: redis.Redis) -> int:
 
 
 def _blocked(observer: redis.Redis) -> int:
-    return sum(1 for c in observer.client_list() if c.get("cmd") == "blpop")
+    """Connections blocked in a BLPOP now (flag ``b``)."""
+    return sum(1 for c in observer.client_list() if "b" in c.get("flags", ""))
 
 
 def _until(check: Any) -> Any:
@@ -100,6 +101,7 @@ async def test_200_asyncio_waiters_take_turns_on_few_connections(
         direct = f"redlease:{{{lock_name}}}:direct"
         await async_wait_until(_until(lambda: observer.hlen(direct) == 200), timeout=60)
         peak = _connections(observer)
+        await async_wait_until(_until(lambda: _blocked(observer) == 1), timeout=30)
         assert _blocked(observer) == 1  # one listener for all 200
         await holder.release()
         done, _ = await asyncio.wait(tasks, timeout=120)
@@ -137,7 +139,7 @@ def test_50_threads_wait_on_one_listener(redis_server: RedisServer, lock_name: s
         direct = f"redlease:{{{lock_name}}}:direct"
         wait_until(lambda: observer.hlen(direct) == 50, timeout=60)
         peak = _connections(observer)
-        assert _blocked(observer) == 1
+        wait_until(lambda: _blocked(observer) == 1, timeout=30)  # one listener for all 50
         holder.release()
         for t in threads:
             t.join(120)
@@ -170,7 +172,7 @@ def test_two_locks_get_a_listener_each(redis_server: RedisServer, lock_name: str
             t.start()
         for n in names:
             wait_until(lambda n=n: observer.hlen(f"redlease:{{{n}}}:direct") == 5, timeout=30)
-        assert _blocked(observer) == 2  # one listener per lock
+        wait_until(lambda: _blocked(observer) == 2, timeout=30)  # one listener per lock
         for h in holders:
             h.release()
         for t in threads:

@@ -183,9 +183,11 @@ class Listener:
                 self.running = True
                 name = f"redlease-waiters {self.node.lock}"
                 threading.Thread(target=self._run, name=name, daemon=True).start()
-        event.wait(req.timeout)
-        with self.cond:
-            self.waiters.leave(waiter)
+        try:
+            event.wait(req.timeout)
+        finally:
+            with self.cond:
+                self.waiters.leave(waiter)
         if waiter.error is not None:
             raise waiter.error
         return waiter.reply if waiter.done else False

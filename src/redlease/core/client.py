@@ -174,10 +174,10 @@ def translate(
         return exc
     if isinstance(exc, rex.MaxConnectionsError) or str(exc) == "No connection available.":
         # a limit of this client (its pool), never an outage
-        size = f"max_connections={limit}" if isinstance(limit, int) else "its max_connections"
+        size = f"max_connections={limit}" if isinstance(limit, int) else "max_connections"
         return ConnectionLimit(
             lock,
-            f"no connection left in this client's pool ({size}): {_short(exc)}; raise "
+            f"client-side limit: {_short(exc)} (this client's pool: {size}); raise "
             "max_connections or use fewer clients per process",
             nodes=[node],
         )
