@@ -110,6 +110,8 @@ async def test_200_asyncio_waiters_take_turns_on_few_connections(
         assert len(done) == 200 and sorted(order) == list(range(200))
         peak = max(peak, _connections(observer))
         assert peak <= BOUND, f"{peak} connections for one lock"
+        # nobody waits: the listener is gone (a process locking many names keeps none)
+        await async_wait_until(_until(lambda: not waiting.registry(client)[2]), timeout=10)
     finally:
         observer.close()
         await client.aclose()
@@ -146,6 +148,7 @@ def test_50_threads_wait_on_one_listener(redis_server: RedisServer, lock_name: s
         assert not failed and sorted(got) == list(range(50))
         peak = max(peak, _connections(observer))
         assert peak <= BOUND, f"{peak} connections for one lock"
+        wait_until(lambda: not waiting.registry(client)[2], timeout=10)  # after its linger
     finally:
         observer.close()
         client.close()

@@ -173,10 +173,17 @@ class Listener:
     and serves them from :class:`~redlease.core.waiting.WaitList`; it ends when nobody waits
     (cancelled, dropping its connection, when the last waiter gives up)."""
 
-    def __init__(self, node: AsyncNode, req: Wait, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        node: AsyncNode,
+        req: Wait,
+        loop: asyncio.AbstractEventLoop,
+        registry: dict[Any, Listener],
+    ) -> None:
         self.node = node
         self.loop = loop
         self.waiters = waiting.WaitList(req.keys, req.grants)
+        self.registry = registry  # the client's listeners: this one leaves it when done
         self.task: asyncio.Task[None] | None = None
 
     async def wait(self, req: Wait) -> Any:
@@ -216,6 +223,8 @@ class Listener:
         finally:
             if self.task is me:
                 self.task = None
+            if not self.waiters and self.registry.get(self.waiters.keys) is self:
+                del self.registry[self.waiters.keys]
 
 
 def _wake(waiter: waiting.Waiter) -> None:
@@ -229,7 +238,7 @@ def _listener(node: AsyncNode, req: Wait) -> Listener:
     listener = found.get(req.keys)
     loop = asyncio.get_running_loop()
     if listener is None or listener.loop is not loop:
-        listener = found[req.keys] = Listener(node, req, loop)
+        listener = found[req.keys] = Listener(node, req, loop, found)
     return listener
 
 

@@ -35,7 +35,7 @@ class SyncNode(_redis.NodeBase):
         if isinstance(req, Call):
             return self._call(req)
         if isinstance(req, Wait):
-            return _listener(self, req).wait(req)
+            return _wait(self, req)
         if isinstance(req, Replicate):
             return self._wait_replicas(req)
         raise TypeError(f"unknown request {req!r}")
@@ -165,26 +165,31 @@ class Listener:
     """The one listener (a thread) of a client's waiters on one lock's wake keys in this
     process: waiters wait on events, the thread keeps one BLPOP in flight for all of them and
     serves them from :class:`~redlease.core.waiting.WaitList`. It lingers a moment after the
-    last waiter (the next one is often about to come), holding no connection meanwhile."""
+    last waiter (the next one is often about to come), holding no connection meanwhile, then
+    leaves the client's ``registry`` (waiters join under :data:`_LISTENERS`, it leaves under it).
+    """
 
-    def __init__(self, node: SyncNode, req: Wait) -> None:
+    def __init__(self, node: SyncNode, req: Wait, registry: dict[Any, Listener]) -> None:
         self.node = node
         self.waiters = waiting.WaitList(req.keys, req.grants)
+        self.registry = registry
         self.cond = threading.Condition()
         self.running = False
 
-    def wait(self, req: Wait) -> Any:
-        event = threading.Event()
+    def join(self, req: Wait) -> waiting.Waiter:
         with self.cond:
-            waiter = self.waiters.join(req, time.monotonic(), event)
+            waiter = self.waiters.join(req, time.monotonic(), threading.Event())
             if self.running:
                 self.cond.notify()
             else:
                 self.running = True
                 name = f"redlease-waiters {self.node.lock}"
                 threading.Thread(target=self._run, name=name, daemon=True).start()
+        return waiter
+
+    def wait(self, waiter: waiting.Waiter) -> Any:
         try:
-            event.wait(req.timeout)
+            waiter.signal.wait(waiter.wait.timeout)
         finally:
             with self.cond:
                 self.waiters.leave(waiter)
@@ -197,9 +202,14 @@ class Listener:
             with self.cond:
                 if not self.waiters:
                     self.cond.wait(waiting.LINGER)
+            if not self.waiters:
+                with _LISTENERS, self.cond:
                     if not self.waiters:
                         self.running = False
+                        if self.registry.get(self.waiters.keys) is self:
+                            del self.registry[self.waiters.keys]
                         return
+            with self.cond:
                 step = self.waiters.listen_timeout(time.monotonic())
             try:
                 popped = self.node.blpop(self.waiters.keys, step)
@@ -220,14 +230,15 @@ class Listener:
 _LISTENERS = threading.Lock()
 
 
-def _listener(node: SyncNode, req: Wait) -> Listener:
-    """The listener of ``node``'s client for ``req``'s wake keys (made on first use)."""
+def _wait(node: SyncNode, req: Wait) -> Any:
+    """Wait for ``req`` with the listener of ``node``'s client for its wake keys."""
     found: dict[tuple[str, ...], Listener] = waiting.registry(node.client)[2]
-    listener = found.get(req.keys)
-    if listener is None:
-        with _LISTENERS:
-            listener = found.setdefault(req.keys, Listener(node, req))
-    return listener
+    with _LISTENERS:
+        listener = found.get(req.keys)
+        if listener is None:
+            listener = found[req.keys] = Listener(node, req, found)
+        waiter = listener.join(req)
+    return listener.wait(waiter)
 
 
 def drive(node: _redis.Executor, flow: Flow) -> Any:
