@@ -128,7 +128,8 @@ async def _aio_point(port: int, n: int, name: str) -> dict[str, Any]:
         await holder.acquire()
         marks.clear()
         tasks = [asyncio.create_task(chained()) for _ in range(n)]
-        while int(observer.hlen(direct)) < n:  # noqa: ASYNC110 - the server is the only witness
+        # polled (the server is the only witness) until all wait, or one failed
+        while int(observer.hlen(direct)) < n and not any(t.done() for t in tasks):  # noqa: ASYNC110
             await asyncio.sleep(0.005)
         out["connections_waiting"] = _conns(observer) - 1  # the sampler's excluded
         out["rss_mb_waiting"] = _rss_mb()
@@ -162,7 +163,7 @@ async def _aio_point(port: int, n: int, name: str) -> dict[str, Any]:
     among: list[float] = []
     rest: list[float] = []
     background = [asyncio.create_task(timing_out(rest, SPAN)) for _ in range(n - 1)]
-    while int(observer.hlen(direct)) < n - 1:  # noqa: ASYNC110 - the server is the only witness
+    while int(observer.hlen(direct)) < n - 1 and not any(t.done() for t in background):  # noqa: ASYNC110
         await asyncio.sleep(0.005)
     await asyncio.gather(*(timing_out(among, delay=i * PROBE_GAP) for i in range(PROBES)))
     await asyncio.gather(*background)
@@ -203,7 +204,7 @@ def _sync_point(port: int, n: int, name: str) -> dict[str, Any]:
         threads = [threading.Thread(target=chained, daemon=True) for _ in range(n)]
         for t in threads:
             t.start()
-        while int(observer.hlen(direct)) < n:
+        while int(observer.hlen(direct)) < n and all(t.is_alive() for t in threads):
             time.sleep(0.005)
         out["connections_waiting"] = _conns(observer) - 1  # the sampler's excluded
         out["rss_mb_waiting"] = _rss_mb()
@@ -245,7 +246,7 @@ def _sync_point(port: int, n: int, name: str) -> dict[str, Any]:
     background = run(
         [threading.Thread(target=timing_out, args=(rest, SPAN), daemon=True) for _ in range(n - 1)]
     )
-    while int(observer.hlen(direct)) < n - 1:
+    while int(observer.hlen(direct)) < n - 1 and all(t.is_alive() for t in background):
         time.sleep(0.005)
     probes = [
         threading.Thread(target=timing_out, args=(among, TIMEOUT, i * PROBE_GAP), daemon=True)
