@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = ("uncontended", "handoff", "failover", "quorum")
+SCENARIOS = ("uncontended", "handoff", "failover", "quorum", "waiters")
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
             from bench import quorum_compare
 
             results["quorum"] = quorum_compare.scenario(seconds=plan.handoff_seconds * 2, log=log)
+        if "waiters" in only:
+            from bench import waiters
+
+            counts = waiters.COUNTS if mode == "full" else waiters.COUNTS[:3]
+            results["waiters"] = waiters.scenario(counts, log=log)
         results["environment"]["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
         results["duration_s"] = time.monotonic() - t0
         args.json.parent.mkdir(parents=True, exist_ok=True)

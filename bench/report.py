@@ -179,6 +179,9 @@ def markdown(results: dict[str, Any], chart: str | None) -> str:
             ]
         else:
             lines.append(fo.get("skipped", "not measured"))
+    from bench import waiters
+
+    lines += waiters.markdown(results)
     lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items())]
     notes = Path(__file__).with_name("notes.md")
     if notes.exists():

@@ -76,6 +76,9 @@ def evaluate(results: dict[str, Any]) -> list[Check]:
         _exec_check(results),
         *_quorum_fairness(results),
     ]
+    from bench import waiters
+
+    out += waiters.checks(results)
     rows = [r for r in results.get("handoff", {}).get("rows", []) if r["library"] == "redlease"]
     if rows:
         worst50 = max(rows, key=lambda r: r["p50_ms"])

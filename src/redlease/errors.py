@@ -16,6 +16,7 @@
         ├── LockUnavailable    outage: node unreachable, timed out, replication not confirmed
         │   ├── QuorumUnavailable  too few nodes answered to form a quorum
         │   └── ReplicationError   WAIT saw fewer replicas than asked: failed closed
+        ├── ConnectionLimit    a client-side limit: the connection pool has no connection left
         └── ProtocolError      Redis answered something redlease does not understand
 
 Contention (``LockContention``) and outage (``LockUnavailable``) are different types on purpose:
@@ -112,6 +113,11 @@ class QuorumUnavailable(LockUnavailable):
 
 class ReplicationError(LockUnavailable):
     """``WAIT`` reported fewer replicas than required; the operation was undone (fail closed)."""
+
+
+class ConnectionLimit(LockError):
+    """The client ran out of connections (its pool's ``max_connections``, or this process's
+    requests queued for one): a limit of this client, not an outage of Redis."""
 
 
 class ProtocolError(LockError):

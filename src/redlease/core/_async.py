@@ -13,7 +13,7 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core import idle, wire
+from redlease.core import gate, idle, waiting, wire
 from redlease.core.protocol import Call, Flow, Replicate, Request, Wait, resume
 from redlease.errors import LockError
 
@@ -38,16 +38,7 @@ class AsyncNode(_redis.NodeBase):
         if isinstance(req, Call):
             return await self._call(req)
         if isinstance(req, Wait):
-            # Redis checks blocking timeouts only at its hz tick (100 ms by default): keep the
-            # precise deadline here; cancelling the BLPOP drops its connection.
-            try:
-                async with asyncio.timeout(req.timeout):
-                    reply = await self.client.blpop(
-                        list(req.keys), timeout=round(req.timeout + 1, 3)
-                    )
-            except TimeoutError:
-                return False
-            return req.reply(reply)
+            return await _listener(self, req).wait(req)
         if isinstance(req, Replicate):
             return await self._wait_replicas(req)
         raise TypeError(f"unknown request {req!r}")
@@ -133,36 +124,75 @@ class AsyncNode(_redis.NodeBase):
         """Send ``args`` (behind ``owner``'s unanswered requests) and read its reply (an error
         reply is returned); wait at most ``timeout`` (None: the client's socket timeout)."""
         pinned = self.pins.take(owner, home) if owner else None
+        slot = None
+        if pinned is None:
+            slot = await gate.aenter(home, self.socket_timeout if timeout is None else timeout)
         try:
-            conn = pinned.conn if pinned else await _checkout(home)
-        except rex.RedisError as exc:
-            raise _redis.unsent(exc)  # noqa: B904 - the cause is kept by unsent()
-        unread = pinned.unread if pinned else 0
+            try:
+                conn = pinned.conn if pinned else await _checkout(home)
+            except rex.RedisError as exc:
+                raise _redis.unsent(exc)  # noqa: B904 - the cause is kept by unsent()
+            unread = pinned.unread if pinned else 0
+            reply: Any = None
+            try:
+                writer = getattr(conn, "_writer", None)
+                if writer is None or writer.transport.is_closing():
+                    raise rex.ConnectionError(f"connection to {self.name} lost")
+                writer.writelines(wire.pack(conn, args))
+                unread += 1
+                limit = conn.socket_timeout if timeout is None else timeout
+                while unread:
+                    if limit is None:
+                        reply = await _read(conn)
+                    else:
+                        try:
+                            async with asyncio.timeout(limit):
+                                reply = await _read(conn)
+                        except TimeoutError:
+                            raise _redis.no_reply(limit) from None
+                    unread -= 1
+            except BaseException as exc:
+                if _redis.keeps_order(owner, unread, exc):
+                    await _close(self.pins.keep(owner, home, conn, unread))
+                else:
+                    await _close([_redis.Pinned(home, conn, unread, 0.0)])
+                raise
+            await _give(home, conn)
+            return reply
+        finally:
+            if slot is not None:
+                slot.release()
+
+    async def blpop(self, keys: tuple[str, ...], timeout: float) -> Any:
+        """BLPOP for ``timeout`` seconds on a connection of the pool (a kept one first, as
+        requests take): [key, value], or None if nothing arrived. The reply is awaited a second
+        longer (Redis checks blocking timeouts at its ``hz`` tick); then, or when cancelled, the
+        connection is dropped. Only the listener of a lock's waiters calls this."""
+        home = self._home(keys[0])
+        if home is None:
+            return None  # the cluster's slot map is not ready: the next attempt re-routes
+        conn = await _checkout(home)
         reply: Any = None
+        dropped = False
         try:
             writer = getattr(conn, "_writer", None)
             if writer is None or writer.transport.is_closing():
                 raise rex.ConnectionError(f"connection to {self.name} lost")
-            writer.writelines(wire.pack(conn, args))
-            unread += 1
-            limit = conn.socket_timeout if timeout is None else timeout
-            while unread:
-                if limit is None:
+            writer.writelines(wire.pack(conn, ("BLPOP", *keys, round(timeout, 3))))
+            try:
+                async with asyncio.timeout(timeout + 1.0):
                     reply = await _read(conn)
-                else:
-                    try:
-                        async with asyncio.timeout(limit):
-                            reply = await _read(conn)
-                    except TimeoutError:
-                        raise _redis.no_reply(limit) from None
-                unread -= 1
-        except BaseException as exc:
-            if _redis.keeps_order(owner, unread, exc):
-                await _close(self.pins.keep(owner, home, conn, unread))
-            else:
-                await _close([_redis.Pinned(home, conn, unread, 0.0)])
+            except TimeoutError:
+                dropped = True
+        except BaseException:
+            await _close([_redis.Pinned(home, conn, 1, 0.0)])
             raise
+        if dropped:  # no reply in time: the connection goes, and the server's BLPOP with it
+            await _close([_redis.Pinned(home, conn, 1, 0.0)])
+            return None
         await _give(home, conn)
+        if isinstance(reply, rex.ResponseError):
+            raise reply
         return reply
 
     async def _routed(self, req: Call) -> Any:
@@ -171,6 +201,81 @@ class AsyncNode(_redis.NodeBase):
             return await self.client.execute_command(*req.evalsha())
         except rex.NoScriptError:
             return await self.client.execute_command(*req.eval())
+
+
+class Listener:
+    """The one listener (a task) of a client's waiters on one lock's wake keys in this process
+    and event loop: waiters await futures, the task keeps one BLPOP in flight for all of them
+    and serves them from :class:`~redlease.core.waiting.WaitList`; it ends when nobody waits
+    (cancelled, dropping its connection, when the last waiter gives up)."""
+
+    def __init__(
+        self,
+        node: AsyncNode,
+        req: Wait,
+        loop: asyncio.AbstractEventLoop,
+        registry: dict[Any, Listener],
+    ) -> None:
+        self.node = node
+        self.loop = loop
+        self.waiters = waiting.WaitList(req.keys, req.grants)
+        self.registry = registry  # the client's listeners: this one leaves it when done
+        self.task: asyncio.Task[None] | None = None
+
+    async def wait(self, req: Wait) -> Any:
+        signal = self.loop.create_future()
+        waiter = self.waiters.join(req, self.loop.time(), signal)
+        if self.task is None:
+            self.task = self.loop.create_task(self._run())
+        try:
+            async with asyncio.timeout(req.timeout):
+                await signal
+        except TimeoutError:
+            pass  # served meanwhile or not: ``waiter`` says
+        finally:
+            if self.waiters.leave(waiter) and not self.waiters and self.task is not None:
+                self.task.cancel()
+                self.task = None
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.reply if waiter.done else False
+
+    async def _run(self) -> None:
+        me = asyncio.current_task()
+        try:
+            while self.waiters:
+                step = self.waiters.listen_timeout(self.loop.time())
+                try:
+                    popped = await self.node.blpop(self.waiters.keys, step)
+                except Exception as exc:  # noqa: BLE001 - handed to the waiters, who raise it
+                    error = self.node.error(exc) if isinstance(exc, rex.RedisError) else exc
+                    for w in self.waiters.fail(error):
+                        _wake(w)
+                    continue
+                if popped:
+                    waiter = self.waiters.route(popped)
+                    if waiter is not None:
+                        _wake(waiter)
+        finally:
+            if self.task is me:
+                self.task = None
+            if not self.waiters and self.registry.get(self.waiters.keys) is self:
+                del self.registry[self.waiters.keys]
+
+
+def _wake(waiter: waiting.Waiter) -> None:
+    if not waiter.signal.done():
+        waiter.signal.set_result(None)
+
+
+def _listener(node: AsyncNode, req: Wait) -> Listener:
+    """The listener of ``node``'s client for ``req``'s wake keys in the running loop."""
+    found: dict[tuple[str, ...], Listener] = waiting.registry(node.client)[2]
+    listener = found.get(req.keys)
+    loop = asyncio.get_running_loop()
+    if listener is None or listener.loop is not loop:
+        listener = found[req.keys] = Listener(node, req, loop, found)
+    return listener
 
 
 async def _read(conn: Any) -> Any:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +13,7 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core import idle, wire
+from redlease.core import gate, idle, waiting, wire
 from redlease.core.protocol import Call, Flow, Replicate, Request, Wait, resume
 from redlease.errors import LockError
 
@@ -34,7 +36,7 @@ class SyncNode(_redis.NodeBase):
         if isinstance(req, Call):
             return self._call(req)
         if isinstance(req, Wait):
-            return req.reply(self._blpop(req.keys, req.timeout))
+            return _wait(self, req)
         if isinstance(req, Replicate):
             return self._wait_replicas(req)
         raise TypeError(f"unknown request {req!r}")
@@ -124,31 +126,37 @@ class SyncNode(_redis.NodeBase):
         """Send ``args`` (behind ``owner``'s unanswered requests) and read its reply (an error
         reply is returned); wait at most ``timeout`` (None: the client's socket timeout)."""
         pinned = self.pins.take(owner, pool) if owner else None
+        wait = self.socket_timeout if timeout is None else timeout
+        slot = None if pinned else gate.enter(pool, wait)
         try:
-            conn = pinned.conn if pinned else idle.take(pool)
-        except rex.RedisError as exc:
-            raise _redis.unsent(exc)  # noqa: B904 - the cause is kept by unsent()
-        unread = pinned.unread if pinned else 0
-        reply: Any = None
-        try:
-            conn.send_packed_command(wire.pack(conn, args), check_health=False)
-            unread += 1
-            while unread:
-                if timeout is not None and not conn.can_read(timeout=timeout):
-                    raise _redis.no_reply(timeout)
-                try:
-                    reply = conn.read_response(disconnect_on_error=False)
-                except rex.ResponseError as exc:
-                    reply = exc
-                unread -= 1
-        except BaseException as exc:
-            if _redis.keeps_order(owner, unread, exc):
-                self._close(self.pins.keep(owner, pool, conn, unread))
-            else:
-                self._close([_redis.Pinned(pool, conn, unread, 0.0)])
-            raise
-        idle.give(pool, conn)
-        return reply
+            try:
+                conn = pinned.conn if pinned else idle.take(pool)
+            except rex.RedisError as exc:
+                raise _redis.unsent(exc)  # noqa: B904 - the cause is kept by unsent()
+            unread = pinned.unread if pinned else 0
+            reply: Any = None
+            try:
+                conn.send_packed_command(wire.pack(conn, args), check_health=False)
+                unread += 1
+                while unread:
+                    if timeout is not None and not conn.can_read(timeout=timeout):
+                        raise _redis.no_reply(timeout)
+                    try:
+                        reply = conn.read_response(disconnect_on_error=False)
+                    except rex.ResponseError as exc:
+                        reply = exc
+                    unread -= 1
+            except BaseException as exc:
+                if _redis.keeps_order(owner, unread, exc):
+                    self._close(self.pins.keep(owner, pool, conn, unread))
+                else:
+                    self._close([_redis.Pinned(pool, conn, unread, 0.0)])
+                raise
+            idle.give(pool, conn)
+            return reply
+        finally:
+            if slot is not None:
+                slot.release()
 
     @staticmethod
     def _close(pins: list[_redis.Pinned]) -> None:
@@ -163,12 +171,13 @@ class SyncNode(_redis.NodeBase):
         except rex.NoScriptError:
             return self.client.execute_command(*req.eval())
 
-    def _blpop(self, keys: tuple[str, ...], timeout: float) -> Any:
-        """BLPOP with a client-side deadline: [key, value], or None if nothing arrived in time.
+    def blpop(self, keys: tuple[str, ...], timeout: float) -> Any:
+        """BLPOP for ``timeout`` seconds: [key, value], or None if nothing arrived in time.
 
-        Redis checks blocking timeouts only at its ``hz`` tick (100 ms by default), so the server
-        timeout is a safety net and the precise deadline is kept here: if nothing arrived in
-        time the connection is dropped, which unblocks the server side too.
+        Redis checks blocking timeouts only at its ``hz`` tick (100 ms by default), so the
+        reply is awaited a second longer; if none came by then the connection is dropped,
+        which unblocks the server side too. Only the listener of a lock's waiters calls this:
+        its waiters keep their own, exact, deadlines.
         """
         pool = self._pool(keys[0])
         if pool is None:
@@ -180,8 +189,8 @@ class SyncNode(_redis.NodeBase):
                 self._refresh(pool, exc)
             raise
         try:
-            conn.send_command("BLPOP", *keys, round(timeout + 1.0, 3))
-            if conn.can_read(timeout=timeout):
+            conn.send_command("BLPOP", *keys, round(timeout, 3))
+            if conn.can_read(timeout=timeout + 1.0):
                 reply = conn.read_response()
                 idle.give(pool, conn)
                 return reply
@@ -192,6 +201,86 @@ class SyncNode(_redis.NodeBase):
             raise
         pool.release(conn)
         return None
+
+
+class Listener:
+    """The one listener (a thread) of a client's waiters on one lock's wake keys in this
+    process: waiters wait on events, the thread keeps one BLPOP in flight for all of them and
+    serves them from :class:`~redlease.core.waiting.WaitList`. It lingers a moment after the
+    last waiter (the next one is often about to come), holding no connection meanwhile, then
+    leaves the client's ``registry`` (waiters join under :data:`_LISTENERS`, it leaves under it).
+    """
+
+    def __init__(self, node: SyncNode, req: Wait, registry: dict[Any, Listener]) -> None:
+        self.node = node
+        self.waiters = waiting.WaitList(req.keys, req.grants)
+        self.registry = registry
+        self.cond = threading.Condition()
+        self.running = False
+
+    def join(self, req: Wait) -> waiting.Waiter:
+        with self.cond:
+            waiter = self.waiters.join(req, time.monotonic(), threading.Event())
+            if self.running:
+                self.cond.notify()
+            else:
+                self.running = True
+                name = f"redlease-waiters {self.node.lock}"
+                threading.Thread(target=self._run, name=name, daemon=True).start()
+        return waiter
+
+    def wait(self, waiter: waiting.Waiter) -> Any:
+        try:
+            waiter.signal.wait(waiter.wait.timeout)
+        finally:
+            with self.cond:
+                self.waiters.leave(waiter)
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.reply if waiter.done else False
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                if not self.waiters:
+                    self.cond.wait(waiting.LINGER)
+            if not self.waiters:
+                with _LISTENERS, self.cond:
+                    if not self.waiters:
+                        self.running = False
+                        if self.registry.get(self.waiters.keys) is self:
+                            del self.registry[self.waiters.keys]
+                        return
+            with self.cond:
+                step = self.waiters.listen_timeout(time.monotonic())
+            try:
+                popped = self.node.blpop(self.waiters.keys, step)
+            except Exception as exc:  # noqa: BLE001 - handed to the waiters, who raise it
+                error = self.node.error(exc) if isinstance(exc, rex.RedisError) else exc
+                with self.cond:
+                    served = self.waiters.fail(error)
+                for w in served:
+                    w.signal.set()
+                continue
+            if popped:
+                with self.cond:
+                    waiter = self.waiters.route(popped)
+                if waiter is not None:
+                    waiter.signal.set()
+
+
+_LISTENERS = threading.Lock()
+
+
+def _wait(node: SyncNode, req: Wait) -> Any:
+    """Wait for ``req`` with the listener of ``node``'s client for its wake keys."""
+    found: dict[tuple[str, ...], Listener] = waiting.registry(node.client)[2]
+    with _LISTENERS:
+        listener = found.get(req.keys)
+        if listener is None:
+            listener = found[req.keys] = Listener(node, req, found)
+        waiter = listener.join(req)
+    return listener.wait(waiter)
 
 
 def drive(node: _redis.Executor, flow: Flow) -> Any:

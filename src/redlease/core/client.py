@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import redis.exceptions as rex
 
 from redlease.core.protocol import Request, Scripting
-from redlease.errors import LockError, LockUnavailable, ProtocolError
+from redlease.errors import ConnectionLimit, LockError, LockUnavailable, ProtocolError
 
 PIN_HOLD = 30.0  # a pinned connection nobody came back for is closed after this many seconds
 HOPS = 3  # nodes one cluster request is sent to at most (each after a refreshed slot map)
@@ -47,7 +47,11 @@ class NodeBase:
     def error(self, exc: BaseException, home: Any = None) -> BaseException:
         """The redlease exception to raise for a redis-py error on this node (``home``: the
         pool or cluster node it happened on, named instead of the whole cluster)."""
-        mapped = translate(exc, self.lock, self.name if home is None else home_name(home))
+        pool = getattr(self.client, "connection_pool", None) if home is None else home
+        limit = getattr(pool, "max_connections", None)
+        mapped = translate(
+            exc, self.lock, self.name if home is None else home_name(home), limit=limit
+        )
         return exc if mapped is None else mapped
 
 
@@ -217,10 +221,22 @@ def socket_timeout(client: Any) -> float | None:
     return float(value) if value else None
 
 
-def translate(exc: BaseException, lock: str, node: str) -> LockError | None:
-    """Map a redis-py exception to the redlease tree (``None``: not a Redis error)."""
+def translate(
+    exc: BaseException, lock: str, node: str, limit: int | None = None
+) -> LockError | None:
+    """Map a redis-py exception to the redlease tree (``None``: not a Redis error).
+    ``limit``: the ``max_connections`` of the pool it happened in, for the message."""
     if isinstance(exc, LockError):
         return exc
+    if isinstance(exc, rex.MaxConnectionsError) or str(exc) == "No connection available.":
+        # a limit of this client (its pool), never an outage
+        size = f"max_connections={limit}" if isinstance(limit, int) else "max_connections"
+        return ConnectionLimit(
+            lock,
+            f"client-side limit: {_short(exc)} (this client's pool: {size}); raise "
+            "max_connections or use fewer clients per process",
+            nodes=[node],
+        )
     if isinstance(exc, rex.AuthenticationError | rex.AuthenticationWrongNumberOfArgsError):
         return LockUnavailable(
             lock, "authentication failed (check user and password)", nodes=[node]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from redlease.core import protocol
+from redlease.core import protocol, waiting
 from redlease.core.client import Executor
 from redlease.core.keys import LockKeys, validate_identity
 from redlease.core.lease import Lease
@@ -110,7 +110,8 @@ class HandleCore:
         if getattr(client, "is_redlease_nodeset", False):  # redlease.core.quorum.NodeSet
             self.one_clock = False
             return client.node_for(self)  # type: ignore[no-any-return]
-        self.prim = self.prim.with_direct()  # one node or a cluster slot: direct hand-off
+        # one node or a cluster slot: direct hand-off, to the mailbox of this process's waiters
+        self.prim = self.prim.with_direct(waiting.mailbox(client))
         return plain(client, self.name)
 
     # -- properties ---------------------------------------------------------------------------

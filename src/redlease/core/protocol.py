@@ -116,11 +116,15 @@ class Wait:
     """Block until a wake token arrives on one of ``keys`` (wake lists on one node) or
     ``timeout`` seconds pass (BLPOP). The reply is ``True`` if a token was popped, else ``False``;
     a lease handed over directly (popped from ``grants``, one of ``keys``) is the reply itself.
+
+    The waiters of one lock in one process share one listener (:mod:`redlease.core.waiting`):
+    ``grants`` is then their process's mailbox, where each grant names its ``owner``.
     """
 
     keys: tuple[str, ...]
     timeout: float
     grants: str = ""
+    owner: str = ""
 
     def reply(self, popped: Any) -> Any:
         """The reply for a BLPOP that returned ``popped`` ([key, value], or None: timed out)."""
@@ -370,17 +374,22 @@ class Primitive:
     kind: str  # "mutex" | "reentrant" | "write" | "read"
     group: tuple[LockKeys, ...] = ()
     direct: bool = False  # a release hands the lease to the head waiter itself (one node)
+    mailbox: str = ""  # with ``direct``: the process's mailbox id for this lock ('': own lists)
 
-    def with_direct(self) -> Primitive:
+    def with_direct(self, mailbox: str = "") -> Primitive:
         """This primitive with the direct hand-off, where it applies (mutex or reentrant, one
-        lock); RedLock quorums and read-write locks keep the wake-up hand-off."""
+        lock); RedLock quorums and read-write locks keep the wake-up hand-off. ``mailbox``: the
+        id of the list where this process's listener receives every grant of the lock."""
         if self.group or self.kind not in ("mutex", "reentrant"):
             return self
-        return replace(self, direct=True)
+        return replace(self, direct=True, mailbox=mailbox)
 
     def grants(self, token: str) -> str:
-        """The list where ``token`` receives a lease handed over directly ('' : none)."""
-        return self.keys.grants(token) if self.direct else ""
+        """The list where ``token`` receives a lease handed over directly ('' : none): the
+        process's mailbox when there is one, else the waiter's own list."""
+        if not self.direct:
+            return ""
+        return self.keys.grants(self.mailbox or token)
 
     @property
     def name(self) -> str:
@@ -406,7 +415,7 @@ class Primitive:
         (where the refused acquire registered), or of every lock; with the direct hand-off,
         ``token``'s own grant list first."""
         if self.direct and token:
-            return (self.keys.grants(token), self.keys.wake)
+            return (self.grants(token), self.keys.wake)
         locks = self.group or (self.keys,)
         return tuple(locks[i - 1].wake for i in blocked) or tuple(k.wake for k in locks)
 
@@ -440,22 +449,20 @@ class Primitive:
             )
         reentrant = "1" if self.kind == "reentrant" else "0"
         keys = self.each(lambda k: (k.lease, k.fence, k.history, k.waiters, k.handoff))
+        args: tuple[str | int, ...] = (
+            token,
+            o.ttl_ms,
+            o.identity,
+            reentrant,
+            wait_ms,
+            min_fence,
+            "1" if registered else "0",
+        )
         if self.direct:
             keys += (k.direct, k.grants(token))
-        return Call(
-            scripts.ACQUIRE,
-            keys,
-            (
-                token,
-                o.ttl_ms,
-                o.identity,
-                reentrant,
-                wait_ms,
-                min_fence,
-                "1" if registered else "0",
-            ),
-            token,
-        )
+            if self.mailbox:
+                args += (self.mailbox,)
+        return Call(scripts.ACQUIRE, keys, args, token)
 
     def release(self, token: str, full: bool = True) -> Call:
         k, o = self.keys, self.options
@@ -617,11 +624,15 @@ def acquire(
     )
     while True:
         wait_ms = pacing.attempt()
+        if not wait_ms and blocking and state.registered and prim.direct:
+            wait_ms = LAST_ATTEMPT  # refused by a holder, it leaves the queue in the same call
         sent_at = clock()
         state.in_flight = True
         reply = yield prim.acquire(token, wait_ms, min_fence, state.registered)
         state.in_flight = False
         outcome = decode_acquire(reply, prim.name)
+        if wait_ms == LAST_ATTEMPT and outcome.status == scripts.HELD:
+            state.registered = False
         if outcome.status == scripts.GRANTED:
             state.granted = True
             state.registered = False
@@ -641,7 +652,7 @@ def acquire(
             raise AlreadyHeld(prim.name, "already held by this owner (not a reentrant lock)")
         state.registered = state.registered or pacing.registering
         wait = pacing.refused(prim.name, outcome, prim.names_at(outcome.blocked))
-        woke = yield Wait(prim.wake_keys(outcome.blocked, token), wait, prim.grants(token))
+        woke = yield Wait(prim.wake_keys(outcome.blocked, token), wait, prim.grants(token), token)
         if woke is True or woke is False:
             continue
         # handed over directly by the release: granted after this attempt was sent
@@ -666,6 +677,9 @@ def acquire(
             deadline=deadline,
             received_at=clock(),
         )
+
+
+LAST_ATTEMPT = -1  # registration ms of a waiter's last attempt (see scripts.ACQUIRE, ARGV[5])
 
 
 def abort_acquire(prim: Primitive, token: str, state: AcquireState) -> Flow:

@@ -191,10 +191,15 @@ end
 """,
     "enlist": """
 -- Register ``token`` for a direct hand-off: a release grants the lease to the head waiter itself
--- if it is enlisted here (``direct`` hash: token -> 'ttl_ms identity').
-local function enlist(direct, token, wait, ttl, identity)
+-- if it is enlisted here (``direct`` hash: token -> 'ttl_ms identity [box]'). ``box``: the
+-- mailbox that the waiter's process listens on for every waiter of this lock ('': its own list).
+local function enlist(direct, token, wait, ttl, identity, box)
   if wait > 0 then
-    redis.call('HSET', direct, token, ttl .. ' ' .. identity)
+    if box and box ~= '' then
+      redis.call('HSET', direct, token, ttl .. ' ' .. identity .. ' ' .. box)
+    else
+      redis.call('HSET', direct, token, ttl .. ' ' .. identity)
+    end
     keep_alive(direct, wait)
   end
 end
@@ -202,8 +207,10 @@ end
     "pass_on": """
 -- After a release of an exclusive lease: if the head waiter (the registration that lapses
 -- first) is enlisted for a direct hand-off, grant it the lease here and push the grant
--- 'fence now_ms transitions' onto its own list (wake .. ':' .. token, same slot), which it
--- BLPOPs: it returns without another round trip. Otherwise wake waiters (notify). A grant to
+-- 'fence now_ms transitions' onto its own list (wake .. ':' .. token, same slot), or
+-- 'fence now_ms transitions token' onto its process's mailbox (wake .. ':' .. box) when it
+-- enlisted with one; its process BLPOPs that list: the waiter returns without another round
+-- trip. Otherwise wake waiters (notify). A grant to
 -- a waiter that died meanwhile expires with its TTL; one that gave up is released by LEAVE.
 -- No waiters (the uncontended case): one EXISTS. The head is read first: when it is live, no
 -- registration has lapsed (it lapses first), so the common hand-off reads the queue once.
@@ -228,13 +235,18 @@ local function pass_on(lease, fence_key, history, waiters, handoff, wake, direct
   if not info then return notify(waiters, handoff, wake, handoff_ms, false) end
   local sep = string.find(info, ' ', 1, true)
   local ttl = string.sub(info, 1, sep - 1)
+  local identity = string.sub(info, sep + 1)
+  local sep2 = string.find(identity, ' ', 1, true)
+  local box, item = wake .. ':' .. head, ''
+  if sep2 then
+    box, item = wake .. ':' .. string.sub(identity, sep2 + 1), ' ' .. head
+    identity = string.sub(identity, 1, sep2 - 1)
+  end
   redis.call('ZREM', waiters, head)
   redis.call('HDEL', direct, head)
-  local fence, transitions = grant(lease, fence_key, history, head, string.sub(info, sep + 1),
-    ttl, 0, 'x')
-  local box = wake .. ':' .. head
-  redis.call('RPUSH', box, fence .. ' ' .. now_ms() .. ' ' .. transitions)
-  redis.call('PEXPIRE', box, ttl)
+  local fence, transitions = grant(lease, fence_key, history, head, identity, ttl, 0, 'x')
+  redis.call('RPUSH', box, fence .. ' ' .. now_ms() .. ' ' .. transitions .. item)
+  keep_alive(box, tonumber(ttl))
   redis.call('DEL', handoff)
   return 1
 end
@@ -253,8 +265,11 @@ ACQUIRE = Script(
 --   KEYS[1] lease hash  KEYS[2] fence counter  KEYS[3] history hash  KEYS[4] waiters zset
 --   KEYS[5] handoff flag
 -- ARGV[1] owner token  ARGV[2] ttl ms  ARGV[3] holder identity  ARGV[4] reentrant '1'|'0'
--- ARGV[5] waiter registration ms (0: do not register)  ARGV[6] minimum fence (0: none)
+-- ARGV[5] waiter registration ms (0: do not register; -1, direct hand-off only: the caller's
+--   last attempt, which, refused by a holder, also drops its registration: no LEAVE after it)
+-- ARGV[6] minimum fence (0: none)
 -- ARGV[7] '0': the owner is registered as a waiter nowhere (absent: it may be)
+-- ARGV[8] the caller's process mailbox for a direct hand-off (absent or '': its own list)
 -- With one lock, two more keys may follow: KEYS[6] direct hand-off hash, KEYS[7] the caller's
 -- own grant list (wake list .. ':' .. owner token). A refused caller then
 -- enlists for a direct hand-off (see pass_on); a caller that finds the lease already granted to
@@ -321,9 +336,14 @@ end
 if refused then
   local wait = tonumber(ARGV[5])
   for _, i in ipairs(refused) do enqueue(KEYS[5 * i - 1], token, wait) end
-  if direct then enlist(direct, token, wait, ttl, ARGV[3]) end
+  if direct then enlist(direct, token, wait, ttl, ARGV[3], ARGV[8]) end
   for i, a in pairs(admit) do  -- no stale registration where the lock was free
     if a % 2 == 1 then redis.call('ZREM', KEYS[5 * i - 1], token) end
+  end
+  if wait < 0 and status == 0 and direct then  -- the last attempt: the caller leaves here
+    redis.call('ZREM', KEYS[4], token)
+    redis.call('HDEL', direct, token)
+    redis.call('DEL', KEYS[7])
   end
   return {status, hint, holder, unpack(refused)}
 end

@@ -1,0 +1,122 @@
+"""The waiters of one lock in one process share one wake-up path (pure bookkeeping, no I/O).
+
+A blocked acquirer does not hold a connection of its own: it joins the :class:`WaitList` of
+its client and wait keys, and one listener per list (a task in ``core._async``, a thread in
+``core._sync``) BLPOPs the lock's wake list and the process's mailbox for that lock and hands
+what it pops to the waiters here: a lease granted directly (``pass_on`` in
+:mod:`redlease.core.scripts` pushes ``'fence now_ms transitions token'``) to the waiter of
+that owner token, a wake token to the waiter that joined first. So connections per process grow
+with locks, not waiters. Each waiter keeps its own deadline (its timeout is local and exact);
+the listener only has to keep one BLPOP in flight while anyone waits.
+
+A grant whose waiter has gone (it timed out meanwhile) is dropped here: Redis still names that
+owner, and its next attempt takes the lease or its LEAVE passes it on (see the scripts).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from redlease.core.protocol import Wait, as_str
+
+LISTEN_STEP = 5.0  # longest single BLPOP of a listener (seconds): a bounded fallback
+LISTEN_SLACK = 0.25  # a listener's BLPOP outlasts the latest waiter's deadline by this much
+LINGER = 1.0  # an idle listener thread waits this long for the next waiter before it ends
+_ATTR = "_redlease_waiting"
+
+
+@dataclass(slots=True, eq=False)
+class Waiter:
+    """One blocked acquirer: its request, its deadline (the list's clock), what it got.
+
+    ``signal``: the driver's way to wake it (a future, an event)."""
+
+    wait: Wait
+    deadline: float
+    signal: Any = None
+    reply: Any = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class WaitList:
+    """The waiters on one set of wake ``keys`` of one client, in the order they joined."""
+
+    keys: tuple[str, ...]
+    grants: str = ""  # the mailbox among ``keys`` (grants name their owner), '' for none
+    _waiters: dict[Waiter, None] = field(default_factory=dict)
+    _owners: dict[str, Waiter] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self._waiters)
+
+    def join(self, wait: Wait, now: float, signal: Any = None) -> Waiter:
+        waiter = Waiter(wait, now + wait.timeout, signal)
+        self._waiters[waiter] = None
+        if wait.owner:
+            self._owners[wait.owner] = waiter
+        return waiter
+
+    def leave(self, waiter: Waiter) -> bool:
+        """Take ``waiter`` off the list; False if it was served (or failed) already."""
+        if waiter not in self._waiters:
+            return False
+        del self._waiters[waiter]
+        if self._owners.get(waiter.wait.owner) is waiter:
+            del self._owners[waiter.wait.owner]
+        return True
+
+    def listen_timeout(self, now: float) -> float:
+        """How long the listener's next BLPOP may block: until the latest deadline, bounded."""
+        latest = max((w.deadline for w in self._waiters), default=now)
+        return min(LISTEN_STEP, max(latest - now, 0.0) + LISTEN_SLACK)
+
+    def route(self, popped: Any) -> Waiter | None:
+        """The waiter served by ``popped`` (BLPOP's ``[key, value]``), its reply set and taken
+        off the list; None when nobody here wanted it."""
+        key = as_str(popped[0])
+        if self.grants and key == self.grants:
+            grant, _, owner = as_str(popped[1]).rpartition(" ")
+            waiter = self._owners.get(owner)
+            if waiter is None:
+                return None  # it gave up meanwhile: Redis passes the lease on (see above)
+            reply = waiter.wait.reply([key, grant])
+        else:
+            waiter = next(iter(self._waiters), None)
+            if waiter is None:
+                return None
+            reply = True
+        self.leave(waiter)
+        waiter.reply, waiter.done = reply, True
+        return waiter
+
+    def fail(self, error: BaseException) -> list[Waiter]:
+        """Every waiter, each given ``error`` (the listener failed), the list emptied."""
+        served = list(self._waiters)
+        for waiter in served:
+            waiter.error, waiter.done = error, True
+        self._waiters.clear()
+        self._owners.clear()
+        return served
+
+
+def mailbox(client: Any) -> str:
+    """The id of ``client``'s mailbox in this process (forked children get their own): the lists
+    ``<wake list>:<id>`` where its listeners receive the leases handed over to its waiters."""
+    state = registry(client)
+    return state[1]
+
+
+def registry(client: Any) -> tuple[int, str, dict[Any, Any]]:
+    """``(pid, mailbox id, listeners by wait keys)`` of ``client`` in this process."""
+    pid = os.getpid()
+    state: tuple[int, str, dict[Any, Any]] | None = client.__dict__.get(_ATTR)
+    if state is None:  # two threads at once: one mailbox wins
+        state = client.__dict__.setdefault(_ATTR, (pid, "@" + secrets.token_hex(6), {}))
+    if state[0] != pid:  # a forked child: its own mailbox and listeners
+        state = client.__dict__[_ATTR] = (pid, "@" + secrets.token_hex(6), {})
+    return state

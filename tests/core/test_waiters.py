@@ -1,0 +1,319 @@
+"""Many waiters on one lock in one process share one wake-up path.
+
+With a default client, hundreds of blocked acquirers must all get the lock in turn, none fails
+as an outage, and the connections the process holds stay bounded by the lock, not by the
+number of waiters (counted by the server, CLIENT LIST). A client-side limit (an exhausted
+pool) is its own error, never "cannot reach Redis". Timeouts stay honest with many waiters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+import redlease
+from redlease import aio
+from redlease.core import gate, waiting
+from redlease.core.keys import LockKeys
+from redlease.core.protocol import Wait
+from redlease.devtools.localredis import RedisServer
+
+from .test_handoff import Counting
+from .util import async_wait_until, wait_until
+
+# one listener per lock, plus the requests the process may have in flight to the node
+BOUND = gate.GATE + 1
+
+
+def _connections(observer: redis.Redis) -> int:
+    """Client connections on the server, the observer's own excluded."""
+    return len(observer.client_list()) - 1
+
+
+def _blocked(observer: redis.Redis) -> int:
+    """Connections blocked in a BLPOP now (flag ``b``)."""
+    return sum(1 for c in observer.client_list() if "b" in c.get("flags", ""))
+
+
+def _until(check: Any) -> Any:
+    """An async predicate for ``async_wait_until`` from a blocking one (the observer's)."""
+
+    async def predicate() -> bool:
+        return bool(check())
+
+    return predicate
+
+
+# --- the pure routing ----------------------------------------------------------------------------
+
+
+def test_grants_go_to_their_owner_and_wake_tokens_to_the_first_waiter() -> None:
+    box, wake = "k:wake:@box", "k:wake"
+    waiters = waiting.WaitList((box, wake), box)
+    a = waiters.join(Wait((box, wake), 1.0, box, "tok-a"), 0.0)
+    b = waiters.join(Wait((box, wake), 2.0, box, "tok-b"), 0.0)
+    c = waiters.join(Wait((box, wake), 3.0, box, "tok-c"), 0.0)
+    assert waiters.listen_timeout(0.0) == min(waiting.LISTEN_STEP, 3.0 + waiting.LISTEN_SLACK)
+
+    served = waiters.route([box.encode(), b"7 1000 3 tok-b"])
+    assert served is b and b.reply == "7 1000 3"
+    assert waiters.route([wake, "1"]) is a and a.reply is True  # first come, first woken
+    assert waiters.route([box, "8 1001 4 tok-gone"]) is None  # gave up: Redis passes it on
+    assert waiters.leave(c) is True and waiters.leave(a) is False
+    assert len(waiters) == 0 and waiters.route([wake, "1"]) is None
+
+
+def test_a_failed_listener_hands_its_error_to_every_waiter() -> None:
+    waiters = waiting.WaitList(("w",))
+    joined = [waiters.join(Wait(("w",), 1.0), 0.0) for _ in range(3)]
+    error = RuntimeError("down")
+    assert waiters.fail(error) == joined
+    assert all(w.error is error and w.done for w in joined) and len(waiters) == 0
+
+
+# --- many waiters, default clients ---------------------------------------------------------------
+
+
+async def test_200_asyncio_waiters_take_turns_on_few_connections(
+    redis_server: RedisServer, lock_name: str
+) -> None:
+    client = aioredis.Redis(host="127.0.0.1", port=redis_server.port)  # the default pool
+    observer = redis_server.client()
+    holder = aio.Lock(client, lock_name, ttl=30)
+    await holder.acquire()
+    order: list[int] = []
+    peak = 0
+
+    async def waiter(i: int) -> None:
+        lock = aio.Lock(client, lock_name, ttl=30)
+        await lock.acquire(timeout=120)
+        order.append(i)
+        await lock.release()
+
+    try:
+        tasks = [asyncio.create_task(waiter(i)) for i in range(200)]
+        direct = f"redlease:{{{lock_name}}}:direct"
+        await async_wait_until(_until(lambda: observer.hlen(direct) == 200), timeout=60)
+        peak = _connections(observer)
+        await async_wait_until(_until(lambda: _blocked(observer) == 1), timeout=30)
+        assert _blocked(observer) == 1  # one listener for all 200
+        await holder.release()
+        done, _ = await asyncio.wait(tasks, timeout=120)
+        for t in done:
+            t.result()  # none failed (an outage error would surface here)
+        assert len(done) == 200 and sorted(order) == list(range(200))
+        peak = max(peak, _connections(observer))
+        assert peak <= BOUND, f"{peak} connections for one lock"
+        # nobody waits: the listener is gone (a process locking many names keeps none)
+        await async_wait_until(_until(lambda: not waiting.registry(client)[2]), timeout=10)
+    finally:
+        observer.close()
+        await client.aclose()
+
+
+def test_50_threads_wait_on_one_listener(redis_server: RedisServer, lock_name: str) -> None:
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)  # the default pool
+    observer = redis_server.client()
+    holder = redlease.Lock(client, lock_name, ttl=30)
+    holder.acquire()
+    got: list[int] = []
+    failed: list[BaseException] = []
+
+    def waiter(i: int) -> None:
+        lock = redlease.Lock(client, lock_name, ttl=30)
+        try:
+            lock.acquire(timeout=120)
+            got.append(i)
+            lock.release()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+
+    threads = [threading.Thread(target=waiter, args=(i,)) for i in range(50)]
+    try:
+        for t in threads:
+            t.start()
+        direct = f"redlease:{{{lock_name}}}:direct"
+        wait_until(lambda: observer.hlen(direct) == 50, timeout=60)
+        peak = _connections(observer)
+        wait_until(lambda: _blocked(observer) == 1, timeout=30)  # one listener for all 50
+        holder.release()
+        for t in threads:
+            t.join(120)
+        assert not failed and sorted(got) == list(range(50))
+        peak = max(peak, _connections(observer))
+        assert peak <= BOUND, f"{peak} connections for one lock"
+        wait_until(lambda: not waiting.registry(client)[2], timeout=10)  # after its linger
+    finally:
+        observer.close()
+        client.close()
+
+
+def test_two_locks_get_a_listener_each(redis_server: RedisServer, lock_name: str) -> None:
+    client = redis_server.client()
+    observer = redis_server.client()
+    names = (lock_name + "-x", lock_name + "-y")
+    holders = [redlease.Lock(client, n, ttl=30) for n in names]
+    for h in holders:
+        h.acquire()
+    results: list[str] = []
+
+    def waiter(name: str) -> None:
+        lock = redlease.Lock(client, name)
+        lock.acquire(timeout=60)
+        results.append(name)
+        lock.release()
+
+    threads = [threading.Thread(target=waiter, args=(n,)) for n in names for _ in range(5)]
+    try:
+        for t in threads:
+            t.start()
+        for n in names:
+            wait_until(lambda n=n: observer.hlen(f"redlease:{{{n}}}:direct") == 5, timeout=30)
+        wait_until(lambda: _blocked(observer) == 2, timeout=30)  # one listener per lock
+        for h in holders:
+            h.release()
+        for t in threads:
+            t.join(60)
+        assert sorted(results) == sorted(names * 5)
+    finally:
+        observer.close()
+        client.close()
+
+
+# --- a client-side limit is not an outage --------------------------------------------------------
+
+
+def _check_limit(exc: BaseException, lock_name: str) -> None:
+    assert isinstance(exc, redlease.ConnectionLimit)
+    assert not isinstance(exc, redlease.LockUnavailable)
+    assert exc.lock == lock_name and "max_connections=1" in str(exc)
+
+
+def test_an_exhausted_pool_is_a_connection_limit(redis_server: RedisServer, lock_name: str) -> None:
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port, max_connections=1)
+    observer = redis_server.client()
+    holder = redlease.Lock(client, lock_name, ttl=5)
+    holder.acquire()
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            redlease.Lock(client, lock_name).acquire(timeout=3)
+        except redlease.LockError as exc:  # times out (or hits the same limit)
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    try:
+        wait_until(lambda: _blocked(observer) == 1, timeout=30)  # the listener has the one
+        with pytest.raises(redlease.LockError) as caught:
+            holder.release()
+        _check_limit(caught.value, lock_name)
+    finally:
+        waiter.join(30)
+        observer.close()
+        client.close()
+    assert outcome and not waiter.is_alive()
+
+
+async def test_an_exhausted_asyncio_pool_is_a_connection_limit(
+    redis_server: RedisServer, lock_name: str
+) -> None:
+    client = aioredis.Redis(host="127.0.0.1", port=redis_server.port, max_connections=1)
+    observer = redis_server.client()
+    holder = aio.Lock(client, lock_name, ttl=5)
+    await holder.acquire()
+    waiter = asyncio.create_task(aio.Lock(client, lock_name).acquire(timeout=3))
+    try:
+        await async_wait_until(_until(lambda: _blocked(observer) == 1), timeout=30)
+        with pytest.raises(redlease.LockError) as caught:
+            await holder.release()
+        _check_limit(caught.value, lock_name)
+    finally:
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        observer.close()
+        await client.aclose()
+
+
+# --- honest timeouts with many waiters -----------------------------------------------------------
+
+
+async def test_many_asyncio_waiters_never_give_up_early(
+    redis_server: RedisServer, lock_name: str
+) -> None:
+    client = aioredis.Redis(host="127.0.0.1", port=redis_server.port)
+    holder = aio.Lock(client, lock_name, ttl=30)
+    await holder.acquire()
+    timeout = 0.5
+
+    async def waiter() -> float:
+        lock = aio.Lock(client, lock_name)
+        start = time.monotonic()
+        with pytest.raises(redlease.LockTimeout):
+            await lock.acquire(timeout=timeout)
+        return time.monotonic() - start
+
+    try:
+        elapsed = await asyncio.gather(*(waiter() for _ in range(100)))
+        assert min(elapsed) >= timeout
+        assert max(elapsed) < timeout + 10  # loose: the precise figure is for `make bench`
+        assert int(await client.zcard(f"redlease:{{{lock_name}}}:waiters")) == 0
+    finally:
+        await holder.release()
+        await client.aclose()
+
+
+def test_many_threads_never_give_up_early(redis_server: RedisServer, lock_name: str) -> None:
+    client = redis_server.client()
+    holder = redlease.Lock(client, lock_name, ttl=30)
+    holder.acquire()
+    timeout = 0.5
+    elapsed: list[float] = []
+
+    def waiter() -> None:
+        lock = redlease.Lock(client, lock_name)
+        start = time.monotonic()
+        with pytest.raises(redlease.LockTimeout):
+            lock.acquire(timeout=timeout)
+        elapsed.append(time.monotonic() - start)
+
+    threads = [threading.Thread(target=waiter) for _ in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert len(elapsed) == 30 and min(elapsed) >= timeout
+        assert max(elapsed) < timeout + 10
+        assert int(client.zcard(f"redlease:{{{lock_name}}}:waiters")) == 0
+    finally:
+        holder.release()
+        client.close()
+
+
+def test_a_waiter_that_times_out_leaves_the_queue_in_its_last_attempt(
+    redis_server: RedisServer, lock_name: str
+) -> None:
+    client = redis_server.client()
+    holder = redlease.Lock(client, lock_name, ttl=30)
+    holder.acquire()
+    waiter = redlease.Lock(client, lock_name)
+    counting = Counting(waiter._node)
+    waiter._node = counting  # type: ignore[assignment]
+    try:
+        with pytest.raises(redlease.LockTimeout):
+            waiter.acquire(timeout=0.2)
+        # one round trip to give up: no LEAVE after the last attempt, nothing left queued
+        assert counting.calls[-1] == "acquire" and "leave" not in counting.calls
+        keys = LockKeys.for_name(lock_name)
+        assert client.zcard(keys.waiters) == 0 and client.hlen(keys.direct) == 0
+    finally:
+        holder.release()
+        client.close()
