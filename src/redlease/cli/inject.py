@@ -35,7 +35,12 @@ def add_injection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sidecar-image", default=inject.DEFAULT_IMAGE, help="image of the injected sidecar"
     )
-    p.add_argument("--sidecar-pull-policy", choices=inject.PULL_POLICIES, default="IfNotPresent")
+    p.add_argument(
+        "--sidecar-pull-policy",
+        choices=inject.PULL_POLICIES,
+        default="IfNotPresent",
+        help="the injected container's imagePullPolicy",
+    )
     p.add_argument(
         "--sidecar-mode",
         choices=inject.SIDECAR_MODES,

@@ -131,18 +131,26 @@ def describe(client: Any) -> str:
         except Exception:  # noqa: BLE001 - a name for an error message must never fail
             names = []
         return "cluster " + ",".join(names) if names else "cluster"
-    try:
-        kwargs = client.connection_pool.connection_kwargs
-    except AttributeError:
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
         return type(client).__name__
-    return _address(kwargs)
+    return home_name(pool)
 
 
 def home_name(home: Any) -> str:
-    """``host:port`` (or ``unix:path``) of a connection pool or a cluster node."""
+    """``host:port`` (or ``unix:path``) of a connection pool or a cluster node; for a Sentinel
+    master's pool, the service and the Sentinels asked (its own kwargs name no host)."""
     name = getattr(home, "name", None)  # redis.asyncio.cluster.ClusterNode
     if isinstance(name, str):
         return name
+    service = getattr(home, "service_name", None)
+    if isinstance(service, str):
+        try:
+            sentinels = home.sentinel_manager.sentinels
+            hosts = ",".join(_address(s.connection_pool.connection_kwargs) for s in sentinels)
+        except AttributeError:
+            hosts = "?"
+        return f"sentinel:{service} via {hosts}"
     return _address(getattr(home, "connection_kwargs", {}))
 
 
