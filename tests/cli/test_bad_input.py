@@ -78,6 +78,11 @@ ROWS: list[tuple[str, list[str], dict[str, str], int, str, bool]] = [
      "REDLEASE_TTL (for --ttl)", False),
     ("operator-refresh-duration", ["operator", "-n", "apps", "--refresh", "fast"], {}, 2,
      "--refresh: not a duration", True),
+    ("ttl-out-of-range", ["sidecar", *LOCK, "--redis", DEAD, "--ttl", "25h"], {}, 2,
+     "--ttl: must be between 0.05 and 86400 seconds", False),
+    ("validate-missing-file", ["validate", "-f", "/nonexistent.yaml"], {}, 1,
+     "/nonexistent.yaml: -: file: No such file", True),
+    ("validate-no-file", ["validate"], {}, 2, "-f/--filename", False),
     # 6: an unreachable Sentinel is named by what the user gave
     ("sentinel-unreachable", ["status", *LOCK, "--redis",
                               "redis+sentinel://127.0.0.1:1/mymaster"], {}, 1,

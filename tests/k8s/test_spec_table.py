@@ -67,7 +67,7 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("duplicate-nodes", spec(nodes=[*THREE[:2], THREE[0]]), "spec.nodes"),
     ("ttl-zero", spec(ttlSeconds=0), "spec.ttlSeconds"),
     ("ttl-string", spec(ttlSeconds="15"), "spec.ttlSeconds"),
-    ("ttl-too-long", spec(ttlSeconds=3601), "spec.ttlSeconds"),
+    ("ttl-too-long", spec(ttlSeconds=86401), "spec.ttlSeconds"),
     (
         "deadline-not-below-ttl",
         spec(ttlSeconds=10, renewDeadlineSeconds=10),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from redlease import __version__
 from redlease.cli import inject as inject_cli
 from redlease.cli.durations import parse_duration, positive_duration
-from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
+from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT, TTL_RANGE
 from redlease.core.spec import DEFAULT_READY, READY_MODES
 from redlease.errors import ConfigError, RedleaseError
 
@@ -92,6 +92,12 @@ _ABOUT = {
         "leader_until is ahead). Exit 0 once leader, 1 on --timeout.",
         "redlease wait --state-dir /var/run/redlease --lock orders && exec ./app",
     ),
+    "validate": (
+        "Check DistributedLock manifests offline with the rules of the CRD schema, its CEL "
+        "rules and the operator; lists every error at once (file: object: field: why). "
+        "Exit 1 when there is one.",
+        "redlease validate -f examples/redlock-distributedlock.yaml",
+    ),
     "inject": (
         "Print manifests with the redlease sidecar injected into every pod template, as the "
         "webhook would (GitOps). Reports every error at once.",
@@ -123,6 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_operator(sub)
     _add_election_commands(sub)
     _defer_defaults(inject_cli.add_command(sub))
+    check = sub.add_parser("validate", help="check DistributedLock manifests offline")
+    check.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        metavar="FILE",
+        required=True,
+        help="YAML or JSON manifests; '-' for stdin (repeatable)",
+    )
     _describe(sub)
     return parser
 
@@ -141,6 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = _operator_config(args, parser)
             _kube_login_source()
             return run_operator(config)
+        if args.command == "validate":
+            from redlease.cli import validate
+
+            return validate.run(args.filename)
         if args.command == "inject":
             _fill_from_env(parser, args)
             return inject_cli.run(args)
@@ -310,7 +329,7 @@ def _operator_election(args: argparse.Namespace) -> Any:
     names = ("--lease-duration", "--lease-renew-deadline", "--lease-retry-period")
     given = (args.lease_duration, args.lease_renew_deadline, args.lease_retry_period)
     ttl, deadline, retry = (
-        _number(value, flag, 0.01, 86400, duration=True) if value else None
+        _number(value, flag, *TTL_RANGE, duration=True) if value else None
         for value, flag in zip(given, names, strict=True)
     )
     timing = validate_timing(ttl or 15.0, deadline, retry, names=names)

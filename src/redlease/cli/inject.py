@@ -241,8 +241,16 @@ def inject_documents(
 
 
 def run(args: argparse.Namespace) -> int:
+    from redlease.cli.validate import problems
+
     config = inject_config(args)
-    docs = _read(args.filename or ["-"])
+    sources = args.filename or ["-"]
+    docs = _read(sources)
+    invalid = [str(p) for p in problems(", ".join(sources), docs)[0]]
+    for line in invalid:  # every error of every DistributedLock given, at once
+        sys.stderr.write(f"redlease: error: {line}\n")
+    if invalid:
+        return 2
     warnings, denials = inject_documents(docs, config, args.namespace)
     for line in warnings:
         sys.stderr.write(f"redlease inject: warning: {line}\n")

@@ -158,6 +158,11 @@ def resume(
 
 # --- timing --------------------------------------------------------------------------------------
 
+# The one TTL range, in seconds, of the library, the CLI and the CRD (which takes whole seconds
+# in it: 1 to 86,400): below 50 ms the drift allowance and a round trip eat the lease; a lease
+# of more than a day outlives any holder that would still renew it.
+TTL_RANGE = (0.05, 86400.0)
+
 
 def drift(ttl: float) -> float:
     """Clock-drift allowance for a lease of ``ttl`` seconds: 1% of the TTL plus 2 ms."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from redlease.core.connect import Target, Tls, validate_target, with_pem
 from redlease.core.keys import validate_identity, validate_name
+from redlease.core.protocol import TTL_RANGE
 from redlease.errors import ConfigError
 
 # --- API names (one place: the operator, the sidecar, the chart tests and the docs use these) ---
@@ -44,7 +45,7 @@ DEFAULT_READY = "connected"
 MAX_KEYS = 16
 MAX_NODES = 15
 MAX_REPLICAS = 15  # spec.replicas: WAIT for this many replicas of a (Sentinel-managed) master
-MAX_SECONDS = 3600
+MAX_SECONDS = int(TTL_RANGE[1])  # spec timing fields: whole seconds in the one TTL range
 DEFAULT_TTL = 15
 _K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS-1123 subdomain
 _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
@@ -90,7 +91,7 @@ def validate_timing(
     retry_period: float | None = None,
     *,
     names: tuple[str, str, str] = ("--ttl", "--renew-deadline", "--retry-period"),
-    bounds: tuple[float, float] = (0.05, 86400.0),
+    bounds: tuple[float, float] = TTL_RANGE,
 ) -> Timing:
     """The relations every timing must satisfy: retry < renew deadline < ttl (defaults from
     :func:`default_renew_deadline` and :func:`default_retry_period`)."""
