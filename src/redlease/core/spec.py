@@ -44,6 +44,7 @@ DEFAULT_READY = "connected"
 
 MAX_KEYS = 16
 MAX_NODES = 15
+MAX_HOLDERS = 1000  # spec.holders: how many may hold the lock at once
 MAX_REPLICAS = 15  # spec.replicas: WAIT for this many replicas of a (Sentinel-managed) master
 MAX_SECONDS = int(TTL_RANGE[1])  # spec timing fields: whole seconds in the one TTL range
 DEFAULT_TTL = 15
@@ -436,6 +437,7 @@ def parse_spec(spec: object) -> LockSpec:
     ttl = _integer(spec, "ttlSeconds", 1, MAX_SECONDS)
     renew = _integer(spec, "renewDeadlineSeconds", 1, MAX_SECONDS)
     retry = _integer(spec, "retryPeriodSeconds", 1, MAX_SECONDS)
+    _integer(spec, "holders", 1, MAX_HOLDERS)
     timing = validate_timing(
         DEFAULT_TTL if ttl is None else ttl,
         renew,

@@ -39,6 +39,8 @@ _TRACKED = (
     "transitions",
     "lastTransitionTime",
     "observedGeneration",
+    "keys",
+    "nodeSet",
 )
 
 
@@ -123,6 +125,8 @@ def compute_status(
         "healthyNodes": nodes.healthy,
         "totalNodes": nodes.total,
         "quorum": nodes.quorum,
+        "keys": ",".join(spec.keys),  # printer columns cannot join a list
+        "nodeSet": ",".join(spec.node_names),
     }
     if view.errors:
         status["unhealthyNodes"] = list(view.unhealthy_nodes)
