@@ -164,3 +164,57 @@ def test_the_hider_hides(hider: Path) -> None:
     probe = subprocess.run([sys.executable, "-c", f"import redis, aiohttp; {code}"],
                            capture_output=True, text=True, env=environ, timeout=60)  # fmt: skip
     assert "ModuleNotFoundError" in probe.stderr and "kopf" in probe.stderr
+
+
+def test_refused_login_is_one_outage_line_not_a_cleanup_flood(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A wrong password: `run --try` answers in one line; the library's failed acquire logs no
+    "cleanup failed" (nothing reached Redis, so there was nothing to undo)."""
+    import logging
+
+    import redis
+
+    import redlease
+    from redlease.devtools.localredis import RedisServer
+    from redlease.errors import LockUnavailable
+
+    with RedisServer(password="right") as server:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        proc = subprocess.run(
+            [sys.executable, "-m", "redlease", "run", *LOCK, "--redis", url, "--try", "--", "true"],
+            capture_output=True, text=True, env=env(REDLEASE_PASSWORD="wrong"), cwd=ROOT,
+            timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert "cleanup failed" not in proc.stderr and "Redis not reached" in proc.stderr
+        client = redis.Redis(host="127.0.0.1", port=server.port, password="wrong")
+        with caplog.at_level(logging.DEBUG, logger="redlease"), pytest.raises(LockUnavailable):
+            redlease.Lock(client, "x", ttl=5).acquire(timeout=0)
+        warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert not [r for r in warned if "cleanup failed" in r.getMessage()]
+        client.close()
+
+
+def test_sidecar_on_an_unreachable_sentinel_stops_cleanly(tmp_path: Path) -> None:
+    from tests.sidecar.procs import wait_until
+
+    log = tmp_path / "stderr"
+    url = "redis+sentinel://127.0.0.1:1/mymaster"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "redlease", "sidecar", *LOCK, "--redis", url, "--http", "off",
+             "--state-dir", ""],
+            stderr=out, env=env(), cwd=ROOT,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: "redis unavailable" in log.read_text(), timeout=60, step=0.1)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    text = log.read_text()
+    # (the outage line names the Sentinel when redis-py answered first, else the time it took:
+    # `status`'s row above checks the name; here: nothing the user did not give, no noise)
+    for noise in ("localhost", "Traceback", "never retrieved", "unhandled exception",
+                  "cleanup failed"):  # fmt: skip
+        assert noise not in text, text

@@ -11,7 +11,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import redis.asyncio.sentinel as aio_sentinel
 import redis.exceptions as rex
+import redis.sentinel as sentinel
 
 from redlease.core.protocol import Request, Scripting
 from redlease.errors import LockError, LockUnavailable, ProtocolError
@@ -181,6 +183,10 @@ def translate(exc: BaseException, lock: str, node: str) -> LockError | None:
         return LockUnavailable(lock, f"permission denied by ACL: {exc}", nodes=[node])
     if isinstance(exc, rex.TimeoutError):
         return LockUnavailable(lock, "Redis did not answer in time", nodes=[node])
+    if isinstance(exc, sentinel.MasterNotFoundError | aio_sentinel.MasterNotFoundError):
+        # its text goes on with the reprs of the Sentinel clients
+        master = str(exc).partition(" : ")[0]
+        return LockUnavailable(lock, f"no master from the Sentinels: {master}", nodes=[node])
     if isinstance(exc, rex.ConnectionError):
         return LockUnavailable(lock, f"cannot reach Redis: {_short(exc)}", nodes=[node])
     if isinstance(exc, rex.ReadOnlyError):

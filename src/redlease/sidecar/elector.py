@@ -432,6 +432,7 @@ class Elector:
         if task in done:
             return task.result()
         task.cancel()
+        task.add_done_callback(_retrieve)  # it may end later, with an error nobody awaits
         # never wait long for the cancelled operation: a cancelled redis-py command can take
         # its time to tear its connection down, and stopping must stay prompt
         await asyncio.wait({task}, timeout=1.0)
@@ -473,6 +474,13 @@ class Elector:
         await self._withdraw()
         await self._close_client()
         self.hooks.changed()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark the outcome of an abandoned operation as seen (its error was already reported as a
+    timeout), so asyncio does not log "Task exception was never retrieved" for it."""
+    if not task.cancelled():
+        task.exception()
 
 
 def jitter(seconds: float) -> float:
