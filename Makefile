@@ -5,7 +5,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: help venv lint typecheck test test-quick test-long test-matrix demo chaos chaos-quick clean lock
+.PHONY: help venv lint typecheck test test-quick test-long test-matrix demo chaos chaos-quick clean lock image image-push
+
+# The image the chart and the examples run (ghcr.io/redlease/redlease:<version>). Needs a Docker
+# engine (BuildKit); IMAGE=registry/name overrides the repository. `make image-push` pushes it
+# (after `docker login`); the chart's image.repository / image.tag then point at it.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE   ?= ghcr.io/redlease/redlease
 
 help:
 	@echo "make demo        run the demo on a local redis-server"
@@ -15,6 +21,7 @@ help:
 	@echo "make test-matrix tests/core and tests/quorum on Redis 7, Redis 6.2 and Valkey 8"
 	@echo "make chaos       the safety check under faults (< 5 min); chaos-quick < 1 min"
 	@echo "make bench       redlease against its peers (< 10 min); bench-quick < 1 min"
+	@echo "make image       build $(IMAGE):$(VERSION) with Docker; make image-push pushes it"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -102,3 +109,9 @@ bench-quick: $(BENCH_STAMP)  ## the same, shorter (< 1 min)
 .PHONY: soak
 soak: $(STAMP)  ## 20 min (<= 25 with setup) of leader kills and Redis restarts; SOAK_MINUTES=N to shorten
 	$(PY) tests/soak/soak.py --report soak-report.json
+
+image:  ## build the operator/sidecar image (needs a Docker engine)
+	docker build -t $(IMAGE):$(VERSION) .
+
+image-push: image  ## push it (docker login to the registry first)
+	docker push $(IMAGE):$(VERSION)

@@ -36,8 +36,12 @@ def test_crd_is_a_valid_crd(crd_doc: dict[str, Any]) -> None:
     assert names["shortNames"] == ["dlock", "dlocks"] and names["categories"] == ["redlease"]
     version = crd_doc["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
-    columns = [c["name"].upper() for c in version["additionalPrinterColumns"]]
-    assert columns == ["KEYS", "HOLDER", "TOKEN", "TTL", "NODES", "PHASE", "AGE"]
+    columns = [
+        c["name"].upper() for c in version["additionalPrinterColumns"] if "priority" not in c
+    ]
+    assert columns == ["KEYS", "HOLDERS", "HOLDER", "TOKEN", "TTL", "NODES", "PHASE", "AGE"]
+    wide = [c["name"].upper() for c in version["additionalPrinterColumns"] if c.get("priority")]
+    assert wide == ["PAUSED", "EXPIRES", "NODE SET"]
 
 
 def test_schema_rejects_unknown_fields() -> None:

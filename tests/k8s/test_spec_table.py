@@ -46,6 +46,7 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ),
     ("tls-client-only", spec(nodes=TLS, tls={"clientCertSecretRef": {"name": "client"}}), OK),
     ("multi-key", spec(keys=["orders", "billing"]), OK),
+    ("holders", spec(holders=3), OK),
     ("ttl-only", spec(ttlSeconds=5), OK),
     ("retry-below-derived-deadline", spec(ttlSeconds=4, retryPeriodSeconds=2), OK),
     ("full-timing", spec(ttlSeconds=30, renewDeadlineSeconds=20, retryPeriodSeconds=4), OK),
@@ -67,7 +68,9 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("duplicate-nodes", spec(nodes=[*THREE[:2], THREE[0]]), "spec.nodes"),
     ("ttl-zero", spec(ttlSeconds=0), "spec.ttlSeconds"),
     ("ttl-string", spec(ttlSeconds="15"), "spec.ttlSeconds"),
-    ("ttl-too-long", spec(ttlSeconds=3601), "spec.ttlSeconds"),
+    ("ttl-too-long", spec(ttlSeconds=86401), "spec.ttlSeconds"),
+    ("holders-zero", spec(holders=0), "spec.holders"),
+    ("holders-string", spec(holders="2"), "spec.holders"),
     (
         "deadline-not-below-ttl",
         spec(ttlSeconds=10, renewDeadlineSeconds=10),

@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
+import redlease
+from redlease.cli.run import LEASE_LOST, NOT_ACQUIRED
 from redlease.devtools.localredis import RedisServer
 from tests.sidecar.procs import ROOT, env, wait_until
 
 TIMING = ["--ttl", "1.5", "--renew-deadline", "1.0", "--retry-period", "0.1"]
 
 
-def run(lock: str, url: str, *cmd: str, identity: str = "r") -> subprocess.Popen[str]:
+def run(
+    lock: str, url: str, *cmd: str, identity: str = "r", flags: tuple[str, ...] = ()
+) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "redlease", "run", "--lock", lock, "--redis", url,
-            "--identity", identity, *TIMING, "--", *cmd]  # fmt: skip
+            "--identity", identity, *TIMING, *flags, "--", *cmd]  # fmt: skip
     return subprocess.Popen(
         argv, env=env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -74,7 +80,7 @@ def test_command_is_stopped_on_loss(redis_server: RedisServer, tmp_path: Path) -
     # someone else's action ends our lease (an admin force-release): the next renewal is refused
     # (how soon is the renewal period's business and measured by benchmarks, not asserted here)
     redis_server.client().delete("redlease:{runloss}")
-    assert proc.wait(10) == 42
+    assert proc.wait(10) == LEASE_LOST  # its own code, whatever COMMAND exited with (42)
     assert marker.read_text() == "got SIGTERM"
     assert "lease lost: stopping the command" in proc.stderr.read()  # type: ignore[union-attr]
 
@@ -112,3 +118,92 @@ def test_command_gets_no_redis_credentials(tmp_path: Path) -> None:
             assert "REDLEASE_FENCING_TOKEN" in seen
             assert ("REDLEASE_PASSWORD" in seen) is expect and ("REDLEASE_REDIS" in seen) is expect
             assert "run-s3cret" not in out.stderr
+
+
+def held_by_other(server: RedisServer, name: str) -> redlease.Lock:
+    lock = redlease.Lock(server.client(), name, ttl=60, identity="other-job")
+    lock.acquire()
+    return lock
+
+
+def test_try_and_timeout_give_up_without_running_the_command(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """`--try` skips at once and `--timeout` after waiting, with their own code; COMMAND never
+    starts; a blocked `run` says what it waits for."""
+    held = held_by_other(redis_server, "runskip")
+    marker = tmp_path / "ran"
+    cmd = ("sh", "-c", f"touch {marker}")
+    tried = run("runskip", redis_server.url, *cmd, flags=("--try",))
+    assert tried.wait(30) == NOT_ACQUIRED
+    timed = run("runskip", redis_server.url, *cmd, flags=("--timeout", "500ms"))
+    assert timed.wait(30) == NOT_ACQUIRED
+    assert not marker.exists()
+    err = timed.stderr.read()  # type: ignore[union-attr]
+    assert "waiting for the lease" in err and "COMMAND not run" in err
+    assert "COMMAND not run" in tried.stderr.read()  # type: ignore[union-attr]
+    held.release()
+    free = run("runskip", redis_server.url, *cmd, flags=("--try",))
+    assert free.wait(30) == 0 and marker.exists()
+
+
+TERM_OK = """
+import os, signal, sys, time, pathlib
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+pathlib.Path(sys.argv[1]).write_text(os.environ["REDLEASE_FENCING_TOKEN"])
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.slow
+def test_a_lost_lease_has_its_own_code_and_is_not_taken_again(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "token"
+    proc = run("runlost", redis_server.url, sys.executable, "-c", TERM_OK, str(token_file))
+    token = int(wait_until(lambda: token_file.exists() and token_file.read_text(), timeout=20))
+    client = redis_server.client()
+    client.delete("redlease:{runlost}")  # an admin's force-release: the next renewal is refused
+    assert proc.wait(10) == LEASE_LOST  # although COMMAND exited 0 on SIGTERM
+    # no new term was taken while the command stopped: the fence counter is still the run's
+    assert int(client.get("redlease:{runlost}:fence") or 0) == token
+    assert client.exists("redlease:{runlost}") == 0
+
+
+def test_the_cronjob_example_skips_while_another_run_holds(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """examples/cronjob-run.yaml's own flags, two real `run`s: the second skips, exit 75."""
+    doc = yaml.safe_load((ROOT / "examples/cronjob-run.yaml").read_text())
+    args = doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    flags = args[1 : args.index("--")]
+    assert "--try" in flags
+    flags = [f"--redis={redis_server.url}" if f.startswith("--redis=") else f for f in flags]
+    running, second = tmp_path / "running", tmp_path / "second"
+    base = [sys.executable, "-m", "redlease", "run", *flags, "--"]
+    first = subprocess.Popen(
+        [*base, "sh", "-c", f"touch {running}; sleep 30"],
+        env=env(), cwd=ROOT, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_until(running.exists, timeout=20)
+        again = subprocess.run(
+            [*base, "sh", "-c", f"touch {second}"],
+            env=env(), cwd=ROOT, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert again.returncode == NOT_ACQUIRED, again.stderr
+        assert not second.exists()
+    finally:
+        first.terminate()
+        first.wait(30)
+
+
+def test_default_identity_is_unique_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from redlease.cli import _identity, build_parser
+    from redlease.core.handles import default_identity
+
+    monkeypatch.delenv("POD_NAME", raising=False)
+    args = build_parser().parse_args(["run", "--lock", "x", "--redis", "redis://h", "--", "true"])
+    args.identity = None
+    assert _identity(args) == default_identity() and str(os.getpid()) in _identity(args)

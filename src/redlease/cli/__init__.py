@@ -9,14 +9,16 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from redlease import __version__
 from redlease.cli import inject as inject_cli
+from redlease.cli.durations import parse_duration, positive_duration
 from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
+from redlease.core.timing import TTL_RANGE
 from redlease.errors import ConfigError, RedleaseError
 from redlease.kube.spec import DEFAULT_READY, READY_MODES
 
@@ -24,12 +26,92 @@ if TYPE_CHECKING:
     from redlease.operator import OperatorConfig
 
 
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Help with every flag's default and the env var it reads (the examples keep their lines)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or action.dest in ("help", "version"):
+            return text
+        default = getattr(action, "real_default", action.default)
+        shown = default not in (None, False, _UNSET, argparse.SUPPRESS, [])
+        if shown and "default" not in text:
+            value = f"{default:g}" if isinstance(default, float) else default
+            text += f" (default: {'off' if value == '' else value})"
+        return f"{text} [env {_env_name(action)}]".lstrip()
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line naming the flag (exit 2)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"redlease: error: {message}\n")
         raise SystemExit(2)
+
+
+# Each subcommand's description and example (its flags say the rest, with their defaults).
+_ABOUT = {
+    "demo": (
+        "Leader election on your machine: a local redis-server, sidecars contending for one "
+        "lock, a live table of the leader, a SIGTERM and a SIGKILL failover measured.",
+        "redlease demo --contenders 3",
+    ),
+    "operator": (
+        "Run the DistributedLock operator (kopf): reads every lock's state from Redis into the "
+        "object's status, posts Events, serves the sidecar-injection webhook. Needs a "
+        "Kubernetes API (in-cluster, or a kubeconfig) and the 'operator' extra.",
+        "redlease operator --namespace apps --metrics 0.0.0.0:9090",
+    ),
+    "sidecar": (
+        "Hold a lease next to an application container and say whether this pod leads: on "
+        "HTTP (/status, /readyz), in a state file, optionally in a pod label.",
+        "redlease sidecar --lock orders --redis redis://redis:6379/0 --pod-label",
+    ),
+    "run": (
+        "Run COMMAND only while holding the lease; stop it (SIGTERM, then SIGKILL) when the "
+        "lease is lost. Exit status: COMMAND's; 75 when --try or --timeout gave up (COMMAND "
+        "not run); 76 when the lease was lost while COMMAND ran; 127 / 126 when COMMAND is not "
+        "found / not executable (checked before the lease is taken).",
+        "redlease run --lock nightly --redis redis://redis:6379/0 --try -- ./export.sh",
+    ),
+    "status": (
+        "One read of a lock: holder, fencing token, TTL left, nodes healthy. Exit 1 when "
+        "Redis cannot be read.",
+        "redlease status --lock orders --redis redis://redis:6379/0 --json",
+    ),
+    "retire": (
+        "Delete the keys of a lock nobody uses any more (its fence counter too). Refused "
+        "while the lock is held or a node does not answer.",
+        "redlease retire --lock old-job --redis redis://redis:6379/0 --yes",
+    ),
+    "wait": (
+        "Block until this pod's sidecar leads (its state file or /status says so and "
+        "leader_until is ahead). Exit 0 once leader, 1 on --timeout.",
+        "redlease wait --state-dir /var/run/redlease --lock orders && exec ./app",
+    ),
+    "validate": (
+        "Check DistributedLock manifests offline with the rules of the CRD schema, its CEL "
+        "rules and the operator; lists every error at once (file: object: field: why). "
+        "Exit 1 when there is one.",
+        "redlease validate -f examples/redlock-distributedlock.yaml",
+    ),
+    "inject": (
+        "Print manifests with the redlease sidecar injected into every pod template, as the "
+        "webhook would (GitOps). Reports every error at once.",
+        "redlease inject -f deploy.yaml -f lock.yaml > injected.yaml",
+    ),
+}
+
+
+def _describe(sub: Any) -> None:
+    for name, parser in sub.choices.items():
+        description, example = _ABOUT[name]
+        parser.description = textwrap.fill(description, 88)
+        parser.epilog = f"example:\n  {example}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,11 +120,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = sub.add_parser("demo", help="contenders taking turns on a local redis-server")
-    demo.add_argument("--contenders", type=int, default=3)
-    demo.add_argument("--rounds", type=int, default=3)
+    demo.add_argument(
+        "--contenders",
+        type=_contenders,
+        default=3,
+        help="sidecars contending for the lock, 3 to 10 (two leaders are stopped in turn)",
+    )
+    demo.add_argument("--rounds", type=int, default=1, help="ignored (kept for old scripts)")
     _add_operator(sub)
     _add_election_commands(sub)
     _defer_defaults(inject_cli.add_command(sub))
+    check = sub.add_parser("validate", help="check DistributedLock manifests offline")
+    check.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        metavar="FILE",
+        required=True,
+        help="YAML or JSON manifests; '-' for stdin (repeatable)",
+    )
+    _describe(sub)
     return parser
 
 
@@ -57,7 +154,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "operator":
             from redlease.operator.runner import run_operator
 
-            return run_operator(_operator_config(args, parser))
+            config = _operator_config(args, parser)
+            _kube_login_source()
+            return run_operator(config)
+        if args.command == "validate":
+            from redlease.cli import validate
+
+            return validate.run(args.filename)
         if args.command == "inject":
             _fill_from_env(parser, args)
             return inject_cli.run(args)
@@ -67,12 +170,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         sys.stderr.write(f"redlease: error: {exc}\n")
         return 2
+    except ModuleNotFoundError as exc:
+        extra = _EXTRAS.get((exc.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        sys.stderr.write(
+            f"redlease: error: redlease {args.command} needs the {extra!r} extra "
+            f"({exc.name} is not installed): pip install 'redlease[{extra}]'\n"
+        )
+        return 2
     except RedleaseError as exc:
         sys.stderr.write(f"redlease: {exc}\n")
         return 1
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+# optional dependencies -> the extra that installs them (pyproject.toml)
+_EXTRAS = {
+    "kopf": "operator",
+    "kubernetes": "operator",
+    "yaml": "operator",
+    "aiohttp": "sidecar",
+    "prometheus_client": "sidecar",
+}
 
 
 def _add_operator(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -86,14 +208,16 @@ def _add_operator(sub: argparse._SubParsersAction[_Parser]) -> None:
         default=None,
         help="watch this namespace (repeatable; glob patterns allowed); env REDLEASE_NAMESPACE",
     )
-    scope.add_argument("--all-namespaces", "-A", action="store_true", default=None)
+    scope.add_argument(
+        "--all-namespaces", "-A", action="store_true", default=None, help="watch every namespace"
+    )
     op.add_argument(
         "--liveness",
         help="liveness endpoint URL, e.g. http://0.0.0.0:8080/healthz (default: none)",
     )
-    op.add_argument("--refresh", default="5", help="seconds between reads")
+    op.add_argument("--refresh", default="5", metavar="DURATION", help="time between reads")
     op.add_argument("--concurrency", default="16", help="nodes read at once")
-    op.add_argument("--node-timeout", default="3", help="seconds per node")
+    op.add_argument("--node-timeout", default="3", metavar="DURATION", help="time per node")
     op.add_argument(
         "--metrics",
         help="serve Prometheus /metrics on HOST:PORT, e.g. 127.0.0.1:9090 (default: off)",
@@ -109,19 +233,30 @@ def _add_operator(sub: argparse._SubParsersAction[_Parser]) -> None:
     op.add_argument(
         "--lease-namespace", help="namespace of the Lease (default: $POD_NAMESPACE, in-cluster)"
     )
-    op.add_argument("--lease-duration", default="15", help="Lease duration, s (15)")
-    op.add_argument("--lease-renew-deadline", help="stop leading after, s (2/3 of the duration)")
-    op.add_argument("--lease-retry-period", help="renew / retry every, s (2/15 of the duration)")
-    op.add_argument("--identity", help="this replica's identity ($POD_NAME, else hostname-random)")
+    op.add_argument("--lease-duration", default="15", metavar="DURATION", help="Lease duration")
+    op.add_argument(
+        "--lease-renew-deadline",
+        metavar="DURATION",
+        help="stop leading after (default: 2/3 of the duration)",
+    )
+    op.add_argument(
+        "--lease-retry-period",
+        metavar="DURATION",
+        help="renew / retry every (default: 2/15 of the duration)",
+    )
+    op.add_argument(
+        "--identity", help="this replica's identity (default: $POD_NAME, else hostname:pid)"
+    )
     inject_cli.add_webhook_flags(op)
     _defer_defaults(op)  # every flag also reads REDLEASE_<FLAG> (see _fill_from_env)
 
 
-def _number(value: str | None, flag: str, lo: float, hi: float) -> float:
+def _number(value: str | None, flag: str, lo: float, hi: float, *, duration: bool = False) -> float:
     try:
-        number = float(value or "")
+        number = parse_duration(value or "") if duration else float(value or "")
     except ValueError:
-        raise ConfigError(flag, f"not a number: {value!r}") from None
+        kind = "a duration (15, 0.5, 15s, 1m30s, 500ms)" if duration else "a number"
+        raise ConfigError(flag, f"not {kind}: {value!r}") from None
     if not lo <= number <= hi:
         raise ConfigError(flag, f"must be between {lo:g} and {hi:g}, got {number:g}")
     return number
@@ -150,9 +285,9 @@ def _operator_config(
         namespaces=namespaces,
         clusterwide=clusterwide,
         liveness=args.liveness or None,
-        refresh=_number(args.refresh, "--refresh", 0.05, 3600),
+        refresh=_number(args.refresh, "--refresh", 0.05, 3600, duration=True),
         concurrency=int(_number(args.concurrency, "--concurrency", 1, 1024)),
-        node_timeout=_number(args.node_timeout, "--node-timeout", 0.05, 60),
+        node_timeout=_number(args.node_timeout, "--node-timeout", 0.05, 60, duration=True),
         verbose=bool(args.verbose),
         metrics=_host_port(args.metrics, "--metrics") if args.metrics else None,
         webhook=inject_cli.webhook_config(args, _host_port),
@@ -160,10 +295,26 @@ def _operator_config(
     )
 
 
+def _kube_login_source() -> str:
+    """Where the operator's Kubernetes login comes from (in-cluster or a kubeconfig), checked
+    before kopf starts: kopf itself retries a missing login for ever."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists(os.path.join(SA_DIR, "token")):
+        return "in-cluster"
+    paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    paths = paths or [os.path.expanduser("~/.kube/config")]
+    for path in paths:
+        if os.path.isfile(path):
+            return path
+    raise ConfigError(
+        "KUBECONFIG",
+        "no Kubernetes API: not in a pod (no KUBERNETES_SERVICE_HOST and service account token) "
+        f"and no kubeconfig at {os.pathsep.join(paths)}",
+    )
+
+
 def _operator_election(args: argparse.Namespace) -> Any:
     """The operator's Lease: name, namespace, identity and client-go's timing rules."""
-    import secrets as _secrets
-
+    from redlease.core.handles import default_identity
     from redlease.core.keys import validate_identity
     from redlease.core.timing import validate_timing
     from redlease.kube.spec import validate_object_name
@@ -176,13 +327,11 @@ def _operator_election(args: argparse.Namespace) -> Any:
             namespace = fh.read().strip()
     if not namespace:
         raise ConfigError("--lease-namespace", "needed outside a pod (or set POD_NAMESPACE)")
-    identity = args.identity or os.environ.get("POD_NAME")
-    if not identity:  # two processes on one host must never share an identity
-        identity = f"{socket.gethostname()}-{_secrets.token_hex(3)}"
+    identity = args.identity or default_identity()  # unique per process
     names = ("--lease-duration", "--lease-renew-deadline", "--lease-retry-period")
     given = (args.lease_duration, args.lease_renew_deadline, args.lease_retry_period)
     ttl, deadline, retry = (
-        _number(value, flag, 0.01, 86400) if value else None
+        _number(value, flag, *TTL_RANGE, duration=True) if value else None
         for value, flag in zip(given, names, strict=True)
     )
     timing = validate_timing(ttl or 15.0, deadline, retry, names=names)
@@ -212,14 +361,14 @@ _FALSE = ("0", "false", "no", "off", "")
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
-def _positive(value: str) -> float:
-    number = float(value)
-    if not number > 0 or number == float("inf"):
+def _contenders(value: str) -> int:
+    number = int(value)
+    if not 3 <= number <= 10:
         raise ValueError(value)
     return number
 
 
-_positive.__name__ = "positive number"
+_contenders.__name__ = "number of contenders (3 to 10)"
 
 
 def _count(value: str) -> int:
@@ -254,23 +403,36 @@ def _add_connection_flags(p: argparse.ArgumentParser, *, required: bool = True) 
 
 
 def _add_timing_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ttl", type=_positive, default=15.0, help="lease duration, s (15)")
-    p.add_argument("--renew-deadline", type=_positive, help="step down after, s (2/3 ttl)")
-    p.add_argument("--retry-period", type=_positive, help="retry/renew every, s (2/15 ttl)")
-    p.add_argument("--identity", help="candidate identity ($POD_NAME, then hostname)")
+    p.add_argument(
+        "--ttl", type=positive_duration, default=15.0, metavar="DURATION", help="lease duration"
+    )
+    p.add_argument(
+        "--renew-deadline",
+        type=positive_duration,
+        metavar="DURATION",
+        help="step down after (default: 2/3 of --ttl)",
+    )
+    p.add_argument(
+        "--retry-period",
+        type=positive_duration,
+        metavar="DURATION",
+        help="retry/renew every (default: 2/15 of --ttl)",
+    )
+    p.add_argument("--identity", help="candidate identity (default: $POD_NAME, else hostname:pid)")
     p.add_argument("--paused", action="store_true", help="make no new acquisitions")
     p.add_argument("--preferred-holder", metavar="ID", help="planned hand-off to ID")
     p.add_argument(
         "--replicas",
         type=_count,
         default=0,
-        help="WAIT for N replicas after every grant and renewal; fail closed if fewer (0)",
+        help="WAIT for N replicas after every grant and renewal; fail closed if fewer",
     )
     p.add_argument(
         "--replica-timeout",
-        type=_positive,
+        type=positive_duration,
         default=DEFAULT_REPLICA_TIMEOUT,
-        help=f"how long WAIT may take, s ({DEFAULT_REPLICA_TIMEOUT:g})",
+        metavar="DURATION",
+        help="how long WAIT may take",
     )
 
 
@@ -284,8 +446,18 @@ def _add_lock_ref_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_log_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
-    p.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="least severe level logged",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("auto", "json", "console"),
+        default="auto",
+        help="auto: console on a terminal, JSON lines otherwise",
+    )
 
 
 def _add_election_commands(sub: Any) -> None:
@@ -296,7 +468,9 @@ def _add_election_commands(sub: Any) -> None:
     side.add_argument(
         "--metrics", default="off", help="also serve /metrics alone on HOST:PORT (for scrapers)"
     )
-    side.add_argument("--state-dir", default="/var/run/redlease", help="'' for no state file")
+    side.add_argument(
+        "--state-dir", default="/var/run/redlease", help="state file directory; '' for none"
+    )
     side.add_argument(
         "--ready",
         choices=READY_MODES,
@@ -318,7 +492,26 @@ def _add_election_commands(sub: Any) -> None:
     _add_connection_flags(run)
     _add_timing_flags(run)
     _add_lock_ref_flags(run)
-    run.add_argument("--grace", type=_positive, help="SIGTERM to SIGKILL, s (safe default)")
+    run.add_argument(
+        "--grace",
+        type=positive_duration,
+        metavar="DURATION",
+        help="SIGTERM to SIGKILL (default: half the gap between renew deadline and TTL)",
+    )
+    give_up = run.add_mutually_exclusive_group()
+    give_up.add_argument(
+        "--timeout",
+        type=positive_duration,
+        metavar="DURATION",
+        help="give up after waiting this long for the lease: exit 75, COMMAND not run "
+        "(default: wait on)",
+    )
+    give_up.add_argument(
+        "--try",
+        dest="try_once",
+        action="store_true",
+        help="skip at once if the lease is held: exit 75, COMMAND not run (flock -n)",
+    )
     run.add_argument(
         "--keep-credentials-env",
         action="store_true",
@@ -338,10 +531,17 @@ def _add_election_commands(sub: Any) -> None:
     wait = sub.add_parser("wait", help="block until this pod's sidecar leads")
     wait.add_argument("--state-file", metavar="PATH", help="the sidecar's <lock>.json")
     wait.add_argument("--state-dir", metavar="DIR", help="with --lock: DIR/<lock>.json")
-    wait.add_argument("--lock")
+    wait.add_argument("--lock", help="with --state-dir: the lock whose DIR/<lock>.json to read")
     wait.add_argument("--http", metavar="URL", help="the sidecar's address, e.g. 127.0.0.1:4040")
-    wait.add_argument("--timeout", type=_positive, help="give up after, s (default: never)")
-    wait.add_argument("--interval", type=_positive, default=0.2, help="poll period, s")
+    wait.add_argument(
+        "--timeout",
+        type=positive_duration,
+        metavar="DURATION",
+        help="give up after (default: never)",
+    )
+    wait.add_argument(
+        "--interval", type=positive_duration, default=0.2, metavar="DURATION", help="poll period"
+    )
     for p in (side, run, status, retire, wait):
         _defer_defaults(p)
 
@@ -424,10 +624,12 @@ def _kube_settings(api: str | None) -> Any:
 
 
 def _identity(args: argparse.Namespace) -> str:
+    """``--identity``, else the library's default ($POD_NAME, else ``hostname:pid``: unique per
+    process, so two commands on one host never share one)."""
+    from redlease.core.handles import default_identity
     from redlease.core.keys import validate_identity
 
-    identity = args.identity or os.environ.get("POD_NAME") or socket.gethostname()
-    return validate_identity(identity, "--identity")
+    return validate_identity(args.identity or default_identity(), "--identity")
 
 
 def _tls(args: argparse.Namespace) -> Any:
@@ -547,6 +749,8 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
 
     from redlease.cli import logs
 
+    if args.command == "run":
+        return _run(args)
     kube = _kube_settings(args.kube_api)
     lock_ref = _lock_ref(args, kube)
     election = None if lock_ref is not None else _election_config(args)
@@ -572,23 +776,37 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
 
         return run_sidecar(config)
 
-    from redlease.cli.run import RunConfig, run_command
+    raise AssertionError(args.command)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """``redlease run``: COMMAND is checked before anything connects (127 / 126, as `env`)."""
+    from redlease.cli import logs
+    from redlease.cli.run import RunConfig, command_problem, run_command
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         raise ConfigError("COMMAND", "give the command to run after --")
+    problem = command_problem(tuple(cmd), os.environ.get("PATH"))
+    if problem is not None:
+        sys.stderr.write(f"redlease: error: COMMAND {problem[1]}\n")
+        return problem[0]
+    kube = _kube_settings(args.kube_api)
+    lock_ref = _lock_ref(args, kube)
+    election = None if lock_ref is not None else _election_config(args)
     logs.configure(args.log_level, args.log_format)
     return run_command(
         RunConfig(
-            identity=identity,
+            identity=_identity(args),
             election=election,
             command=tuple(cmd),
             grace=args.grace,
             lock_ref=lock_ref,
             kube=kube,
             keep_credentials=args.keep_credentials_env,
+            wait=0.0 if args.try_once else args.timeout,
         )
     )
 

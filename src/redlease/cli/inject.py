@@ -35,7 +35,12 @@ def add_injection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sidecar-image", default=inject.DEFAULT_IMAGE, help="image of the injected sidecar"
     )
-    p.add_argument("--sidecar-pull-policy", choices=inject.PULL_POLICIES, default="IfNotPresent")
+    p.add_argument(
+        "--sidecar-pull-policy",
+        choices=inject.PULL_POLICIES,
+        default="IfNotPresent",
+        help="the injected container's imagePullPolicy",
+    )
     p.add_argument(
         "--sidecar-mode",
         choices=inject.SIDECAR_MODES,
@@ -236,8 +241,16 @@ def inject_documents(
 
 
 def run(args: argparse.Namespace) -> int:
+    from redlease.cli.validate import problems
+
     config = inject_config(args)
-    docs = _read(args.filename or ["-"])
+    sources = args.filename or ["-"]
+    docs = _read(sources)
+    invalid = [str(p) for p in problems(", ".join(sources), docs)[0]]
+    for line in invalid:  # every error of every DistributedLock given, at once
+        sys.stderr.write(f"redlease: error: {line}\n")
+    if invalid:
+        return 2
     warnings, denials = inject_documents(docs, config, args.namespace)
     for line in warnings:
         sys.stderr.write(f"redlease inject: warning: {line}\n")

@@ -42,6 +42,7 @@ def configure(level: str = "info", fmt: str = "auto", stream: Any = None) -> Non
         cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
+        pass_foreign_args=True,  # the formatter clears record.args before the pre-chain
         foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder(), _library_fields],
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
@@ -61,9 +62,9 @@ def _library_fields(_: Any, __: str, event: MutableMapping[str, Any]) -> Mutable
     """Library records carry their fields in ``extra={"redlease": {...}}``: flatten them and keep
     only the message (not the pre-rendered key=value text) as the event."""
     fields = event.pop("redlease", None)
-    record = event.get("_record")
-    if isinstance(fields, dict) and record is not None and record.args:
-        event["event"] = str(record.args[0])
+    args = event.pop("positional_args", None)
+    if isinstance(fields, dict) and args:
+        event["event"] = str(args[0])
         for key, value in fields.items():
             event.setdefault(key, value)
     return event

@@ -6,6 +6,9 @@ lost (at the local renew deadline) the group gets SIGTERM, then SIGKILL after ``
 the default grace ends half-way between the renew deadline and the TTL, so COMMAND is gone
 before the lease can be granted to anyone else. The exit status is COMMAND's (128 + N when a
 signal N ended it); SIGTERM/SIGINT to `redlease run` are passed on to COMMAND the same way.
+Codes of its own: :data:`NOT_ACQUIRED` (``--try``/``--timeout``: COMMAND not run),
+:data:`LEASE_LOST` (COMMAND was stopped because the lease ended, whatever it exited with),
+127 / 126 (COMMAND not found / not executable, checked before the lease is taken, as `env`).
 """
 
 from __future__ import annotations
@@ -14,14 +17,16 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import shutil
 import signal
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-from redlease.errors import ConfigError
+from redlease.errors import LockUnavailable
 from redlease.kube.client import KubeClient, KubeSettings
 from redlease.sidecar.config import ElectionConfig, LockRef
 from redlease.sidecar.election import Transition
@@ -42,6 +47,25 @@ class RunConfig:
     lock_ref: LockRef | None = None
     kube: KubeSettings = field(default_factory=KubeSettings)
     keep_credentials: bool = False
+    wait: float | None = None  # give up after waiting this long (0: --try); None: wait on
+
+
+# Exit statuses of `redlease run` itself (README, docs/sidecar.md); COMMAND's are passed on.
+NOT_ACQUIRED = 75  # --try / --timeout: the lease was held by another; COMMAND did not run
+LEASE_LOST = 76  # the lease ended while COMMAND ran: it was stopped, whatever it exited with
+NOT_FOUND = 127
+NOT_EXECUTABLE = 126
+
+
+def command_problem(command: tuple[str, ...], path: str | None) -> tuple[int, str] | None:
+    """Why ``command`` cannot be started (exit status and reason, as `env` says), or None."""
+    name = command[0]
+    found = name if "/" in name else shutil.which(name, mode=os.F_OK, path=path)
+    if found is None or not os.path.exists(found):
+        return NOT_FOUND, f"{name!r}: not found"
+    if os.path.isdir(found) or not os.access(found, os.X_OK):
+        return NOT_EXECUTABLE, f"{name!r}: not executable"
+    return None
 
 
 # The environment `redlease run` reads its Redis credentials from (URLs may carry them too).
@@ -62,10 +86,17 @@ def safe_grace(election: ElectionConfig) -> float:
 
 
 class _Hooks(Hooks):
-    def __init__(self) -> None:
+    def __init__(self, lock: str, wait: float | None) -> None:
+        self.lock = lock
+        self.wait = wait
         self.elected = asyncio.Event()
         self.lost = asyncio.Event()
+        self.refusals = asyncio.Event()  # an attempt found the lock held
+        self.failures = asyncio.Event()  # an attempt failed (outage)
+        self.error_kind = ""
         self.token: int | None = None
+        self.holder: str | None = None
+        self.told = False
 
     def transition(self, transition: Transition) -> None:
         if transition.kind == "elected":
@@ -73,6 +104,34 @@ class _Hooks(Hooks):
             self.elected.set()
         elif transition.kind in ("lost", "stepped_down"):
             self.lost.set()
+        elif transition.kind == "observed" and transition.holder != self.holder:
+            self.holder = transition.holder
+            if self.told and self.holder is not None:
+                self._tell()
+
+    def acquire_timeout(self, planned: float) -> float | None:
+        if self.lost.is_set() or self.elected.is_set():
+            return None  # one term per run: never take the lease again while stopping
+        return 0.0 if self.wait == 0 else planned
+
+    def refused(self) -> None:
+        self.refusals.set()
+        if not self.told and self.wait != 0:
+            self.told = True
+            self._tell()
+
+    def error(self, kind: str) -> None:
+        self.error_kind = kind
+        if not self.elected.is_set():
+            self.failures.set()
+
+    def _tell(self) -> None:
+        log.info(
+            "waiting for the lease",
+            lock=self.lock,
+            holder=self.holder or "unknown",
+            timeout="none" if self.wait is None else self.wait,
+        )
 
 
 def exit_code(returncode: int) -> int:
@@ -146,7 +205,7 @@ async def _run(
             grace=grace,
             safe=safe,
         )
-    hooks = _Hooks()
+    hooks = _Hooks(election_cfg.lock, config.wait)
     elector = Elector(election_cfg, hooks)
     election = asyncio.create_task(elector.run())
     following = None
@@ -155,11 +214,21 @@ async def _run(
         following = asyncio.create_task(follow[0].run())
     term_wait = asyncio.ensure_future(terminate.wait())
     try:
-        elected = asyncio.ensure_future(hooks.elected.wait())
-        await _first(elected, term_wait, election)
-        if not hooks.elected.is_set():
-            elected.cancel()
-            return 128 + signal.SIGTERM
+        if not await _elected(hooks, config.wait, term_wait, election):
+            if term_wait.done():
+                return 128 + signal.SIGTERM
+            if config.wait == 0 and not hooks.refusals.is_set():
+                raise LockUnavailable(
+                    election_cfg.lock,
+                    f"--try: Redis not reached ({hooks.error_kind}), COMMAND not run",
+                )
+            print(  # noqa: T201 - the one line a CronJob's log needs
+                f"redlease: lease {election_cfg.lock!r} is held by "
+                f"{hooks.holder or 'another holder'}: COMMAND not run",
+                file=sys.stderr,
+                flush=True,
+            )
+            return NOT_ACQUIRED
         env = child_environment(os.environ, config.keep_credentials)
         env["REDLEASE_FENCING_TOKEN"] = str(hooks.token)
         try:
@@ -167,7 +236,9 @@ async def _run(
                 *config.command, env=env, start_new_session=True
             )
         except OSError as exc:
-            raise ConfigError("COMMAND", f"cannot start {config.command[0]!r}: {exc}") from None
+            code = NOT_FOUND if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE
+            print(f"redlease: COMMAND {config.command[0]!r}: {exc.strerror}", file=sys.stderr)
+            return code
         log.info(
             "command started",
             lock=elector.config.lock,
@@ -183,14 +254,14 @@ async def _run(
             log.info("command exited", lock=elector.config.lock, code=code)
             return code
         if hooks.lost.is_set():
-            # make no new attempt while the command winds down
+            # no new attempt while the command winds down (the hooks refuse one, too)
             if following is not None:
                 following.cancel()
             elector.reconfigure(dataclasses.replace(elector.config, paused=True))
             log.warning("lease lost: stopping the command", lock=elector.config.lock)
         code = await stop_process(proc, grace)
         log.info("command stopped", lock=elector.config.lock, code=code)
-        return code
+        return LEASE_LOST if hooks.lost.is_set() else code
     finally:
         term_wait.cancel()
         if following is not None:
@@ -200,6 +271,29 @@ async def _run(
         elector.stop()
         with contextlib.suppress(asyncio.CancelledError):
             await election
+
+
+async def _elected(
+    hooks: _Hooks,
+    wait: float | None,
+    term_wait: asyncio.Future[Any],
+    election: asyncio.Task[None],
+) -> bool:
+    """Wait until elected (True), or until ``wait`` ran out, a ``--try`` attempt was refused or
+    failed, SIGTERM, or the election ended (False)."""
+    events = [hooks.elected]
+    if wait == 0:
+        events += [hooks.refusals, hooks.failures]
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        async with asyncio.timeout(wait if wait else None):
+            await _first(*waiters, term_wait, election)
+    except TimeoutError:
+        pass
+    finally:
+        for w in waiters:
+            w.cancel()
+    return hooks.elected.is_set()
 
 
 def run_command(config: RunConfig) -> int:

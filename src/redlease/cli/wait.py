@@ -71,8 +71,14 @@ def read(source: Source) -> Any:
 
 def wait_for_leader(source: Source, *, timeout: float | None, interval: float) -> int:
     deadline = None if timeout is None else time.monotonic() + timeout
+    told = False
     while True:
         doc = read(source)
+        if not told and not is_leader(doc):
+            told = True
+            limit = "no timeout" if timeout is None else f"timeout {timeout:g}s"
+            sys.stderr.write(f"redlease: waiting until {source} says this pod leads ({limit})\n")
+            sys.stderr.flush()
         if is_leader(doc):
             print(
                 f"leader: {doc.get('identity')} holds {doc.get('lock')!r} "

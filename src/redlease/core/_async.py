@@ -338,9 +338,10 @@ async def _close(pins: list[_redis.Pinned]) -> None:
             await _give_back(p.home, p.conn)
 
 
-async def drive(node: _redis.Executor, flow: Flow) -> Any:
+async def drive(node: _redis.Executor, flow: Flow, answered: list[bool] | None = None) -> Any:
     """Run ``flow`` to completion, executing each request it yields on ``node``; a request's
-    error (a :class:`LockError`) is thrown into the flow, which may handle it."""
+    error (a :class:`LockError`) is thrown into the flow, which may handle it; ``answered``
+    gets an entry once Redis answered a request of it."""
     req, result = resume(flow)
     while req is not None:
         try:
@@ -348,6 +349,8 @@ async def drive(node: _redis.Executor, flow: Flow) -> Any:
         except LockError as exc:
             req, result = resume(flow, error=exc)
         else:
+            if answered is not None and not answered:
+                answered.append(True)
             req, result = resume(flow, reply)
     return result
 
@@ -377,13 +380,14 @@ async def run_to_completion(coro: Awaitable[T], limit: float | None = None) -> T
 
 async def guarded(node: _redis.Executor, flow: Flow, cleanup: Callable[[], Flow]) -> Any:
     """Run ``flow``; if it fails or is cancelled, run ``cleanup()`` (shielded) before re-raising."""
+    answered: list[bool] = []
     try:
-        return await drive(node, flow)
+        return await drive(node, flow, answered)
     except BaseException:
         try:
             await run_to_completion(drive(node, cleanup()), limit=10.0)
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # noqa: BLE001 - the original error matters more
-            log.warning("cleanup failed", lock=node.lock, node=node.name, error=str(exc))
+            log.cleanup_failed(node.lock, node.name, exc, reached=bool(answered))
         raise

@@ -26,3 +26,11 @@ def warning(message: str, **fields: object) -> None:
 def exception(message: str, **fields: object) -> None:
     text = " ".join(f"{k}={v!r}" for k, v in fields.items())
     logger.exception("%s %s", message, text, extra={"redlease": fields})
+
+
+def cleanup_failed(lock: str, node: str, exc: BaseException, *, reached: bool) -> None:
+    """An undo after a failed flow failed too. A warning only when Redis had answered the flow
+    (a grant may be left until its TTL ends); when nothing reached Redis (an outage, a refused
+    login) there is nothing to undo, and the caller reports the outage itself."""
+    level = logging.WARNING if reached else logging.DEBUG
+    event(level, "cleanup failed", lock=lock, node=node, error=str(exc))

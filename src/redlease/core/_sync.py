@@ -283,9 +283,10 @@ def _wait(node: SyncNode, req: Wait) -> Any:
     return listener.wait(waiter)
 
 
-def drive(node: _redis.Executor, flow: Flow) -> Any:
+def drive(node: _redis.Executor, flow: Flow, answered: list[bool] | None = None) -> Any:
     """Run ``flow`` to completion, executing each request it yields on ``node``; a request's
-    error (a :class:`LockError`) is thrown into the flow, which may handle it."""
+    error (a :class:`LockError`) is thrown into the flow, which may handle it; ``answered``
+    gets an entry once Redis answered a request of it."""
     req, result = resume(flow)
     while req is not None:
         try:
@@ -293,17 +294,20 @@ def drive(node: _redis.Executor, flow: Flow) -> Any:
         except LockError as exc:
             req, result = resume(flow, error=exc)
         else:
+            if answered is not None and not answered:
+                answered.append(True)
             req, result = resume(flow, reply)
     return result
 
 
 def guarded(node: _redis.Executor, flow: Flow, cleanup: Callable[[], Flow]) -> Any:
     """Run ``flow``; if it fails or is interrupted, run ``cleanup()`` before re-raising."""
+    answered: list[bool] = []
     try:
-        return drive(node, flow)
+        return drive(node, flow, answered)
     except BaseException:
         try:
             drive(node, cleanup())
         except Exception as exc:  # noqa: BLE001 - the original error matters more
-            log.warning("cleanup failed", lock=node.lock, node=node.name, error=str(exc))
+            log.cleanup_failed(node.lock, node.name, exc, reached=bool(answered))
         raise

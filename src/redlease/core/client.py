@@ -12,7 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import redis.asyncio.sentinel as aio_sentinel
 import redis.exceptions as rex
+import redis.sentinel as sentinel
 
 from redlease.core.protocol import Request, Scripting
 from redlease.errors import ConnectionLimit, LockError, LockUnavailable, ProtocolError
@@ -191,18 +193,26 @@ def describe(client: Any) -> str:
         except Exception:  # noqa: BLE001 - a name for an error message must never fail
             names = []
         return "cluster " + ",".join(names) if names else "cluster"
-    try:
-        kwargs = client.connection_pool.connection_kwargs
-    except AttributeError:
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
         return type(client).__name__
-    return _address(kwargs)
+    return home_name(pool)
 
 
 def home_name(home: Any) -> str:
-    """``host:port`` (or ``unix:path``) of a connection pool or a cluster node."""
+    """``host:port`` (or ``unix:path``) of a connection pool or a cluster node; for a Sentinel
+    master's pool, the service and the Sentinels asked (its own kwargs name no host)."""
     name = getattr(home, "name", None)  # redis.asyncio.cluster.ClusterNode
     if isinstance(name, str):
         return name
+    service = getattr(home, "service_name", None)
+    if isinstance(service, str):
+        try:
+            sentinels = home.sentinel_manager.sentinels
+            hosts = ",".join(_address(s.connection_pool.connection_kwargs) for s in sentinels)
+        except AttributeError:
+            hosts = "?"
+        return f"sentinel:{service} via {hosts}"
     return _address(getattr(home, "connection_kwargs", {}))
 
 
@@ -245,6 +255,10 @@ def translate(
         return LockUnavailable(lock, f"permission denied by ACL: {exc}", nodes=[node])
     if isinstance(exc, rex.TimeoutError):
         return LockUnavailable(lock, "Redis did not answer in time", nodes=[node])
+    if isinstance(exc, sentinel.MasterNotFoundError | aio_sentinel.MasterNotFoundError):
+        # its text goes on with the reprs of the Sentinel clients
+        master = str(exc).partition(" : ")[0]
+        return LockUnavailable(lock, f"no master from the Sentinels: {master}", nodes=[node])
     if isinstance(exc, rex.ConnectionError):
         return LockUnavailable(lock, f"cannot reach Redis: {_short(exc)}", nodes=[node])
     if isinstance(exc, rex.ReadOnlyError):

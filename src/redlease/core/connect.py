@@ -10,7 +10,7 @@ operator and the spec model all call these; none repeats them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -77,12 +77,7 @@ def validate_url(url: object, field: str = "--redis", *, credentials: bool = Tru
         raise ConfigError(field, f"not a valid URL (port or characters): {redact(url)}") from None
     if parts.scheme not in SCHEMES:
         raise ConfigError(field, f"unsupported scheme in {redact(url)}: {_SCHEME_HINT}")
-    if any(k.lower() in CREDENTIAL_PARAMS for k, _ in parse_qsl(parts.query)):
-        raise ConfigError(
-            field,
-            f"credentials in the query string of {redact(url)}: give the password through "
-            "REDLEASE_PASSWORD / --password or a Secret (spec.auth.secretRef)",
-        )
+    url_options(url, field)
     if not credentials and "@" in parts.netloc:
         raise ConfigError(
             field, f"must not carry credentials ({redact(url)}); use spec.auth.secretRef"
@@ -99,6 +94,93 @@ def validate_url(url: object, field: str = "--redis", *, credentials: bool = Tru
     elif port == 0:
         raise ConfigError(field, f"bad port in {redact(url)}")
     return url
+
+
+def _count(low: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        if not raw.isdigit() or int(raw) < low:
+            raise ValueError(f"an integer >= {low}")
+        return int(raw)
+
+    return parse
+
+
+def _seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 86400:
+        raise ValueError("seconds, a number > 0")
+    return value
+
+
+def _flag(raw: str) -> bool:
+    if raw.lower() not in ("true", "false", "yes", "no", "1", "0"):
+        raise ValueError("true or false")
+    return raw.lower() in ("true", "yes", "1")
+
+
+def _text(raw: str) -> str:
+    if not raw:
+        raise ValueError("a non-empty string")
+    return raw
+
+
+# The URL query options a node URL may carry, each with its type (what redis-py would do with
+# it, checked first). Everything else is refused: an option must never change where a
+# connection goes (``port``, ``host``, ``path``: the node's name would no longer say it), how it
+# is verified (``ssl_cert_reqs``, ``ssl_check_hostname``: TLS settings come from the TLS
+# flags or the spec's Secrets) or carry credentials.
+URL_OPTIONS: dict[str, Callable[[str], Any]] = {
+    "db": _count(0),
+    "socket_timeout": _seconds,
+    "socket_connect_timeout": _seconds,
+    "socket_keepalive": _flag,
+    "health_check_interval": _count(0),
+    "max_connections": _count(1),
+    "client_name": _text,
+    "ssl_ca_certs": _text,
+}
+_REFUSED_OPTIONS = {
+    **dict.fromkeys(CREDENTIAL_PARAMS, "credentials in the query string"),
+    **dict.fromkeys(("port", "host", "path"), "the URL's host and port say where the node is"),
+    **dict.fromkeys(
+        ("ssl_cert_reqs", "ssl_check_hostname", "ssl_certfile", "ssl_keyfile"),
+        "TLS verification is set by the --tls-* flags or spec.tls",
+    ),
+}
+
+
+def url_options(url: str, field: str = "--redis") -> dict[str, Any]:
+    """The typed query options of ``url`` (allow-listed in :data:`URL_OPTIONS`); an unknown,
+    refused, repeated or ill-typed option is a :class:`ConfigError` naming it."""
+    out: dict[str, Any] = {}
+    for key, raw in parse_qsl(urlsplit(url).query, keep_blank_values=True):
+        name = key.lower()
+        if name in CREDENTIAL_PARAMS:
+            raise ConfigError(
+                field,
+                f"credentials in the query string of {redact(url)}: give the password through "
+                "REDLEASE_PASSWORD / --password or a Secret (spec.auth.secretRef)",
+            )
+        if name in _REFUSED_OPTIONS:
+            raise ConfigError(
+                field, f"URL option {key!r} is not accepted ({_REFUSED_OPTIONS[name]})"
+            )
+        parse = URL_OPTIONS.get(key)
+        if parse is None:
+            raise ConfigError(
+                field,
+                f"unknown URL option {key!r} in {redact(url)} (accepted: {', '.join(URL_OPTIONS)})",
+            )
+        if key in out:
+            raise ConfigError(field, f"URL option {key!r} given twice")
+        try:
+            out[key] = parse(raw)
+        except ValueError as exc:
+            raise ConfigError(field, f"URL option {key}={raw!r}: expected {exc}") from None
+    return out
 
 
 def sentinel_hosts(url: str, field: str = "--redis") -> list[tuple[str, int]]:

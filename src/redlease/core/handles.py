@@ -20,6 +20,7 @@ from redlease.core.keys import LockKeys, validate_identity
 from redlease.core.lease import Lease
 from redlease.core.protocol import AcquireState, Flow, Grant, Options, Primitive, ServerTime
 from redlease.core.state import read_state_flow
+from redlease.core.timing import TTL_RANGE
 from redlease.errors import ConfigError, NotOwned
 
 
@@ -37,8 +38,9 @@ def make_options(
     replica_timeout: float,
 ) -> Options:
     """Validate user settings into :class:`Options` (each error names its argument)."""
-    if not isinstance(ttl, int | float) or not 0.005 <= ttl <= 86400 * 365:
-        raise ConfigError("ttl", f"must be between 0.005 and {86400 * 365} seconds, got {ttl!r}")
+    lo, hi = TTL_RANGE
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not lo <= ttl <= hi:
+        raise ConfigError("ttl", f"must be between {lo:g} and {hi:g} seconds, got {ttl!r}")
     if not isinstance(handoff, int | float) or handoff < 0:
         raise ConfigError("handoff", f"must be >= 0 seconds, got {handoff!r}")
     replicas, replica_timeout = protocol.validate_replication(replicas, replica_timeout)

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from redlease.errors import ConfigError
 
 DEFAULT_TTL = 15
+# One TTL range for the library, the CLI and the CRD (seconds; the CRD takes whole seconds
+# in it: 1 to 86,400): below 50 ms the drift allowance and a round trip eat the lease; a lease
+# of more than a day outlives any holder that would still renew it.
+TTL_RANGE = (0.05, 86400.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +49,7 @@ def validate_timing(
     retry_period: float | None = None,
     *,
     names: tuple[str, str, str] = ("--ttl", "--renew-deadline", "--retry-period"),
-    bounds: tuple[float, float] = (0.05, 86400.0),
+    bounds: tuple[float, float] = TTL_RANGE,
 ) -> Timing:
     """The relations every timing must satisfy: retry < renew deadline < ttl (defaults from
     :func:`default_renew_deadline` and :func:`default_retry_period`)."""

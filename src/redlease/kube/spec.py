@@ -21,7 +21,7 @@ from typing import Any
 
 from redlease.core.connect import Target, Tls, validate_target, with_pem
 from redlease.core.keys import validate_identity, validate_name
-from redlease.core.timing import DEFAULT_TTL, Timing, validate_timing
+from redlease.core.timing import DEFAULT_TTL, TTL_RANGE, Timing, validate_timing
 from redlease.errors import ConfigError
 
 # --- API names (one place: the operator, the sidecar, the chart tests and the docs use these) ---
@@ -46,8 +46,9 @@ DEFAULT_READY = "connected"
 
 MAX_KEYS = 16
 MAX_NODES = 15
+MAX_HOLDERS = 1000  # spec.holders: how many may hold the lock at once
 MAX_REPLICAS = 15  # spec.replicas: WAIT for this many replicas of a (Sentinel-managed) master
-MAX_SECONDS = 3600
+MAX_SECONDS = int(TTL_RANGE[1])  # spec timing fields: whole seconds in the one TTL range
 _K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS-1123 subdomain
 _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
@@ -383,6 +384,7 @@ def parse_spec(spec: object) -> LockSpec:
     ttl = _integer(spec, "ttlSeconds", 1, MAX_SECONDS)
     renew = _integer(spec, "renewDeadlineSeconds", 1, MAX_SECONDS)
     retry = _integer(spec, "retryPeriodSeconds", 1, MAX_SECONDS)
+    _integer(spec, "holders", 1, MAX_HOLDERS)
     timing = validate_timing(
         DEFAULT_TTL if ttl is None else ttl,
         renew,

@@ -39,6 +39,8 @@ _TRACKED = (
     "transitions",
     "lastTransitionTime",
     "observedGeneration",
+    "keys",
+    "nodeSet",
 )
 
 
@@ -109,6 +111,8 @@ def compute_status(
         "healthyNodes": nodes.healthy,
         "totalNodes": nodes.total,
         "quorum": nodes.quorum,
+        "keys": ",".join(spec.keys),  # printer columns cannot join a list
+        "nodeSet": ",".join(spec.node_names),
     }
     if view.unhealthy_nodes:
         status["unhealthyNodes"] = list(view.unhealthy_nodes)

@@ -50,6 +50,14 @@ class Hooks:
     def error(self, kind: str) -> None:
         """An operation failed; ``kind`` is the exception type name."""
 
+    def acquire_timeout(self, planned: float) -> float | None:
+        """How long the next acquisition may wait for a release (``planned``: the election's
+        choice); ``None``: make no attempt now (`redlease run` while stopping its command)."""
+        return planned
+
+    def refused(self) -> None:
+        """An acquisition found the lock held by someone else (contention, not an outage)."""
+
     def claim_until(self) -> float | None:
         """Unix time up to which a claim of this process's leadership that it published (and
         could not withdraw) may still be trusted; ``None``: none. A step-down does not release
@@ -161,10 +169,15 @@ class Elector:
             replicas=cfg.replicas,
             replica_timeout=cfg.replica_timeout,
         )
-        budget = action.timeout + self._socket_timeout() + 1.0
+        timeout = self.hooks.acquire_timeout(action.timeout)
+        if timeout is None:
+            await self._sleep(action.timeout)
+            return
+        budget = timeout + self._socket_timeout() + 1.0
         try:
-            lease = await self._bounded(lock.acquire(timeout=action.timeout), budget)
+            lease = await self._bounded(lock.acquire(timeout=timeout), budget)
         except LockTimeout:
+            self.hooks.refused()
             return
         except (LockError, TimeoutError) as exc:
             self._outage(exc)
@@ -429,6 +442,7 @@ class Elector:
         if task in done:
             return task.result()
         task.cancel()
+        task.add_done_callback(_retrieve)  # it may end later, with an error nobody awaits
         # never wait long for the cancelled operation: a cancelled redis-py command can take
         # its time to tear its connection down, and stopping must stay prompt
         await asyncio.wait({task}, timeout=1.0)
@@ -470,6 +484,13 @@ class Elector:
         await self._withdraw()
         await self._close_client()
         self.hooks.changed()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark the outcome of an abandoned operation as seen (its error was already reported as a
+    timeout), so asyncio does not log "Task exception was never retrieved" for it."""
+    if not task.cancelled():
+        task.exception()
 
 
 def jitter(seconds: float) -> float:
