@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from redlease.kube.spec import API_VERSION, KIND, parse_spec, validate_object_name
 from redlease.errors import ConfigError
+from redlease.kube.spec import API_VERSION, KIND, parse_spec, validate_object_name
 
 _STAND_IN = ("keys", "nodes")  # required: replaced by valid stand-ins, never dropped
 _PATH = re.compile(r"spec\.(\w+)(?:\[(\d+)\])?")
