@@ -369,8 +369,9 @@ def markdown(results: dict[str, Any]) -> list[str]:
         "(bench/waiters.py). Wake-up = a holder's acquire return - the previous holder's "
         "release call (each holder releases at once); overshoot = how long past its "
         f"{res['timeout_s']:g} s timeout a waiter gave up: *N at once*: all N start together, "
-        "so all N deadlines fall together (the worst case: each waiter's last attempt is one "
-        "round trip, so the last of them waits for all the others); *one among N*: N - 1 "
+        "so all N deadlines fall together (the worst case: asyncio waiters give up together "
+        "after one read of the lease's owner, threads each make a last attempt); "
+        "*one among N*: N - 1 "
         "wait on while 20 probes, 50 ms apart, time out; early = waiters that gave up before "
         "their timeout; "
         "connections = the process's connections on the server, peak sampled every 5 ms.",

@@ -21,7 +21,8 @@ import redlease
 from redlease import aio
 from redlease.core import gate, waiting
 from redlease.core.keys import LockKeys
-from redlease.core.protocol import Wait
+from redlease.core.protocol import Call, GaveUp, Wait
+from redlease.core.scripts import LEAVE
 from redlease.devtools.localredis import RedisServer
 
 from .test_handoff import Counting
@@ -75,6 +76,31 @@ def test_a_failed_listener_hands_its_error_to_every_waiter() -> None:
     error = RuntimeError("down")
     assert waiters.fail(error) == joined
     assert all(w.error is error and w.done for w in joined) and len(waiters) == 0
+
+
+def test_waiters_due_together_are_told_what_their_last_attempt_would_be() -> None:
+    box = "k:wake:@box"
+
+    def final(owner: str, timeout: float) -> Wait:
+        leave = Call(LEAVE, ("k",), (owner,), owner)
+        return Wait((box,), timeout, box, owner, "k", leave)
+
+    waiters = waiting.WaitList((box,), box)
+    a = waiters.join(final("tok-a", 1.0), 0.0)
+    b = waiters.join(final("tok-b", 1.0), 0.0)
+    c = waiters.join(final("tok-c", 1.0), 0.0)
+    later = waiters.join(final("tok-d", 2.0), 0.0)
+    plain = waiters.join(Wait((box,), 0.5, box, "tok-e"), 0.0)  # not given up for: no leave
+    assert waiters.next_due() == 1.0 and waiters.due(0.99) == []
+    batch = waiters.due(1.0)
+    assert batch == [a, b, c] and waiters.together(batch)
+    assert not waiters.together([later])  # alone: its own last attempt
+    assert waiters.route([box, "7 1000 3 tok-b"]) is b  # served before the read came back
+    # the lease was granted to tok-c meanwhile: a is refused, c takes it in its own attempt
+    assert waiters.settle(batch, [b"tok-c", b"host-1"]) == [a, c]
+    assert a.reply == GaveUp("host-1") and c.reply is False and b.reply == "7 1000 3"
+    assert waiters.settle([later], None) == [later] and later.reply is False  # not read
+    assert len(waiters) == 1 and waiters.leave(plain)
 
 
 # --- many waiters, default clients ---------------------------------------------------------------
@@ -245,28 +271,52 @@ async def test_an_exhausted_asyncio_pool_is_a_connection_limit(
 # --- honest timeouts with many waiters -----------------------------------------------------------
 
 
-async def test_many_asyncio_waiters_never_give_up_early(
-    redis_server: RedisServer, lock_name: str
+async def _timing_out(client: aioredis.Redis, lock_name: str, timeout: float) -> float | None:
+    """How long a waiter took to give up (None: it acquired, and released at once). Its lease
+    TTL is long: a lease stranded with a waiter that gave up would outlive the test."""
+    lock = aio.Lock(client, lock_name, ttl=30)
+    start = time.monotonic()
+    try:
+        await lock.acquire(timeout=timeout)
+    except redlease.LockTimeout:
+        return time.monotonic() - start
+    await lock.release()
+    return None
+
+
+def _queued(server: RedisServer, lock_name: str) -> int:
+    """Registrations and enlistments left for ``lock_name``."""
+    keys = LockKeys.for_name(lock_name)
+    with server.client() as observer:
+        return int(observer.zcard(keys.waiters)) + int(observer.hlen(keys.direct))
+
+
+@pytest.mark.parametrize("release_at_deadlines", [False, True])
+async def test_many_asyncio_waiters_give_up_together_never_early_and_strand_nothing(
+    redis_server: RedisServer, lock_name: str, release_at_deadlines: bool
 ) -> None:
     client = aioredis.Redis(host="127.0.0.1", port=redis_server.port)
     holder = aio.Lock(client, lock_name, ttl=30)
     await holder.acquire()
     timeout = 0.5
-
-    async def waiter() -> float:
-        lock = aio.Lock(client, lock_name)
-        start = time.monotonic()
-        with pytest.raises(redlease.LockTimeout):
-            await lock.acquire(timeout=timeout)
-        return time.monotonic() - start
-
     try:
-        elapsed = await asyncio.gather(*(waiter() for _ in range(100)))
-        assert min(elapsed) >= timeout
-        assert max(elapsed) < timeout + 10  # loose: the precise figure is for `make bench`
-        assert int(await client.zcard(f"redlease:{{{lock_name}}}:waiters")) == 0
+        tasks = [asyncio.create_task(_timing_out(client, lock_name, timeout)) for _ in range(100)]
+        if release_at_deadlines:
+            await async_wait_until(_until(lambda: _queued(redis_server, lock_name) == 200), 30)
+            await asyncio.sleep(timeout - 0.02)  # the release falls among the deadlines
+            await holder.release()
+        elapsed = await asyncio.wait_for(asyncio.gather(*tasks), 60)
+        assert all(e is None or timeout <= e < timeout + 10 for e in elapsed)  # loose max
+        if not release_at_deadlines:
+            assert None not in elapsed
+            await holder.release()
+        # given up together: their listener runs their LEAVEs after telling them
+        await async_wait_until(_until(lambda: _queued(redis_server, lock_name) == 0), timeout=30)
+        # nobody holds it now: handed to a waiter that gave up, it was passed on or freed
+        probe = aio.Lock(client, lock_name)
+        await probe.acquire(blocking=False)  # LockContention if a lease were stranded
+        await probe.release()
     finally:
-        await holder.release()
         await client.aclose()
 
 

@@ -195,6 +195,52 @@ class AsyncNode(_redis.NodeBase):
             raise reply
         return reply
 
+    async def read(self, key: str, *args: Any) -> Any:
+        """One plain command on the node of ``key`` (``args`` includes it); raises an error
+        reply. None when the cluster's slot map is not ready."""
+        home = self._home(key)
+        if home is None:
+            return None
+        reply = await self._exchange(home, args)
+        if isinstance(reply, rex.ResponseError):
+            raise reply
+        return reply
+
+    async def run_all(self, calls: list[Call]) -> None:
+        """Run ``calls`` (scripts on the node of the first one's key, no owner's request
+        unanswered) written back to back and read in order: one write for all; a call answered
+        with an error (a script not loaded yet, a moved slot) runs again alone."""
+        home = self._home(calls[0].keys[0])
+        replies: list[Any] = [None] * len(calls)
+        if home is not None:
+            run = _redis.scripting(home)
+            slot = await gate.aenter(home, self.socket_timeout)
+            try:
+                conn = await _checkout(home)
+                unread = 0
+                try:
+                    writer = getattr(conn, "_writer", None)
+                    if writer is None or writer.transport.is_closing():
+                        raise rex.ConnectionError(f"connection to {self.name} lost")
+                    writer.writelines(
+                        [part for c in calls for part in wire.pack(conn, run.command(c))]
+                    )
+                    unread = len(calls)
+                    async with asyncio.timeout(conn.socket_timeout):
+                        for i in range(len(calls)):
+                            replies[i] = await _read(conn)
+                            unread -= 1
+                except BaseException:
+                    await _close([_redis.Pinned(home, conn, unread, 0.0)])
+                    raise
+                await _give(home, conn)
+            finally:
+                if slot is not None:
+                    slot.release()
+        for call, reply in zip(calls, replies, strict=True):
+            if home is None or isinstance(reply, rex.RedisError):
+                await self.execute(call)
+
     async def _routed(self, req: Call) -> Any:
         """Through the client's own routing (a cluster whose slot map changed)."""
         try:
@@ -221,6 +267,9 @@ class Listener:
         self.waiters = waiting.WaitList(req.keys, req.grants)
         self.registry = registry  # the client's listeners: this one leaves it when done
         self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None  # at the next deadline it gives up for
+        self.giving_up: asyncio.Task[None] | None = None  # the reader of due waiters' lease
+        self.leaving: set[asyncio.Task[None]] = set()  # LEAVEs of waiters given up for
 
     async def wait(self, req: Wait) -> Any:
         signal = self.loop.create_future()
@@ -228,17 +277,76 @@ class Listener:
         if self.task is None:
             self.task = self.loop.create_task(self._run())
         try:
-            async with asyncio.timeout(req.timeout):
+            if req.leave is not None:  # resolved by the listener, at the latest at its deadline
+                if self.giving_up is None and (
+                    self.timer is None or waiter.deadline < self.timer.when()
+                ):
+                    self._arm()
                 await signal
+            else:
+                async with asyncio.timeout(req.timeout):
+                    await signal
         except TimeoutError:
             pass  # served meanwhile or not: ``waiter`` says
         finally:
-            if self.waiters.leave(waiter) and not self.waiters and self.task is not None:
-                self.task.cancel()
-                self.task = None
+            if self.waiters.leave(waiter):
+                self._idle()
         if waiter.error is not None:
             raise waiter.error
         return waiter.reply if waiter.done else False
+
+    def _idle(self) -> None:
+        """Stop listening once nobody waits."""
+        if not self.waiters and self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+    def _arm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        when = self.waiters.next_due()
+        self.timer = None if when is None else self.loop.call_at(when, self._due)
+
+    def _due(self) -> None:
+        """Give up for the waiters whose deadline has passed (one reader at a time: those due
+        meanwhile go with the next read)."""
+        self.timer = None
+        if self.giving_up is None:
+            self.giving_up = self.loop.create_task(self._give_up())
+
+    async def _give_up(self) -> None:
+        """While waiters are due: read the lease's owner (sent after all their deadlines) and
+        tell them; then run the LEAVEs of those given up, in one write."""
+        leaves: list[Call] = []
+        try:
+            while batch := self.waiters.due(self.loop.time()):
+                lease: Any = None
+                try:
+                    if self.waiters.together(batch):
+                        lease = await self.node.read(
+                            batch[0].wait.lease, "HMGET", batch[0].wait.lease, "owner", "holder"
+                        )
+                except Exception:  # noqa: BLE001,S110 - each makes its own last attempt instead
+                    pass
+                finally:
+                    settled = self.waiters.settle(batch, lease)
+                    for w in settled:
+                        _wake(w)
+                leaves += [w.wait.leave for w in settled if w.reply is not False and w.wait.leave]
+        finally:
+            if leaves:  # once none is due: a read is not queued behind their scripts
+                self.leaving.add(self.loop.create_task(self._leave(leaves)))
+            self.giving_up = None
+            self._idle()
+            self._arm()
+
+    async def _leave(self, calls: list[Call]) -> None:
+        try:
+            await self.node.run_all(calls)
+        except Exception as exc:  # noqa: BLE001 - the registrations expire on their own
+            log.cleanup_failed(self.node.lock, self.node.name, exc, reached=True)
+        finally:
+            self.leaving.discard(asyncio.current_task())
 
     async def _run(self) -> None:
         me = asyncio.current_task()
@@ -338,11 +446,17 @@ async def _close(pins: list[_redis.Pinned]) -> None:
             await _give_back(p.home, p.conn)
 
 
-async def drive(node: _redis.Executor, flow: Flow, answered: list[bool] | None = None) -> Any:
+async def drive(
+    node: _redis.Executor,
+    flow: Flow,
+    answered: list[bool] | None = None,
+    first: Request | None = None,
+) -> Any:
     """Run ``flow`` to completion, executing each request it yields on ``node``; a request's
     error (a :class:`LockError`) is thrown into the flow, which may handle it; ``answered``
-    gets an entry once Redis answered a request of it."""
-    req, result = resume(flow)
+    gets an entry once Redis answered a request of it. ``first``: the request ``flow`` has
+    yielded already."""
+    req, result = (first, None) if first is not None else resume(flow)
     while req is not None:
         try:
             reply = await node.execute(req)
@@ -384,8 +498,12 @@ async def guarded(node: _redis.Executor, flow: Flow, cleanup: Callable[[], Flow]
     try:
         return await drive(node, flow, answered)
     except BaseException:
+        undo = cleanup()
+        first, _ = resume(undo)
+        if first is None:  # nothing to undo: no lease, no registration left
+            raise
         try:
-            await run_to_completion(drive(node, cleanup()), limit=10.0)
+            await run_to_completion(drive(node, undo, first=first), limit=10.0)
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # noqa: BLE001 - the original error matters more

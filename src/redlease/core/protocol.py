@@ -125,6 +125,11 @@ class Wait:
     timeout: float
     grants: str = ""
     owner: str = ""
+    # The wait that ends at the waiter's deadline (direct hand-off only): the listener may give
+    # up for it, replying :class:`GaveUp` when ``lease`` has another owner at or after the
+    # deadline (what a last attempt would have been told) and running ``leave`` itself.
+    lease: str = ""
+    leave: Call | None = None
 
     def reply(self, popped: Any) -> Any:
         """The reply for a BLPOP that returned ``popped`` ([key, value], or None: timed out)."""
@@ -142,6 +147,15 @@ class Replicate:
     key: str
     replicas: int
     timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GaveUp:
+    """A :class:`Wait`'s reply when its listener gave up for the waiter: at or after the
+    waiter's deadline the lease had another owner (held by ``holder``), and the listener takes
+    the waiter's registration off the queue (its LEAVE passes on a lease granted meanwhile)."""
+
+    holder: str | None = None
 
 
 Request = Call | Wait | Replicate
@@ -585,6 +599,8 @@ class Pacing:
                 )
             raise LockContention(lock, f"{where}held by another owner", holder=outcome.holder)
         wait = self.step
+        if self.deadline is not None:  # the reply took time: the wait still ends at the deadline
+            wait = min(wait, self.deadline - self.clock())
         if outcome.wait_hint_ms >= 0:
             # wake at the holder's expiry even if nobody releases (crashed holder)
             wait = min(wait, outcome.wait_hint_ms / 1000 + 0.001)
@@ -652,8 +668,19 @@ def acquire(
             raise AlreadyHeld(prim.name, "already held by this owner (not a reentrant lock)")
         state.registered = state.registered or pacing.registering
         wait = pacing.refused(prim.name, outcome, prim.names_at(outcome.blocked))
-        woke = yield Wait(prim.wake_keys(outcome.blocked, token), wait, prim.grants(token), token)
+        keys = prim.wake_keys(outcome.blocked, token)
+        if prim.direct and pacing.deadline is not None and clock() + wait >= pacing.deadline:
+            woke = yield Wait(
+                keys, wait, prim.grants(token), token, prim.keys.lease, prim.leave(token)
+            )
+        else:
+            woke = yield Wait(keys, wait, prim.grants(token), token)
         if woke is True or woke is False:
+            continue
+        if type(woke) is GaveUp:  # refused at or after the deadline, as a last attempt is
+            state.registered = False
+            pacing.registering = False
+            pacing.refused(prim.name, Outcome(scripts.HELD, holder=woke.holder))  # raises
             continue
         # handed over directly by the release: granted after this attempt was sent
         state.granted = True

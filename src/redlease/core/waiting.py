@@ -11,6 +11,12 @@ the listener only has to keep one BLPOP in flight while anyone waits.
 
 A grant whose waiter has gone (it timed out meanwhile) is dropped here: Redis still names that
 owner, and its next attempt takes the lease or its LEAVE passes it on (see the scripts).
+
+Waiters whose deadlines pass together give up together (asyncio): the listener reads the
+lease's owner once, at or after all their deadlines. A waiter whose lease another owner held
+then is told so (:class:`~redlease.core.protocol.GaveUp`, what its own last attempt would have
+been told at that instant) and the listener runs their LEAVEs back to back afterwards; a free
+lease, or one granted to the waiter itself, sends it to its own last attempt.
 """
 
 from __future__ import annotations
@@ -20,11 +26,12 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from redlease.core.protocol import Wait, as_str
+from redlease.core.protocol import GaveUp, Wait, as_str
 
 LISTEN_STEP = 5.0  # longest single BLPOP of a listener (seconds): a bounded fallback
 LISTEN_SLACK = 0.25  # a listener's BLPOP outlasts the latest waiter's deadline by this much
 LINGER = 1.0  # an idle listener thread waits this long for the next waiter before it ends
+TOGETHER = 2  # the fewest waiters due at once that their listener gives up for together
 _ATTR = "_redlease_waiting"
 
 
@@ -93,6 +100,35 @@ class WaitList:
         self.leave(waiter)
         waiter.reply, waiter.done = reply, True
         return waiter
+
+    def due(self, now: float) -> list[Waiter]:
+        """The waiters the listener gives up for (their wait carries a ``leave``) whose
+        deadline has passed at ``now``."""
+        return [w for w in self._waiters if w.wait.leave is not None and w.deadline <= now]
+
+    @staticmethod
+    def together(batch: list[Waiter]) -> bool:
+        """Whether ``batch`` is given up for together; a lone waiter makes its own last
+        attempt, which leaves the queue before its timeout is raised."""
+        return len(batch) >= TOGETHER
+
+    def next_due(self) -> float | None:
+        """The earliest deadline of a waiter the listener gives up for, None if none."""
+        return min((w.deadline for w in self._waiters if w.wait.leave is not None), default=None)
+
+    def settle(self, batch: list[Waiter], lease: Any) -> list[Waiter]:
+        """Take ``batch``'s waiters (given up, not served meanwhile) off the list after the
+        lease's ``[owner, holder]`` was read at or after all their deadlines (None: not read).
+        Each is told :class:`GaveUp` when another owner held it, else ``False`` (its own last
+        attempt follows). Returns the waiters taken off; those given up need their LEAVE."""
+        owner = as_str(lease[0]) if lease and lease[0] is not None else ""
+        holder = as_str(lease[1]) if lease and len(lease) > 1 and lease[1] is not None else ""
+        settled = [w for w in batch if self.leave(w)]
+        for waiter in settled:
+            gave_up = bool(owner) and owner != waiter.wait.owner
+            waiter.reply = GaveUp(holder or None) if gave_up else False
+            waiter.done = True
+        return settled
 
     def fail(self, error: BaseException) -> list[Waiter]:
         """Every waiter, each given ``error`` (the listener failed), the list emptied."""
