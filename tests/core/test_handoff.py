@@ -232,14 +232,14 @@ def test_functions_are_loaded_once_and_again_after_a_flush(redis_server: RedisSe
 
 
 def test_scripting_falls_back_to_evalsha_without_functions() -> None:
-    """Redis 6 says FCALL is an unknown command: EVALSHA from then on, SCRIPT LOAD after
-    NOSCRIPT."""
+    """Redis 6 says FUNCTION and FCALL are unknown commands: EVALSHA from then on, SCRIPT LOAD
+    after NOSCRIPT."""
     run = protocol.Scripting()
     call = protocol.Call(scripts.STATUS, ("k",), ())
-    assert run.command(call)[0] == "FCALL"
-    unknown = redis.ResponseError("unknown command `FCALL`, with args beginning with: ...")
-    assert run.recover(call, call.fcall(), unknown) == (call.evalsha(),)
-    assert run.command(call)[0] == "EVALSHA"
+    assert run.command(call) == protocol.LIBRARY_CHECK and not run.settled
+    unknown = redis.ResponseError("unknown command `FUNCTION`, with args beginning with: ...")
+    assert run.recover(call, protocol.LIBRARY_CHECK, unknown) == (call.evalsha(),)
+    assert run.command(call)[0] == "EVALSHA" and run.settled
     # another request sent FCALL before the first answer came: it falls back the same way
     assert run.recover(call, call.fcall(), unknown) == (call.evalsha(),)
     noscript = redis.exceptions.NoScriptError("No matching script. Please use EVAL.")

@@ -88,10 +88,7 @@ class AsyncNode(_redis.NodeBase):
         run = _redis.scripting(home)
         sent = run.command(req)
         reply = await self._exchange(home, sent, req.owner, req.timeout)
-        while isinstance(reply, rex.ResponseError):
-            recovery = run.recover(req, sent, reply)
-            if not recovery:
-                break
+        while recovery := run.recover(req, sent, reply):  # an error, or a library check
             for sent in recovery:
                 reply = await self._exchange(home, sent, req.owner, req.timeout)
         return reply
@@ -209,36 +206,38 @@ class AsyncNode(_redis.NodeBase):
     async def run_all(self, calls: list[Call]) -> None:
         """Run ``calls`` (scripts on the node of the first one's key, no owner's request
         unanswered) written back to back and read in order: one write for all; a call answered
-        with an error (a script not loaded yet, a moved slot) runs again alone."""
+        with an error (a script not loaded yet, a moved slot) runs again alone, and so do all
+        of them while the server's library is still to be checked."""
         home = self._home(calls[0].keys[0])
         replies: list[Any] = [None] * len(calls)
-        if home is not None:
-            run = _redis.scripting(home)
-            slot = await gate.aenter(home, self.socket_timeout)
+        run = _redis.scripting(home) if home is not None else None
+        if run is None or not run.settled:  # no slot map yet, or the library to be checked
+            for call in calls:
+                await self.execute(call)
+            return
+        slot = await gate.aenter(home, self.socket_timeout)
+        try:
+            conn = await _checkout(home)
+            unread = 0
             try:
-                conn = await _checkout(home)
-                unread = 0
-                try:
-                    writer = getattr(conn, "_writer", None)
-                    if writer is None or writer.transport.is_closing():
-                        raise rex.ConnectionError(f"connection to {self.name} lost")
-                    writer.writelines(
-                        [part for c in calls for part in wire.pack(conn, run.command(c))]
-                    )
-                    unread = len(calls)
-                    async with asyncio.timeout(conn.socket_timeout):
-                        for i in range(len(calls)):
-                            replies[i] = await _read(conn)
-                            unread -= 1
-                except BaseException:
-                    await _close([_redis.Pinned(home, conn, unread, 0.0)])
-                    raise
-                await _give(home, conn)
-            finally:
-                if slot is not None:
-                    slot.release()
+                writer = getattr(conn, "_writer", None)
+                if writer is None or writer.transport.is_closing():
+                    raise rex.ConnectionError(f"connection to {self.name} lost")
+                writer.writelines([part for c in calls for part in wire.pack(conn, run.command(c))])
+                unread = len(calls)
+                async with asyncio.timeout(conn.socket_timeout):
+                    for i in range(len(calls)):
+                        replies[i] = await _read(conn)
+                        unread -= 1
+            except BaseException:
+                await _close([_redis.Pinned(home, conn, unread, 0.0)])
+                raise
+            await _give(home, conn)
+        finally:
+            if slot is not None:
+                slot.release()
         for call, reply in zip(calls, replies, strict=True):
-            if home is None or isinstance(reply, rex.RedisError):
+            if isinstance(reply, rex.RedisError):
                 await self.execute(call)
 
     async def _routed(self, req: Call) -> Any:

@@ -89,10 +89,7 @@ class SyncNode(_redis.NodeBase):
         run = _redis.scripting(pool)
         sent = run.command(req)
         reply = self._exchange(pool, sent, req.owner, req.timeout)
-        while isinstance(reply, rex.ResponseError):
-            recovery = run.recover(req, sent, reply)
-            if not recovery:
-                break
+        while recovery := run.recover(req, sent, reply):  # an error, or a library check
             for sent in recovery:
                 reply = self._exchange(pool, sent, req.owner, req.timeout)
         return reply

@@ -752,5 +752,5 @@ def _library(all_scripts: tuple[Script, ...]) -> tuple[str, str]:
     return f"redlease_{version}", "".join(parts)
 
 
-# FUNCTION LOAD REPLACE this where FCALL says the function is missing (see protocol.Scripting)
+# loaded where none is, FCALL'd only where the code under LIBRARY_NAME is this (protocol.Scripting)
 LIBRARY_NAME, LIBRARY = _library(ALL_SCRIPTS)

@@ -4,9 +4,12 @@ Scripts are loaded up front so that requests can be pipelined: the redlease Func
 (``FUNCTION LOAD``; requests then use ``FCALL``, which skips building the helpers on every
 call) where the server has Functions, and every script (``SCRIPT LOAD``, for ``EVALSHA``) for
 the servers that do not (Redis 6.2): a retry after ``NOSCRIPT`` would break the order of an
-acquire and its undo. The probe reads the server's ``run_id`` and uptime, the node's redlease
-marker and its persistence mode, which :func:`redlease.core.rules.membership` turns into the
-restart rule.
+acquire and its undo. ``FCALL`` is used on a connection only when the library under
+redlease's name is byte for byte redlease's code (``protocol.LIBRARY_CHECK``, in the same
+pipeline: no extra round trip); other code there (another ACL user's ``FUNCTION LOAD
+REPLACE``) means ``EVALSHA``. The probe reads the server's ``run_id`` and uptime, the node's
+redlease marker and its persistence mode, which :func:`redlease.core.rules.membership` turns
+into the restart rule.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import replace
 
 from redlease.core import scripts
 from redlease.core.durability import durable as is_durable
+from redlease.core.protocol import LIBRARY_CHECK, library_verdict
 from redlease.core.rules import Probe
 
 # hash on every node: ``run_id`` of the server whose data is intact; ``born``: the birth list
@@ -29,6 +33,7 @@ NODE: tuple[tuple[str, ...], ...] = (  # what the server and the marker say, at 
 COMMANDS: tuple[tuple[str, ...], ...] = (
     *(("SCRIPT", "LOAD", s.lua) for s in scripts.ALL_SCRIPTS),
     ("FUNCTION", "LOAD", scripts.LIBRARY),
+    LIBRARY_CHECK,
     *NODE,
     ("CONFIG", "GET", "appendonly"),
     ("CONFIG", "GET", "appendfsync"),
@@ -57,19 +62,10 @@ def parse(replies: Sequence[object], at: float) -> Probe:
     for reply in replies[:base]:
         if isinstance(reply, BaseException):
             raise reply
-    library, info, marker, aof, fsync = replies[base : base + 5]
+    _load, library, info, marker, aof, fsync = replies[base : base + 6]
     durable = is_durable(_config(aof), _config(fsync))
-    probe = Probe("", 0.0, at, None, durable, functions=_loaded(library))
+    probe = Probe("", 0.0, at, None, durable, functions=library_verdict(library) is True)
     return node(probe, [info, marker], at)
-
-
-def _loaded(reply: object) -> bool:
-    """Whether ``FUNCTION LOAD`` left the library on the server: loaded now, or by an earlier
-    connection (``already exists``). An unknown command (Redis 6.2) or a refusal (ACL) means
-    EVALSHA."""
-    if isinstance(reply, BaseException):
-        return "already exists" in str(reply)
-    return _text(reply) == scripts.LIBRARY_NAME
 
 
 def node(probe: Probe, replies: Sequence[object], at: float) -> Probe:
