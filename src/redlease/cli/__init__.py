@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from redlease import __version__
 from redlease.cli import inject as inject_cli
 from redlease.cli.durations import parse_duration, positive_duration
+from redlease.cli.undumpable import make_undumpable
 from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.timing import TTL_RANGE
 from redlease.errors import ConfigError, RedleaseError
@@ -143,9 +144,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# the commands that hold Redis credentials or the operator's Secrets for their whole run
+_CREDENTIAL_COMMANDS = ("operator", "sidecar", "run", "status", "retire")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in _CREDENTIAL_COMMANDS:
+        make_undumpable()
     try:
         if args.command == "demo":
             from redlease.cli.demo import run_demo
