@@ -22,7 +22,11 @@ def configure(level: str = "info", fmt: str = "auto", stream: Any = None) -> Non
     if fmt == "auto":
         fmt = "console" if stream.isatty() else "json"
     renderer: Any = (
-        structlog.dev.ConsoleRenderer(colors=stream.isatty())
+        # a plain traceback: with ``rich`` installed the default one prints every frame's
+        # local variables, passwords included
+        structlog.dev.ConsoleRenderer(
+            colors=stream.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
         if fmt == "console"
         else structlog.processors.JSONRenderer()
     )
