@@ -1,9 +1,10 @@
 """Redis credentials from the Secret named by ``spec.auth.secretRef``, and the Secrets of
 ``spec.tls`` (CA, client certificate).
 
-Reads go through the ``kubernetes`` client in a worker thread (never on kopf's loop) and are
-cached for ``ttl`` seconds. In a pod, kopf's login has already loaded the in-cluster config
-into the client's default configuration, which this module reuses.
+Reads go through the ``kubernetes`` client in a worker thread (never on kopf's loop), one
+attempt of at most ``timeout`` seconds (a stalled API server frees the thread: the next refresh
+tries again), and are cached for ``ttl`` seconds. In a pod, kopf's login has already loaded the
+in-cluster config into the client's default configuration, which this module reuses.
 """
 
 from __future__ import annotations
@@ -31,25 +32,35 @@ Ref = SecretRef | CaSecretRef | CertSecretRef
 class SecretSource:
     """Fetch and cache Secrets; errors name the spec field that refers to the Secret."""
 
-    def __init__(self, configuration: Any = None, ttl: float = 60.0) -> None:
+    def __init__(self, configuration: Any = None, ttl: float = 60.0, timeout: float = 5.0) -> None:
         self._configuration = configuration
         self._ttl = ttl
+        self.timeout = timeout  # seconds for one Secret GET, connecting included
         self._cache: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
 
     def _fetch(self, namespace: str, ref: Ref) -> dict[str, Any]:
         import kubernetes.client
+        import urllib3
         from kubernetes.client.exceptions import ApiException
 
-        with kubernetes.client.ApiClient(self._configuration) as api:
+        conf = self._configuration or kubernetes.client.Configuration.get_default_copy()
+        conf.retries = False  # one attempt: urllib3 would repeat a timed-out GET three times
+        failed = f"cannot read Secret {namespace}/{ref.name}"
+        with kubernetes.client.ApiClient(conf) as api:
             try:
                 secret = kubernetes.client.CoreV1Api(api).read_namespaced_secret(
-                    ref.name, namespace
+                    ref.name, namespace, _request_timeout=self.timeout
                 )
             except ApiException as exc:
                 raise ConfigError(
-                    f"{ref.field}.name",
-                    f"cannot read Secret {namespace}/{ref.name}: HTTP {exc.status} {exc.reason}",
+                    f"{ref.field}.name", f"{failed}: HTTP {exc.status} {exc.reason}"
                 ) from None
+            except urllib3.exceptions.TimeoutError:
+                raise ConfigError(
+                    f"{ref.field}.name", f"{failed}: no answer within {self.timeout:g}s"
+                ) from None
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise ConfigError(f"{ref.field}.name", f"{failed}: {exc}") from None
         meta = secret.metadata
         return {
             "metadata": {
