@@ -6,6 +6,7 @@ import contextlib
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from redlease.devtools.localredis import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +30,44 @@ def env(**extra: str) -> dict[str, str]:
     out["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), out.get("PYTHONPATH")) if p)
     out.update(extra)
     return out
+
+
+SIDECAR_UID = 10001  # the chart's runAsUser
+
+# reads /proc/PID/environ (argv[1]) and looks for argv[2] in it; prints what happened as JSON
+_READER = """
+import json, sys
+try:
+    text = open(f"/proc/{sys.argv[1]}/environ", "rb").read().decode(errors="replace")
+    print(json.dumps({"read": True, "found": sys.argv[2] in text}))
+except OSError as exc:
+    print(json.dumps({"read": False, "error": type(exc).__name__}))
+"""
+
+
+def as_one_user() -> list[str]:
+    """The prefix that runs a command as the sidecars' UID without CAP_SYS_PTRACE (with it,
+    any process's environ is readable). Root keeps only CAP_DAC_READ_SEARCH, to reach this
+    interpreter wherever it is installed."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if sys.platform != "linux" or setpriv is None:
+        pytest.skip("running as root, and no setpriv to run as an unprivileged UID")
+    return [
+        setpriv, f"--reuid={SIDECAR_UID}", f"--regid={SIDECAR_UID}", "--clear-groups",
+        "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", "--",
+    ]  # fmt: skip
+
+
+def read_environ(pid: int, needle: str) -> dict[str, Any]:
+    """What a process of :func:`as_one_user` gets reading ``/proc/PID/environ``: ``read`` and
+    whether ``needle`` is in it (``found``), or the ``error``."""
+    out = subprocess.run(
+        [*as_one_user(), sys.executable, "-c", _READER, str(pid), needle],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, step: float = 0.01) -> Any:

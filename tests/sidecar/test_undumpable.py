@@ -4,59 +4,24 @@ read their ``/proc/PID/environ``. Real processes, all as one unprivileged UID.""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from redlease.devtools.localredis import RedisServer
-from tests.sidecar.procs import ROOT, Sidecar, env, wait_until
+from tests.sidecar.procs import ROOT, Sidecar, as_one_user, env, read_environ, wait_until
 
 SECRET = "dump-s3cret"
-SIDECAR_UID = 10001  # the chart's runAsUser
 
-# reads /proc/PID/environ (PID: argv[1]); prints what happened as JSON
-READER = f"""
-import json, sys
-try:
-    text = open(f"/proc/{{sys.argv[1]}}/environ", "rb").read().decode(errors="replace")
-    print(json.dumps({{"read": True, "secret": {SECRET!r} in text}}))
-except OSError as exc:
-    print(json.dumps({{"read": False, "error": type(exc).__name__}}))
-"""
 # the command `redlease run` starts: reads its parent's environ and lists its own credentials
 CHILD = "cat /proc/$PPID/environ; echo; env | grep -c '^REDLEASE_\\(PASSWORD\\|REDIS\\)='"
 
 
-def as_one_user() -> list[str]:
-    """The prefix that runs a command as the sidecars' UID without CAP_SYS_PTRACE (root reads
-    every process's environ). Root keeps only CAP_DAC_READ_SEARCH, to reach this interpreter
-    wherever it is installed."""
-    if os.geteuid() != 0:
-        return []
-    setpriv = shutil.which("setpriv")
-    if sys.platform != "linux" or setpriv is None:
-        pytest.skip("running as root, and no setpriv to run as an unprivileged UID")
-    return [
-        setpriv, f"--reuid={SIDECAR_UID}", f"--regid={SIDECAR_UID}", "--clear-groups",
-        "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", "--",
-    ]  # fmt: skip
-
-
-def read_environ(pid: int) -> dict[str, object]:
-    out = subprocess.run(
-        [*as_one_user(), sys.executable, "-c", READER, str(pid)],
-        capture_output=True, text=True, timeout=30, check=True,
-    )  # fmt: skip
-    return json.loads(out.stdout)  # type: ignore[no-any-return]
-
-
 @pytest.fixture
-def server() -> RedisServer:
+def server() -> Iterator[RedisServer]:
     with RedisServer(password=SECRET) as started:
         yield started
 
@@ -92,8 +57,8 @@ def test_neighbour_cannot_read_the_sidecar_environ(server: RedisServer, tmp_path
         sidecar.start().wait_up()
         wait_until(sidecar.is_leader, 30)  # it authenticated with the password
         assert sidecar.proc is not None
-        assert read_environ(sidecar.proc.pid)["error"] == "PermissionError"
-        assert read_environ(control.pid)["secret"] is True
+        assert read_environ(sidecar.proc.pid, SECRET)["error"] == "PermissionError"
+        assert read_environ(control.pid, SECRET)["found"] is True
     finally:
         sidecar.stop()
         control.kill()
