@@ -212,3 +212,27 @@ def test_squatted_function_name_is_refused(shared_bob: RedisServer) -> None:
     assert first.fencing_token > 0 and not run.functions
     one.close()
     two.close()
+
+
+def test_scripting_checks_before_fcall_and_again_after_recheck() -> None:
+    """The pure rule, on a clock of our own: check, load where none is, FCALL while verified,
+    check again after RECHECK seconds; other code under our name means EVALSHA for good."""
+    now = [100.0]
+    run = protocol.Scripting(clock=lambda: now[0])
+    call = protocol.Call(scripts.STATUS, ("k",), ())
+    assert run.command(call) == protocol.LIBRARY_CHECK
+    load = ("FUNCTION", "LOAD", "REPLACE", scripts.LIBRARY)
+    assert run.recover(call, protocol.LIBRARY_CHECK, []) == (load,)  # none loaded
+    assert run.recover(call, load, scripts.LIBRARY_NAME.encode()) == (call.fcall(),)
+    assert run.recover(call, call.fcall(), [b"reply"]) == ()
+    now[0] += protocol.RECHECK - 0.1
+    assert run.command(call) == call.fcall() and run.settled
+    now[0] += 0.1
+    assert run.command(call) == protocol.LIBRARY_CHECK and not run.settled
+    busy = redis.ResponseError("BUSY Redis is busy running a script")
+    assert run.recover(call, protocol.LIBRARY_CHECK, busy) == ()  # it stands; checked again
+    assert run.command(call) == protocol.LIBRARY_CHECK
+    evil = [{b"library_name": scripts.LIBRARY_NAME.encode(), b"library_code": EVIL.encode()}]
+    assert run.recover(call, protocol.LIBRARY_CHECK, evil) == (call.evalsha(),)
+    now[0] += 3600
+    assert run.command(call) == call.evalsha() and run.settled
