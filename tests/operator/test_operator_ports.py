@@ -25,6 +25,7 @@ from webhook_harness import parse_answer, review
 import redlease
 from redlease.devtools.localredis import RedisServer, free_port
 from redlease.kube.httpguard import REQUEST_TIMEOUT
+from redlease.operator import ports
 
 FD_LIMIT = 256
 FLOOD = 300  # half-open connections per port
@@ -187,3 +188,70 @@ async def test_half_open_flood_on_every_port(
     assert "Too many open files" not in text and "Traceback" not in text, text[-3000:]
     assert peak < FD_LIMIT
     assert lines < 200, "log volume must stay bounded"
+
+
+async def served_serial(port: int, ca: trustme.CA) -> int:
+    """The serial number of the certificate a new TLS handshake gets."""
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    try:
+        cert = writer.get_extra_info("peercert")
+        return int(cert["serialNumber"], 16)
+    finally:
+        writer.close()
+
+
+def serial(cert: trustme.LeafCert) -> int:
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificate(cert.cert_chain_pems[0].bytes()).serial_number
+
+
+async def test_webhook_certificate_renewal_keeps_the_port(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A renewed certificate is used by new handshakes without closing the port; files that
+    cannot be read keep the current certificate (one warning), the server keeps serving."""
+    ca = trustme.CA()
+    first, second = ca.issue_cert("127.0.0.1"), ca.issue_cert("127.0.0.1")
+    certfile, keyfile = tmp_path / "tls.crt", tmp_path / "tls.key"
+    first.cert_chain_pems[0].write_to_path(str(certfile))
+    first.private_key_pem.write_to_path(str(keyfile))
+    server = ports.WebhookServer(
+        addr="127.0.0.1", port=free_port(), certfile=str(certfile), pkeyfile=str(keyfile),
+        file_check_interval=0.1,
+    )  # fmt: skip
+    ready = asyncio.Event()
+
+    async def review(_: object, **__: object) -> dict[str, object]:
+        return {}
+
+    async def run() -> None:
+        async for _ in server(review):
+            ready.set()
+
+    task = asyncio.create_task(run())
+    try:
+        await asyncio.wait_for(ready.wait(), 10)
+        assert server.port is not None
+        assert await served_serial(server.port, ca) == serial(first)
+        second.private_key_pem.write_to_path(str(keyfile))  # half-written rotation: no match
+        second.cert_chain_pems[0].write_to_path(str(certfile))
+        await until(
+            lambda: _serial_is(server.port, ca, serial(second)), 10, "the renewed certificate"
+        )
+        keyfile.unlink()
+        await until(lambda: "cannot read the certificate" in caplog.text, 10, "the warning")
+        assert await served_serial(server.port, ca) == serial(second)
+        assert not task.done()
+        assert caplog.text.count("cannot read the certificate") == 1
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _serial_is(port: int | None, ca: trustme.CA, want: int) -> bool:
+    assert port is not None
+    return await served_serial(port, ca) == want

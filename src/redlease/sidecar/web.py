@@ -62,11 +62,12 @@ def make_app(source: Source, *, metrics_only: bool = False) -> web.Application:
     return app
 
 
-HttpServer = GuardedServer  # the endpoints on host:port, guarded
 PORTS = 2  # --http and --metrics: each gets half of the descriptor budget
 
 
-async def serve(source: Source, host: str, port: int, *, metrics_only: bool = False) -> HttpServer:
+async def serve(
+    source: Source, host: str, port: int, *, metrics_only: bool = False
+) -> GuardedServer:
     """Start serving behind :func:`redlease.kube.httpguard.serve`; an ``OSError`` if the address
     cannot be bound."""
     return await guarded(make_app(source, metrics_only=metrics_only), host, port, share=PORTS)
