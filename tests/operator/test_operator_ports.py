@@ -47,7 +47,7 @@ def half_open(port: int, n: int, data: bytes) -> list[socket.socket]:
     """``n`` connections that send ``data`` (b"": nothing, e.g. no TLS ClientHello) and wait."""
     socks = []
     for _ in range(n):
-        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
         if data:
             with contextlib.suppress(OSError):  # the server may already have evicted it
                 s.sendall(data)

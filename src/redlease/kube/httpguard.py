@@ -24,7 +24,7 @@ import ssl
 import time
 from asyncio.sslproto import SSLProtocol
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -181,39 +181,19 @@ class _Guarded(asyncio.Protocol):
         self.inner.resume_writing()
 
 
-class _GuardedBuffered(asyncio.BufferedProtocol):
-    """:class:`_Guarded` for a buffered protocol (asyncio's TLS layer)."""
+class _GuardedBuffered(_Guarded, asyncio.BufferedProtocol):
+    """:class:`_Guarded` around a buffered protocol (asyncio's TLS layer): the loop calls
+    ``get_buffer``/``buffer_updated`` instead of ``data_received``."""
 
     def __init__(self, guard: ConnectionGuard, inner: asyncio.BufferedProtocol) -> None:
-        self.guard = guard
-        self.inner = inner
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.guard.admit(transport)
-        self.inner.connection_made(transport)
+        super().__init__(guard, cast(asyncio.Protocol, inner))  # data_received is never called
+        self.buffered = inner
 
     def get_buffer(self, sizehint: int) -> Any:
-        return self.inner.get_buffer(sizehint)
+        return self.buffered.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.inner.buffer_updated(nbytes)
-
-    def eof_received(self) -> bool | None:
-        return self.inner.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.transport is not None:
-            self.guard.forget(self.transport)
-        self.inner.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self.inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.inner.resume_writing()
+        self.buffered.buffer_updated(nbytes)
 
 
 def _key(transport: asyncio.BaseTransport) -> object:
