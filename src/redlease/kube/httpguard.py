@@ -9,7 +9,8 @@ answers, no state-file writes). :class:`ConnectionGuard` wraps aiohttp's protoco
   opened, or since its last answer: a header and an idle timeout in one rule);
 * caps live connections below the descriptor limit; at the cap, a new connection evicts the
   oldest idle one, so a kubelet probe still gets through while an attacker fills the cap;
-* :class:`RateLimit` bounds repeated log lines (accept errors) to one per interval.
+* :class:`RateLimit` bounds repeated log lines (accept errors) to one per interval;
+* :func:`serve` lengthens the kernel's listen queue, which costs no descriptors.
 
 :func:`serve` puts an aiohttp application behind a guard on ``host:port`` (TLS if given).
 """
@@ -20,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import resource
+import socket
 import ssl
 import time
 from asyncio.sslproto import SSLProtocol
@@ -34,6 +36,7 @@ MAX_CONNECTIONS = 256  # more than probes, scrapers and the API server need; see
 REQUEST_TIMEOUT = 5.0  # a connection gets this long for each complete request (header + idle)
 FD_RESERVE = 64  # descriptors kept for Redis, the Kubernetes API, state-file writes, logging
 BACKLOG = 16  # asyncio accepts up to this many sockets before any of them reaches the guard
+LISTEN_QUEUE = 1024  # the kernel's queue of connected, not yet accepted sockets (no descriptors)
 
 
 def connection_cap(wanted: int, share: int = 1) -> int:
@@ -273,6 +276,11 @@ async def serve(
     except OSError:
         await runner.cleanup()
         raise
+    for listening in server.sockets:
+        # asyncio listens with BACKLOG (also how many it accepts at once); a longer kernel queue
+        # keeps a probe's connection from being dropped while a flood is being evicted
+        with socket.fromfd(listening.fileno(), listening.family, listening.type) as dup:
+            dup.listen(LISTEN_QUEUE)
     return GuardedServer(runner, server, guard)
 
 
