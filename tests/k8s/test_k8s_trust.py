@@ -143,3 +143,13 @@ def test_images_by_digest(chart: helm.Chart) -> None:
 def test_bad_values_are_rejected(chart: helm.Chart, values: dict[str, Any]) -> None:
     with pytest.raises(helm.HelmValuesError):
         chart.validate_schema(values)
+
+
+def test_notes_say_when_no_scraper_may_reach_metrics(chart: helm.Chart) -> None:
+    def notes(values: dict[str, Any]) -> str:
+        out = chart.render(values, name="rl", namespace="ops", is_install=True)
+        return str(out["redlease/templates/NOTES.txt"])
+
+    assert "networkPolicy.metricsFrom" in notes({"serviceMonitor": {"enabled": True}})
+    peers = {"serviceMonitor": {"enabled": True}, "networkPolicy": {"metricsFrom": MONITORING}}
+    assert "networkPolicy.metricsFrom" not in notes(peers)
