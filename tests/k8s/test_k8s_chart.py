@@ -218,9 +218,12 @@ def test_values_change_the_render(chart: helm.Chart) -> None:
         "Secret",
         "MutatingWebhookConfiguration",
         "PodDisruptionBudget",
+        "NetworkPolicy",
     }
     off = render(chart, {"injection": {"enabled": False}, "replicaCount": 1})
-    assert {d["kind"] for d in off} == {"Deployment", "ServiceAccount", "Role", "RoleBinding"}
+    assert {d["kind"] for d in off} == {
+        "Deployment", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy",
+    }  # fmt: skip
     args = next(d for d in default if d["kind"] == "Deployment")["spec"]["template"]["spec"][
         "containers"
     ][0]["args"]
@@ -306,7 +309,11 @@ def test_two_replicas_elect_one_active(chart: helm.Chart) -> None:
 
 
 def test_sidecar_rbac_for_the_lease_mirror_and_events(chart: helm.Chart) -> None:
-    values = {"sidecarRBAC": {"namespaces": ["apps"], "leaseMirror": True, "events": True}}
+    values = {
+        "sidecarRBAC": {
+            "namespaces": ["apps"], "leaseMirror": True, "leaseNames": ["orders"], "events": True,
+        }
+    }  # fmt: skip
     sidecar = rules_of(render(chart, values), "Role")["apps/rl-redlease-sidecar"]
     assert grants(sidecar) == {
         ("redlease.dev", "distributedlocks", "get"),

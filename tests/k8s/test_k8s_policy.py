@@ -44,9 +44,12 @@ def test_policy_and_binding_validate(policy_docs: list[dict[str, Any]]) -> None:
     ]
 
 
-def test_policy_is_optional(chart: helm.Chart) -> None:
-    docs = render(chart, {"sidecarRBAC": {"namespaces": ["apps"], "podLabel": True}})
-    assert not [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+def test_pod_label_without_the_policy_does_not_render(chart: helm.Chart) -> None:
+    """`patch pods` without the policy would reach every pod in the namespace (images too)."""
+    with pytest.raises(helm.HelmError, match=r"podLabel needs sidecarRBAC\.podLabelPolicy"):
+        render(chart, {"sidecarRBAC": {"namespaces": ["apps"], "podLabel": True}})
+    docs = render(chart, {"sidecarRBAC": {"namespaces": ["apps"], "podLabelPolicy": True}})
+    assert [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
 
 
 def pod(**labels: str) -> dict[str, Any]:

@@ -20,3 +20,11 @@ INTERNALS = [
 @pytest.mark.parametrize(("module", "name"), INTERNALS)
 def test_kopf_internal_exists(module: str, name: str) -> None:
     assert hasattr(importlib.import_module(module), name), f"{module}.{name} moved"
+
+
+@pytest.mark.parametrize("name", ["_build_ssl", "_serve", "_build_url", "_get_accessible_addr"])
+def test_kopf_webhook_server_helper_exists(name: str) -> None:
+    """operator/ports.py serves kopf's webhook through its own loop with these helpers."""
+    import kopf
+
+    assert callable(getattr(kopf.WebhookServer, name, None)), f"kopf.WebhookServer.{name} moved"

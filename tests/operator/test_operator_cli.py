@@ -10,7 +10,7 @@ import pytest
 
 from redlease import cli
 from redlease.devtools.localredis import free_port
-from redlease.operator import metrics
+from redlease.operator import metrics, ports
 
 
 def config(*argv: str) -> object:
@@ -56,7 +56,7 @@ async def test_metrics_endpoint() -> None:
     def text() -> str:
         return metrics.render(cycles=3, locks=1, round_trips=9, statuses=[("apps", "q", status)])
 
-    runner = await metrics.serve("127.0.0.1", port, text)
+    server = await ports.serve_metrics("127.0.0.1", port, text)
     try:
         async with (
             aiohttp.ClientSession() as session,
@@ -69,4 +69,4 @@ async def test_metrics_endpoint() -> None:
         assert 'redlease_lock_phase{namespace="apps",name="q",phase="Free"} 0' in body
         assert 'redlease_lock_fencing_token{namespace="apps",name="q"} 7' in body
     finally:
-        await runner.cleanup()
+        await server.close()

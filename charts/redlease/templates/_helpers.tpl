@@ -58,6 +58,8 @@ seccompProfile:
 {{- end }}
 
 {{/* Operator RBAC rules (namespaced or cluster-wide). */}}
+{{/* The operator's rules; Secrets only when asked (readSecrets) and, cluster-wide, only with
+operator.secretsClusterWide (else Roles in operator.secretNamespaces: rbac.yaml). */}}
 {{- define "redlease.operatorRules" -}}
 - apiGroups: ["redlease.dev"]
   resources: ["distributedlocks"]
@@ -68,11 +70,25 @@ seccompProfile:
 - apiGroups: [""]  # kopf posts core/v1 Events (events.k8s.io is not used)
   resources: ["events"]
   verbs: ["create"]
-{{- if .Values.operator.readSecrets }}
+{{- if and .Values.operator.readSecrets (or (not .Values.operator.watchAllNamespaces) .Values.operator.secretsClusterWide) }}
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
 {{- end }}
+{{- end }}
+
+{{/* An image reference: repository@digest when a digest is given, else repository:tag. */}}
+{{- define "redlease.imageRef" -}}
+{{- if .digest }}
+{{- printf "%s@%s" .repository .digest }}
+{{- else }}
+{{- printf "%s:%s" .repository .tag }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's image. */}}
+{{- define "redlease.image" -}}
+{{- include "redlease.imageRef" (dict "repository" .Values.image.repository "tag" (.Values.image.tag | default .Chart.AppVersion) "digest" .Values.image.digest) }}
 {{- end }}
 
 {{/* Sidecar injection: names shared by the webhook objects and the operator Deployment. */}}
@@ -86,9 +102,11 @@ seccompProfile:
 
 {{/* The image of injected sidecars (the chart's image unless injection.sidecarImage says). */}}
 {{- define "redlease.sidecarImage" -}}
-{{- $repo := .Values.injection.sidecarImage.repository | default .Values.image.repository }}
-{{- $tag := .Values.injection.sidecarImage.tag | default .Values.image.tag | default .Chart.AppVersion }}
-{{- printf "%s:%s" $repo $tag }}
+{{- $own := .Values.injection.sidecarImage }}
+{{- $repo := $own.repository | default .Values.image.repository }}
+{{- $tag := $own.tag | default .Values.image.tag | default .Chart.AppVersion }}
+{{- $digest := $own.digest | default (ternary .Values.image.digest "" (and (not $own.repository) (not $own.tag))) }}
+{{- include "redlease.imageRef" (dict "repository" $repo "tag" $tag "digest" $digest) }}
 {{- end }}
 
 {{/* Which namespaces the webhook sees: the value, else the operator's namespaces (its RBAC

@@ -32,7 +32,7 @@ from redlease.kube.spec import (
     LockSpec,
     parse_spec,
 )
-from redlease.operator import apifaults, metrics, reconcile, webhook
+from redlease.operator import apifaults, metrics, ports, reconcile, webhook
 from redlease.operator.events import EventPoster
 from redlease.operator.leadership import ElectionConfig
 from redlease.operator.reader import NodeReader
@@ -104,7 +104,7 @@ class Runtime:
             self._task = self._loop.create_task(self.refresher.run())
         if self.serve_metrics and self.config.metrics is not None and self._metrics is None:
             host, port = self.config.metrics
-            self._metrics = await metrics.serve(host, port, self.metrics_text)
+            self._metrics = await ports.serve_metrics(host, port, self.metrics_text)
 
     def metrics_text(self, leader: bool | None = None) -> str:
         """The exposition; may be called from another thread (the process's metrics server
@@ -134,7 +134,7 @@ class Runtime:
 
     async def stop(self) -> None:
         if self._metrics is not None:
-            await self._metrics.cleanup()
+            await self._metrics.close()
             self._metrics = None
         await self.events.aclose()
         if self._task is not None:
@@ -306,10 +306,8 @@ def serving_registry(
     if config.webhook is not None:
         webhook.register(reg, config.webhook, locks, secrets)
 
-    @kopf.on.probe(registry=reg, id="refresh")
-    def probe(**_: Any) -> dict[str, Any]:
-        return health()
-
+    if config.liveness:
+        ports.liveness(reg, config.liveness, health)
     return reg
 
 
@@ -329,11 +327,8 @@ def build_registry(
     if serving and config.webhook is not None:
         webhook.register(reg, config.webhook, runtime.locks, runtime.secrets)
 
-    if serving:
-
-        @kopf.on.probe(registry=reg, id="refresh")
-        def probe(**_: Any) -> dict[str, Any]:
-            return runtime.health()
+    if serving and config.liveness:
+        ports.liveness(reg, config.liveness, runtime.health)
 
     @kopf.on.startup(registry=reg, id="redlease-startup")
     async def startup(**_: Any) -> None:

@@ -1,15 +1,14 @@
 """Prometheus text exposition of the operator's own numbers and of every lock it refreshes.
 
-Served by aiohttp (already a kopf dependency) on ``--metrics HOST:PORT`` (off by default,
-127.0.0.1 unless told otherwise). Names are ``redlease_operator_*`` and ``redlease_lock_*``.
+Served on ``--metrics HOST:PORT`` (off by default, 127.0.0.1 unless told otherwise) by
+:func:`redlease.operator.ports.serve_metrics`. Names are ``redlease_operator_*`` and
+``redlease_lock_*``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
-
-from aiohttp import web
 
 _PHASES = ("Free", "Held", "Degraded", "Unavailable", "Invalid")
 
@@ -101,17 +100,3 @@ def render(
     ]
     lines += token_lines
     return "\n".join(lines) + "\n"
-
-
-async def serve(host: str, port: int, text: Any) -> web.AppRunner:
-    """Start serving ``GET /metrics`` (``text()`` builds the body); returns the runner."""
-
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(text=text(), content_type="text/plain", charset="utf-8")
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner

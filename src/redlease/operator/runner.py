@@ -59,7 +59,6 @@ def run_operator(config: OperatorConfig) -> int:
         standalone=True,
         clusterwide=config.clusterwide,
         namespaces=list(config.namespaces),
-        liveness_endpoint=config.liveness,
     )
     return 0
 
@@ -78,12 +77,10 @@ class KopfThread:
         registry: Any,
         settings: Any,
         config: OperatorConfig,
-        liveness: str | None = None,
     ) -> None:
         self.registry = registry
         self.settings = settings
         self.config = config
-        self.liveness = liveness
         self.stop_flag = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -99,7 +96,6 @@ class KopfThread:
                     standalone=True,
                     clusterwide=self.config.clusterwide,
                     namespaces=list(self.config.namespaces),
-                    liveness_endpoint=self.liveness,
                     stop_flag=self.stop_flag,
                 )
             )
@@ -191,7 +187,7 @@ class Replica:
         )  # fmt: skip
 
     async def run(self) -> int:
-        from redlease.operator import metrics
+        from redlease.operator import ports
 
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -199,12 +195,11 @@ class Replica:
             loop.add_signal_handler(sig, stop.set)
         server = None
         if self.config.metrics is not None:
-            server = await metrics.serve(*self.config.metrics, self.metrics_text)
+            server = await ports.serve_metrics(*self.config.metrics, self.metrics_text)
         registry = serving_registry(self.config, self.health, self.locks, self.secrets)
         self.serving = KopfThread(
-            "kopf-serve", registry, operator_settings(self.config), self.config,
-            liveness=self.config.liveness,
-        ).start()  # fmt: skip
+            "kopf-serve", registry, operator_settings(self.config), self.config
+        ).start()
         election = self.config.election
         assert election is not None
         log.info(
@@ -223,7 +218,7 @@ class Replica:
             await self._stopped()
             await self.serving.stop()
             if server is not None:
-                await server.cleanup()
+                await server.close()
             await self.kube.close()
         return 0
 

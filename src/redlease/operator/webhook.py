@@ -23,7 +23,7 @@ import kopf
 
 from redlease.errors import ConfigError
 from redlease.kube.spec import GROUP, PLURAL, VERSION, SecretRef
-from redlease.operator import inject
+from redlease.operator import inject, ports
 from redlease.operator.secrets import SecretSource
 
 log = logging.getLogger("redlease.operator")
@@ -85,9 +85,10 @@ class LockSource:
             return inject.LockLookup(error=f"no answer within {self.timeout:g}s")
 
 
-class InjectionServer(kopf.WebhookServer):
-    """kopf's HTTPS webhook server, plus the pod's namespace: pods created by controllers reach
-    admission without ``metadata.namespace``; the AdmissionReview's ``request.namespace`` has it."""
+class InjectionServer(ports.WebhookServer):
+    """kopf's HTTPS webhook server behind the port guard (:mod:`.ports`), plus the pod's
+    namespace: pods created by controllers reach admission without ``metadata.namespace``; the
+    AdmissionReview's ``request.namespace`` has it."""
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
         async def with_namespace(request: Any, **kwargs: Any) -> Any:

@@ -22,6 +22,7 @@ from redlease.core.connect import redact
 from redlease.core.view import iso_ms
 from redlease.errors import ConfigError
 from redlease.kube.client import KubeClient
+from redlease.kube.httpguard import GuardedServer
 from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
 from redlease.sidecar.election import Transition
 from redlease.sidecar.elector import Elector, Hooks
@@ -30,7 +31,7 @@ from redlease.sidecar.metrics import Metrics
 from redlease.sidecar.mirror import LeaderEvents, LeaseMirror, involved_lease, involved_lock
 from redlease.sidecar.podlabel import PodLabeller
 from redlease.sidecar.statefile import StateFile, WriteHealth
-from redlease.sidecar.web import HttpServer, serve
+from redlease.sidecar.web import serve
 
 log = structlog.get_logger("redlease.sidecar")
 
@@ -173,8 +174,8 @@ class Sidecar(Hooks):
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
         background: list[asyncio.Task[None]] = []
-        runner: HttpServer | None = None
-        scrape: HttpServer | None = None
+        runner: GuardedServer | None = None
+        scrape: GuardedServer | None = None
         try:
             election_cfg = cfg.election
             follower = None
@@ -261,7 +262,7 @@ class Sidecar(Hooks):
 
     async def _serve(
         self, address: HttpAddress | None, flag: str = "--http", metrics_only: bool = False
-    ) -> HttpServer | None:
+    ) -> GuardedServer | None:
         if address is None:
             return None
         try:

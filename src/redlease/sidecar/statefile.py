@@ -34,7 +34,7 @@ from typing import Any
 
 from redlease.core.times import parse_time
 from redlease.errors import ConfigError
-from redlease.sidecar.throttle import Throttle
+from redlease.kube.throttle import Throttle
 
 MARKER = "leader"
 LOG_INTERVAL = 30.0  # seconds: one log line per kind of write failure per interval

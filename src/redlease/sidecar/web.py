@@ -7,19 +7,13 @@ deadline, so no answer claims leadership after it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 from aiohttp import web
 
-from redlease.sidecar.httpguard import BACKLOG, ConnectionGuard, RateLimit, connection_cap
+from redlease.kube.httpguard import GuardedServer
+from redlease.kube.httpguard import serve as guarded
 from redlease.sidecar.metrics import CONTENT_TYPE
-
-MAX_CONNECTIONS = 256  # far more than probes and scrapers need; lowered below the fd limit
-REQUEST_TIMEOUT = 5.0  # a connection gets this long for each complete request (header + idle)
 
 
 class Source(Protocol):
@@ -34,9 +28,7 @@ class Source(Protocol):
     def metrics(self) -> bytes: ...
 
 
-def make_app(
-    source: Source, middlewares: Sequence[Any] = (), *, metrics_only: bool = False
-) -> web.Application:
+def make_app(source: Source, *, metrics_only: bool = False) -> web.Application:
     """The endpoints; ``metrics_only``: just ``/metrics`` (``--metrics``, for a scraper on the
     pod network, while ``/status`` and the probes stay on the loopback ``--http``)."""
 
@@ -59,7 +51,7 @@ def make_app(
         content_type, _sep, charset = CONTENT_TYPE.partition("; charset=")
         return web.Response(body=body, content_type=content_type, charset=charset or None)
 
-    app = web.Application(middlewares=list(middlewares))
+    app = web.Application()
     app.router.add_get("/metrics", metrics)
     if metrics_only:
         return app
@@ -70,42 +62,12 @@ def make_app(
     return app
 
 
-class HttpServer:
-    """The endpoints on ``host:port`` behind a :class:`ConnectionGuard`."""
-
-    def __init__(self, runner: web.AppRunner, server: asyncio.Server, guard: ConnectionGuard):
-        self.runner = runner
-        self.server = server
-        self.guard = guard
-
-    async def close(self) -> None:
-        self.server.close()
-        for transport in list(self.guard.conns):
-            transport.abort()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(2.0):
-                await self.server.wait_closed()
-        await self.runner.cleanup()
+PORTS = 2  # --http and --metrics: each gets half of the descriptor budget
 
 
-async def serve(source: Source, host: str, port: int, *, metrics_only: bool = False) -> HttpServer:
-    """Start serving; an ``OSError`` if the address cannot be bound."""
-    # asyncio logs every failed accept (EMFILE) once per second per server: keep one a while
-    logging.getLogger("asyncio").addFilter(RateLimit())
-    guard = ConnectionGuard(cap=connection_cap(MAX_CONNECTIONS), timeout=REQUEST_TIMEOUT)
-    runner = web.AppRunner(
-        make_app(source, [guard.middleware], metrics_only=metrics_only),
-        access_log=None,
-        handle_signals=False,
-        keepalive_timeout=REQUEST_TIMEOUT,
-    )
-    await runner.setup()
-    assert runner.server is not None
-    try:
-        server = await asyncio.get_running_loop().create_server(
-            guard.wrap(runner.server), host, port, reuse_address=True, backlog=BACKLOG
-        )
-    except OSError:
-        await runner.cleanup()
-        raise
-    return HttpServer(runner, server, guard)
+async def serve(
+    source: Source, host: str, port: int, *, metrics_only: bool = False
+) -> GuardedServer:
+    """Start serving behind :func:`redlease.kube.httpguard.serve`; an ``OSError`` if the address
+    cannot be bound."""
+    return await guarded(make_app(source, metrics_only=metrics_only), host, port, share=PORTS)

@@ -1,0 +1,287 @@
+"""Keep a listening HTTP port alive under hostile or broken clients: every port the sidecar and
+the operator serve (probes, ``/metrics``, ``/status``, the injection webhook) goes through here.
+
+aiohttp has no header timeout: a client that sends half a request holds its connection (and a
+file descriptor) for ever, and enough of them starve the process of descriptors (no probe
+answers, no state-file writes). :class:`ConnectionGuard` wraps aiohttp's protocol factory and
+
+* closes a connection that has not had a complete request for ``timeout`` seconds (since it was
+  opened, or since its last answer: a header and an idle timeout in one rule);
+* caps live connections below the descriptor limit; at the cap, a new connection evicts the
+  oldest idle one, so a kubelet probe still gets through while an attacker fills the cap;
+* :class:`RateLimit` bounds repeated log lines (accept errors) to one per interval;
+* :func:`serve` lengthens the kernel's listen queue, which costs no descriptors.
+
+:func:`serve` puts an aiohttp application behind a guard on ``host:port`` (TLS if given).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import resource
+import socket
+import ssl
+import time
+from asyncio.sslproto import SSLProtocol
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from aiohttp import web
+
+from redlease.kube.throttle import Throttle
+
+MAX_CONNECTIONS = 256  # more than probes, scrapers and the API server need; see connection_cap
+REQUEST_TIMEOUT = 5.0  # a connection gets this long for each complete request (header + idle)
+FD_RESERVE = 64  # descriptors kept for Redis, the Kubernetes API, state-file writes, logging
+BACKLOG = 16  # asyncio accepts up to this many sockets before any of them reaches the guard
+LISTEN_QUEUE = 1024  # the kernel's queue of connected, not yet accepted sockets (no descriptors)
+
+
+def connection_cap(wanted: int, share: int = 1) -> int:
+    """``wanted``, but low enough that live connections, a burst of not yet admitted accepts
+    (:data:`BACKLOG`) and :data:`FD_RESERVE` stay within the soft descriptor limit, when the
+    process serves ``share`` ports (each gets an equal part)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(8, min(wanted, (soft - FD_RESERVE) // max(1, share) - BACKLOG))
+
+
+class _Conn:
+    __slots__ = ("busy", "since", "timer", "transport")
+
+    def __init__(self, transport: asyncio.Transport, since: float) -> None:
+        self.transport = transport
+        self.since = since
+        self.busy = 0
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class ConnectionGuard:
+    """The timeout and the cap (see module doc): :meth:`wrap` aiohttp's protocol factory and
+    install :meth:`middleware` in the application."""
+
+    def __init__(self, *, cap: int, timeout: float) -> None:
+        self.cap = cap
+        self.timeout = timeout
+        self.conns: dict[object, _Conn] = {}  # by socket; insertion order: oldest first
+        self.evicted = 0
+        self.timed_out = 0
+
+    def wrap(
+        self, factory: Callable[[], asyncio.Protocol], ssl_context: ssl.SSLContext | None = None
+    ) -> Callable[[], asyncio.BaseProtocol]:
+        """A protocol factory for ``loop.create_server`` around ``factory``; with
+        ``ssl_context`` the TLS layer sits inside the guard, so a connection that never
+        finishes its handshake counts against the cap and times out like any other."""
+        if ssl_context is None:
+            return lambda: _Guarded(self, factory())
+
+        def tls() -> asyncio.BaseProtocol:
+            inner = SSLProtocol(
+                asyncio.get_running_loop(), factory(), ssl_context, None,  # type: ignore[arg-type]
+                server_side=True, ssl_handshake_timeout=self.timeout,  # type: ignore[arg-type]
+            )  # fmt: skip
+            return _GuardedBuffered(self, inner)
+
+        return tls
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def admit(self, transport: asyncio.Transport) -> None:
+        """A new TCP connection: take a slot (evicting the oldest idle one at the cap)."""
+        if len(self.conns) >= self.cap:
+            idle = next((c for c in self.conns.values() if not c.busy), None)
+            if idle is None:
+                transport.abort()  # every slot is answering a request right now
+                return
+            self.evicted += 1
+            self._close(idle)
+        conn = _Conn(transport, time.monotonic())
+        self.conns[_key(transport)] = conn
+        self._arm(conn)
+
+    def forget(self, transport: asyncio.BaseTransport) -> None:
+        conn = self.conns.pop(_key(transport), None)
+        if conn is not None and conn.timer is not None:
+            conn.timer.cancel()
+
+    def started(self, transport: Any) -> None:
+        conn = self.conns.get(_key(transport)) if transport is not None else None
+        if conn is not None:
+            conn.busy += 1
+
+    def finished(self, transport: Any) -> None:
+        conn = self.conns.get(_key(transport)) if transport is not None else None
+        if conn is not None:
+            conn.busy -= 1
+            conn.since = time.monotonic()
+            self._arm(conn)
+
+    def _arm(self, conn: _Conn) -> None:
+        if conn.timer is not None:
+            conn.timer.cancel()
+        loop = asyncio.get_running_loop()
+        conn.timer = loop.call_at(loop.time() + self.timeout + 0.01, self._expire, conn)
+
+    def _expire(self, conn: _Conn) -> None:
+        if self.conns.get(_key(conn.transport)) is not conn or conn.busy:
+            return
+        if time.monotonic() - conn.since >= self.timeout:
+            self.timed_out += 1
+            self._close(conn)
+        else:
+            self._arm(conn)
+
+    def _close(self, conn: _Conn) -> None:
+        self.forget(conn.transport)
+        conn.transport.abort()
+
+    @web.middleware
+    async def middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """Marks the connection busy while a complete request is being answered."""
+        transport = request.transport
+        self.started(transport)
+        try:
+            return await handler(request)
+        finally:
+            self.finished(transport)
+
+
+class _Guarded(asyncio.Protocol):
+    """Delegates to aiohttp's protocol; tells the guard when a connection comes and goes."""
+
+    def __init__(self, guard: ConnectionGuard, inner: asyncio.Protocol) -> None:
+        self.guard = guard
+        self.inner = inner
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.guard.admit(transport)
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.guard.forget(self.transport)
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
+class _GuardedBuffered(_Guarded, asyncio.BufferedProtocol):
+    """:class:`_Guarded` around a buffered protocol (asyncio's TLS layer): the loop calls
+    ``get_buffer``/``buffer_updated`` instead of ``data_received``."""
+
+    def __init__(self, guard: ConnectionGuard, inner: asyncio.BufferedProtocol) -> None:
+        super().__init__(guard, cast(asyncio.Protocol, inner))  # data_received is never called
+        self.buffered = inner
+
+    def get_buffer(self, sizehint: int) -> Any:
+        return self.buffered.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.buffered.buffer_updated(nbytes)
+
+
+def _key(transport: asyncio.BaseTransport) -> object:
+    """One connection's key, the same for its TCP transport and the TLS transport over it."""
+    return transport.get_extra_info("socket") or transport
+
+
+class RateLimit(logging.Filter):
+    """Lets the same message through at most once per ``interval`` seconds (a
+    :class:`~redlease.kube.throttle.Throttle`); the next one that passes says how many were
+    suppressed."""
+
+    def __init__(self, interval: float = 10.0) -> None:
+        super().__init__()
+        self.throttle = Throttle(interval)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        skipped = self.throttle.allow(f"{record.name}:{record.msg}", time.monotonic())
+        if skipped is None:
+            return False
+        if skipped:
+            record.msg = f"{record.msg} (and {skipped} more like it)"
+        return True
+
+
+class GuardedServer:
+    """An aiohttp application on ``host:port`` behind a :class:`ConnectionGuard`."""
+
+    def __init__(self, runner: web.AppRunner, server: asyncio.Server, guard: ConnectionGuard):
+        self.runner = runner
+        self.server = server
+        self.guard = guard
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        self.server.close()
+        for conn in list(self.guard.conns.values()):
+            conn.transport.abort()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.0):
+                await self.server.wait_closed()
+        await self.runner.cleanup()
+
+
+async def serve(
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    cap: int = MAX_CONNECTIONS,
+    share: int = 1,
+    timeout: float = REQUEST_TIMEOUT,
+) -> GuardedServer:
+    """Serve ``app`` on ``host:port`` with the header/idle timeout and the connection cap (see
+    the module doc; ``share``: how many ports the process serves); an ``OSError`` if the
+    address cannot be bound."""
+    # asyncio logs every failed accept (EMFILE) once per second per server: keep one a while
+    logging.getLogger("asyncio").addFilter(_ACCEPT_ERRORS)
+    guard = ConnectionGuard(cap=connection_cap(cap, share), timeout=timeout)
+    app.middlewares.append(guard.middleware)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=timeout)
+    await runner.setup()
+    assert runner.server is not None
+    try:
+        server = await asyncio.get_running_loop().create_server(
+            guard.wrap(runner.server, ssl_context),
+            host,
+            port,
+            reuse_address=True,
+            backlog=BACKLOG,
+        )
+    except OSError:
+        await runner.cleanup()
+        raise
+    for listening in server.sockets:
+        # asyncio listens with BACKLOG (also how many it accepts at once); a longer kernel queue
+        # keeps a probe's connection from being dropped while a flood is being evicted
+        with socket.fromfd(listening.fileno(), listening.family, listening.type) as dup:
+            dup.listen(LISTEN_QUEUE)
+    return GuardedServer(runner, server, guard)
+
+
+_ACCEPT_ERRORS = RateLimit()  # one filter for the process, however many servers it starts
