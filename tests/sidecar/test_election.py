@@ -182,12 +182,15 @@ def test_secrets_only_by_consent() -> None:
     with pytest.raises(ConfigError) as err:
         credentials_from_secret(data, ref)
     assert err.value.field == "spec.auth.secretRef.name" and "hunter2" not in str(err.value)
-    nodes_note = {"annotations": {"redlease.dev/allowed-nodes": "r0:6379, r1:6379"}}
+    nodes_note = {"annotations": {"redlease.dev/allowed-nodes": "redis://r0:6379, r1:6379"}}
     allowed = {"metadata": {**CONSENT["metadata"], **nodes_note}}
-    assert credentials_from_secret({**allowed, **data}, ref, ["r0:6379", "r1:6379"]).password
-    with pytest.raises(ConfigError) as err:
-        credentials_from_secret({**allowed, **data}, ref, ["r0:6379", "evil:6379"])
-    assert err.value.field == "spec.nodes" and "evil:6379" in str(err.value)
+    creds = credentials_from_secret({**allowed, **data}, ref, ["redis://r0", "rediss://r1:6379"])
+    assert creds.password and creds.consent is not None
+    for urls in (["redis://r0:6379", "redis://evil:6379"], ["redis://r1:6379"]):
+        with pytest.raises(ConfigError) as err:
+            credentials_from_secret({**allowed, **data}, ref, urls)
+        assert err.value.field == "spec.nodes" and urls[-1] in str(err.value)
+        assert "r0" not in str(err.value).replace(urls[0], "")  # never what the Secret allows
 
 
 def test_waiter_trusts_leadership_only_until_leader_until() -> None:
