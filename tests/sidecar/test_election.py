@@ -14,6 +14,7 @@ from redlease.core.timing import validate_timing
 from redlease.core.view import LockView, lock_view
 from redlease.errors import ConfigError, LockUnavailable, NotOwned
 from redlease.kube.spec import CREDENTIALS_LABEL, SecretRef, credentials_from_secret, parse_spec
+from redlease.operator.reader import targets_for
 from redlease.sidecar.config import ElectionConfig, election_from_spec
 from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown
 
@@ -186,6 +187,10 @@ def test_secrets_only_by_consent() -> None:
     allowed = {"metadata": {**CONSENT["metadata"], **nodes_note}}
     creds = credentials_from_secret({**allowed, **data}, ref, ["redis://r0", "rediss://r1:6379"])
     assert creds.password and creds.consent is not None
+    spec = parse_spec({"keys": ["k"], "nodes": [{"url": "redis://r0:6379"}]})
+    # the consent travels with the credentials to the client (Sentinel masters are checked)
+    assert election_from_spec(spec, "me", creds).target.consent == creds.consent
+    assert targets_for(spec, creds)[0].consent == creds.consent
     for urls in (["redis://r0:6379", "redis://evil:6379"], ["redis://r1:6379"]):
         with pytest.raises(ConfigError) as err:
             credentials_from_secret({**allowed, **data}, ref, urls)
