@@ -48,7 +48,16 @@ def test_consent_names_carry_scheme_host_and_port(allowed: str, url: str, ok: bo
     assert (consent.refused([url]) == []) is ok
 
 
-def test_refusal_names_therefused_url_never_the_allowed_ones() -> None:
+def test_a_sentinel_named_master_is_allowed_with_the_scheme_it_is_reached_by() -> None:
+    consent = Consent.parse("redis://10.0.0.5:6379, rediss://10.0.0.6:6379, rediss://[::1]:7", "a")
+    assert consent.allows_master("redis+sentinel", "10.0.0.5", 6379)
+    assert not consent.allows_master("rediss+sentinel", "10.0.0.5", 6379)
+    assert consent.allows_master("rediss+sentinel", "10.0.0.6", 6379)
+    assert not consent.allows_master("redis+sentinel", "10.0.0.6", 6379)  # no downgrade
+    assert consent.allows_master("rediss+sentinel", "::1", 7)
+
+
+def test_refusal_names_the_refused_url_never_the_allowed_ones() -> None:
     consent = Consent.parse("rediss://redis.prod:6379, redis://secret-host:6379", "allowed")
     with pytest.raises(ConfigError) as err:
         check_consent(consent, ["redis://redis.prod:6379/0"])
@@ -222,7 +231,7 @@ async def test_an_allowed_master_gets_the_credentials(asyncio_client: bool) -> N
         server.stop()
 
 
-async def test_a_url_the_consent_does_not_cover_isrefused_before_connecting() -> None:
+async def test_a_url_the_consent_does_not_cover_is_refused_before_connecting() -> None:
     async with listening(Recorder(refuse)) as trap:
         url = f"redis://127.0.0.1:{trap.port}/0"
         target = Target((url,), password=PASSWORD, consent=Consent.parse(f"rediss{url[5:]}", "a"))
