@@ -296,25 +296,41 @@ async def test_no_confused_deputy_for_secrets(cluster: Cluster) -> None:
             "redis-only", {"password": secret},
             annotations={"redlease.dev/allowed-nodes": "redis-0.redis:6379"},
         )  # fmt: skip
+        await cluster.create_secret(
+            "tls-only", {"password": secret},
+            annotations={"redlease.dev/allowed-nodes": f"rediss://127.0.0.1:{port}"},
+        )  # fmt: skip
+        await cluster.create_secret(
+            "sentinel-good", {"password": secret},
+            annotations={"redlease.dev/allowed-nodes": "sentinel:mymaster, redis+sentinel://good/mymaster"},
+        )  # fmt: skip
         trap_node = [{"url": f"redis://127.0.0.1:{port}/0"}]
-        await cluster.create("steal", {"keys": ["s"], "nodes": trap_node,
-                                       "auth": {"secretRef": {"name": "app-db"}}})  # fmt: skip
-        await cluster.create("steal2", {"keys": ["s2"], "nodes": trap_node,
-                                        "auth": {"secretRef": {"name": "redis-only"}}})  # fmt: skip
+        trap_sentinel = [{"url": f"redis+sentinel://127.0.0.1:{port}/mymaster"}]
+        for name, nodes, ref in (
+            ("steal", trap_node, "app-db"),
+            ("steal2", trap_node, "redis-only"),
+            ("steal3", trap_node, "tls-only"),  # allowed as rediss:// only: no downgrade
+            ("steal4", trap_sentinel, "sentinel-good"),  # the service name alone is not enough
+        ):
+            spec = {"keys": [name], "nodes": nodes, "auth": {"secretRef": {"name": ref}}}
+            await cluster.create(name, spec)
         for name, field, words in (
             ("steal", "spec.auth.secretRef.name", "redlease.dev/credentials=true"),
             ("steal2", "spec.nodes", "redlease.dev/allowed-nodes"),
+            ("steal3", "spec.nodes", f"redis://127.0.0.1:{port}/0"),
+            ("steal4", "spec.nodes", f"redis+sentinel://127.0.0.1:{port}/mymaster"),
         ):
             await until(lambda n=name: cluster.status(n).get("phase") == "Invalid", what=name)  # type: ignore[misc]
             cond = next(c for c in cluster.status(name)["conditions"] if c["type"] == "Valid")
             assert field in cond["message"] and words in cond["message"]
         await until(
             lambda: (
-                [e.get("reason") for e in events(cluster.api, NAMESPACE)].count("InvalidSpec") >= 2
+                [e.get("reason") for e in events(cluster.api, NAMESPACE)].count("InvalidSpec") >= 4
             ),
-            what="two InvalidSpec events (kopf posts them in the background)",
+            what="four InvalidSpec events (kopf posts them in the background)",
         )
         assert b"db-admin-password" not in received and b"AUTH" not in received
+        assert b"HELLO" not in received and b"SENTINEL" not in received.upper()
     finally:
         trap.close()
 

@@ -259,25 +259,30 @@ async def test_unknown_annotation_and_leader_readiness_warn(webhook: Webhook) ->
 
 
 @pytest.mark.parametrize(
-    ("consent", "annotations", "field"),
+    ("consent", "annotations"),
     [
-        (False, None, "spec.auth.secretRef.name"),
-        (True, {ALLOWED_NODES_ANNOTATION: "redis.other:6379"}, "spec.nodes"),
+        (False, None),
+        (True, {ALLOWED_NODES_ANNOTATION: "redis://redis.other:6379"}),
+        (True, {ALLOWED_NODES_ANNOTATION: "rediss://redis.infra:6379"}),  # TLS only
+        (True, {ALLOWED_NODES_ANNOTATION: "redis://redis.other:0"}),  # a bad entry
     ],
-    ids=["no-consent-label", "node-not-allowed"],
+    ids=["no-consent-label", "node-not-allowed", "tls-only", "bad-entry"],
 )
 async def test_secret_without_consent_is_not_wired(
-    webhook: Webhook, consent: bool, annotations: dict[str, str] | None, field: str
+    webhook: Webhook, consent: bool, annotations: dict[str, str] | None
 ) -> None:
     """Secrets only by consent: whoever writes the lock must not be able to route a Secret of
-    the namespace into a pod and on to nodes of their choosing."""
+    the namespace into a pod and on to nodes of their choosing. The pod's author learns that
+    the Secret does not consent, not why nor which nodes it allows."""
     webhook.add_secret("other-auth", {"password": "x"}, consent=consent, annotations=annotations)
     webhook.add_lock("shared", {**LOCK_SPEC, "auth": {"secretRef": {"name": "other-auth"}}})
     pod = deployment_pod({LOCK_ANNOTATION: "shared"})
     answer = await webhook.ask(pod)
     assert answer.allowed
     (warning,) = answer.warnings
-    assert warning.startswith(f"{LOCK_ANNOTATION}: ") and f"{field}: " in warning
+    assert warning.startswith(f"{LOCK_ANNOTATION}: ") and inject.NO_CONSENT in warning
+    assert "redis.other" not in warning and "rediss" not in warning
+    assert ALLOWED_NODES_ANNOTATION not in warning and "opted in" not in warning
     assert "REDLEASE_PASSWORD" not in env_of(sidecar_of(check(pod, answer.patch)))
 
 

@@ -14,6 +14,7 @@ from redlease.core.timing import validate_timing
 from redlease.core.view import LockView, lock_view
 from redlease.errors import ConfigError, LockUnavailable, NotOwned
 from redlease.kube.spec import CREDENTIALS_LABEL, SecretRef, credentials_from_secret, parse_spec
+from redlease.operator.reader import targets_for
 from redlease.sidecar.config import ElectionConfig, election_from_spec
 from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown
 
@@ -182,12 +183,19 @@ def test_secrets_only_by_consent() -> None:
     with pytest.raises(ConfigError) as err:
         credentials_from_secret(data, ref)
     assert err.value.field == "spec.auth.secretRef.name" and "hunter2" not in str(err.value)
-    nodes_note = {"annotations": {"redlease.dev/allowed-nodes": "r0:6379, r1:6379"}}
+    nodes_note = {"annotations": {"redlease.dev/allowed-nodes": "redis://r0:6379, r1:6379"}}
     allowed = {"metadata": {**CONSENT["metadata"], **nodes_note}}
-    assert credentials_from_secret({**allowed, **data}, ref, ["r0:6379", "r1:6379"]).password
-    with pytest.raises(ConfigError) as err:
-        credentials_from_secret({**allowed, **data}, ref, ["r0:6379", "evil:6379"])
-    assert err.value.field == "spec.nodes" and "evil:6379" in str(err.value)
+    creds = credentials_from_secret({**allowed, **data}, ref, ["redis://r0", "rediss://r1:6379"])
+    assert creds.password and creds.consent is not None
+    spec = parse_spec({"keys": ["k"], "nodes": [{"url": "redis://r0:6379"}]})
+    # the consent travels with the credentials to the client (Sentinel masters are checked)
+    assert election_from_spec(spec, "me", creds).target.consent == creds.consent
+    assert targets_for(spec, creds)[0].consent == creds.consent
+    for urls in (["redis://r0:6379", "redis://evil:6379"], ["redis://r1:6379"]):
+        with pytest.raises(ConfigError) as err:
+            credentials_from_secret({**allowed, **data}, ref, urls)
+        assert err.value.field == "spec.nodes" and urls[-1] in str(err.value)
+        assert "r0" not in str(err.value).replace(urls[0], "")  # never what the Secret allows
 
 
 def test_waiter_trusts_leadership_only_until_leader_until() -> None:

@@ -13,6 +13,7 @@ import kmock
 import pytest
 
 from redlease.devtools.localredis import RedisServer
+from tests.core.test_consent import Recorder, listening, refuse, sentinel_naming
 from tests.sidecar.procs import Sidecar, env, until
 
 NS = "shop"
@@ -125,3 +126,55 @@ async def run_steps(
         await until(lambda: leaders() == [first])
     log = scs[first].log()
     assert "pw-from-secret" not in log and '"configuration applied"' in log
+
+
+@pytest.mark.parametrize(
+    ("allowed", "refusal"),
+    [
+        ("sentinel:mymaster, redis+sentinel://good:26379/mymaster", "spec.nodes"),
+        (
+            "redis+sentinel://127.0.0.1:{sentinel}/mymaster",
+            "named master redis://127.0.0.1:{master}",
+        ),
+    ],
+    ids=["attackers-sentinel", "master-not-allowed"],
+)
+async def test_lock_ref_sends_the_password_only_where_the_secret_consents(
+    allowed: str, refusal: str
+) -> None:
+    """A lock names a Sentinel by an allowed service name but on the attacker's host, or an
+    allowed Sentinel names a master the Secret does not allow: the sidecar reads the Secret
+    and sends its password to neither (the fake master and Sentinel record every byte)."""
+    password = b"pw-consent-only"
+    async with (
+        listening(Recorder(refuse)) as master,
+        listening(Recorder(sentinel_naming(master.port))) as sentinel,
+        kmock.KubernetesEmulator() as api,
+        kmock.Server(api) as srv,
+    ):
+        api.resources["v1/secrets"] = kmock.ResourceInfo(kind="Secret", namespaced=True)
+        api.resources[DLOCKS] = kmock.ResourceInfo(kind="DistributedLock", namespaced=True)
+        note = allowed.format(sentinel=sentinel.port)
+        api.objects["v1/secrets", NS, "redis-auth"] = {
+            "metadata": {"name": "redis-auth", "namespace": NS,
+                         "labels": {"redlease.dev/credentials": "true"},
+                         "annotations": {"redlease.dev/allowed-nodes": note}},
+            "data": {"password": base64.b64encode(password).decode()},
+        }  # fmt: skip
+        url = f"redis+sentinel://127.0.0.1:{sentinel.port}/mymaster"
+        api.objects[DLOCKS, NS, "orders"] = {
+            "metadata": {"name": "orders", "namespace": NS, "generation": 1},
+            "spec": {"keys": ["orders"], "nodes": [{"url": url}],
+                     "auth": {"secretRef": {"name": "redis-auth"}}},
+        }  # fmt: skip
+        extra = ["--lock-ref", "orders", "--kube-api", f"http://127.0.0.1:{srv.port}"]
+        sc = Sidecar("pod-a", "", [], environ=env(POD_NAME="pod-a", POD_NAMESPACE=NS), extra=extra)
+        sc.start()
+        try:
+            await until(lambda: refusal.format(master=master.port) in sc.log(), timeout=30)
+        finally:
+            sc.stop()
+    assert master.received == b""
+    assert password not in sentinel.received and password.decode() not in sc.log()
+    if refusal == "spec.nodes":
+        assert sentinel.received == b""  # the attacker's Sentinel is not even asked

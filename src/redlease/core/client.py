@@ -231,6 +231,11 @@ def socket_timeout(client: Any) -> float | None:
     return float(value) if value else None
 
 
+class MasterRefused(rex.RedisError):
+    """A Sentinel named a master the credentials' owner does not consent to. Not a
+    connection error: redis-py does not retry it, and nothing is sent to that master."""
+
+
 def translate(
     exc: BaseException, lock: str, node: str, limit: int | None = None
 ) -> LockError | None:
@@ -253,6 +258,8 @@ def translate(
         )
     if isinstance(exc, rex.NoPermissionError):
         return LockUnavailable(lock, f"permission denied by ACL: {exc}", nodes=[node])
+    if isinstance(exc, MasterRefused):
+        return LockUnavailable(lock, str(exc), nodes=[node])
     if isinstance(exc, rex.TimeoutError):
         return LockUnavailable(lock, "Redis did not answer in time", nodes=[node])
     if isinstance(exc, sentinel.MasterNotFoundError | aio_sentinel.MasterNotFoundError):

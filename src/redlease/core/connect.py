@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from redlease.core.rules import majority
 from redlease.errors import ConfigError
@@ -214,6 +214,104 @@ def node_name(url: str) -> str:
     return f"{host}:{parts.port or 6379}"
 
 
+# --- consent ---------------------------------------------------------------------------------
+
+
+def address_name(scheme: str, host: str, port: int) -> str:
+    """The consent name of one TCP address reached with ``scheme``: ``scheme://host:port``
+    (host lower-case, IPv6 in brackets)."""
+    host = host.lower()
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def consent_names(url: str) -> frozenset[str]:
+    """What a node URL must be allowed as before credentials go to it: its scheme, host and
+    effective port (``redis://h:6379``, ``rediss://h:6379``, ``unix:///path``); a Sentinel URL
+    gives one ``redis+sentinel://host:port/service`` per Sentinel it names. Query options and
+    the database never count: none of them may change where a connection goes
+    (:data:`URL_OPTIONS`)."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return frozenset({f"unix://{parts.path}"})
+    if parts.scheme in SENTINEL_SCHEMES:
+        service = unquote(parts.path.strip("/").split("/")[0])
+        return frozenset(
+            f"{address_name(parts.scheme, h, p)}/{service}" for h, p in sentinel_hosts(url)
+        )
+    return frozenset({address_name(parts.scheme, parts.hostname or "", parts.port or 6379)})
+
+
+def _allowed_entries(text: str) -> list[str]:
+    """The entries of a comma-separated allowed-nodes list; a Sentinel entry keeps its own
+    commas (``redis+sentinel://h1:p1,h2:p2/service``): it runs up to its service path."""
+    entries: list[str] = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        last = entries[-1] if entries else ""
+        if last.startswith(SENTINEL_SCHEMES) and "/" not in last.partition("://")[2]:
+            entries[-1] = f"{last},{item}"
+        else:
+            entries.append(item)
+    return entries
+
+
+@dataclass(frozen=True, slots=True)
+class Consent:
+    """The nodes whose owner lets credentials go to them, as :func:`consent_names` spells
+    them. A node allowed as ``rediss://`` is not allowed over plain ``redis://``."""
+
+    names: frozenset[str]
+
+    @classmethod
+    def parse(cls, text: str, field: str) -> Consent:
+        """An allowed-nodes list: node URLs (``redis://h:p``, ``rediss://h:p``,
+        ``unix:///path``, ``redis+sentinel://h1:p1,h2:p2/service``), comma-separated. A bare
+        ``host:port`` allows that node over TLS only (``rediss://``); a bare
+        ``sentinel:service`` allows nothing (it names no Sentinel)."""
+        names: set[str] = set()
+        for entry in _allowed_entries(text):
+            if entry.startswith("sentinel:"):
+                continue
+            if entry.startswith("unix:") and not entry.startswith("unix://"):
+                entry = f"unix://{entry[5:]}"
+            elif "://" not in entry:
+                entry = f"rediss://{entry}"
+            validate_url(entry, field, credentials=False)
+            names |= consent_names(entry)
+        return cls(frozenset(names))
+
+    def refused(self, urls: Sequence[str]) -> list[str]:
+        """The URLs (redacted) with a consent name this consent does not cover."""
+        return [redact(u) for u in urls if not consent_names(u) <= self.names]
+
+    def allows_master(self, scheme: str, host: str, port: int) -> bool:
+        """Whether a master a Sentinel named may get credentials: it is reached over TLS for
+        ``rediss+sentinel://`` (allowed as ``rediss://``), else as ``redis://``."""
+        master = "rediss" if scheme.startswith("rediss") else "redis"
+        return address_name(master, host, port) in self.names
+
+    def __and__(self, other: Consent | None) -> Consent:
+        return self if other is None else Consent(self.names & other.names)
+
+
+def check_consent(
+    consent: Consent,
+    urls: Sequence[str],
+    field: str = "spec.nodes",
+    whose: str = "the credentials' owner",
+) -> None:
+    """Raise :class:`ConfigError` (naming ``field`` and the refused URLs, never what is
+    allowed) unless ``consent`` covers every URL."""
+    refused = consent.refused(urls)
+    if refused:
+        plain = any(u.startswith("redis://") for u in refused)
+        hint = "; an allowed entry without a scheme means TLS only (rediss://)" if plain else ""
+        raise ConfigError(
+            field, f"{whose} does not consent to credentials going to {', '.join(refused)}{hint}"
+        )
+
+
 # --- targets ---------------------------------------------------------------------------------
 
 
@@ -335,6 +433,7 @@ class Target:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     tls: Tls = Tls()
+    consent: Consent | None = None  # where the credentials may go (None: anywhere)
 
     @property
     def total(self) -> int:
@@ -358,8 +457,19 @@ class Target:
             return [self]
         return [dataclasses.replace(self, urls=(u,), quorum=1) for u in self.urls]
 
-    def with_credentials(self, username: str | None, password: str | None) -> Target:
-        return dataclasses.replace(self, username=username or None, password=password or None)
+    def with_credentials(
+        self, username: str | None, password: str | None, consent: Consent | None = None
+    ) -> Target:
+        """The target with credentials, and the nodes their owner lets them go to."""
+        return dataclasses.replace(
+            self, username=username or None, password=password or None
+        ).restricted(consent)
+
+    def restricted(self, consent: Consent | None) -> Target:
+        """The target whose secrets go only where ``consent`` (and any earlier one) allows."""
+        if consent is None:
+            return self
+        return dataclasses.replace(self, consent=consent & self.consent)
 
     def with_tls(self, tls: Tls) -> Target:
         return dataclasses.replace(self, tls=tls)
@@ -447,7 +557,10 @@ def connect_target(
 ) -> Any:
     """A client for ``target``: ``Redis`` (or a Sentinel master client), ``RedisCluster``, or
     a :class:`~redlease.core.quorum.NodeSet` for a RedLock set; ``asyncio=True`` for the
-    ``redis.asyncio`` flavour."""
+    ``redis.asyncio`` flavour. With a :attr:`Target.consent`, every URL must be allowed and
+    a master a Sentinel names is checked before the client connects to it."""
+    if target.consent is not None:
+        check_consent(target.consent, target.urls)
     common: dict[str, Any] = {}
     if target.username is not None:
         common["username"] = target.username
@@ -473,8 +586,9 @@ def connect_target(
         return RedisCluster.from_url(target.urls[0], startup_nodes=nodes, **opts)
     from redlease.core.quorum.nodeset import NodeSet, client_from_url
 
+    guard = {} if target.consent is None else {"consent": target.consent}
     clients = [
-        client_from_url(u, asyncio=asyncio, **common, **_url_options(u, target.tls))
+        client_from_url(u, asyncio=asyncio, **guard, **common, **_url_options(u, target.tls))
         for u in target.urls
     ]
     if len(clients) == 1:

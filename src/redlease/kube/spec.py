@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redlease.core.connect import Target, Tls, validate_target, with_pem
+from redlease.core.connect import Consent, Target, Tls, validate_target, with_pem
+from redlease.core.connect import check_consent as check_urls
 from redlease.core.keys import validate_identity, validate_name
 from redlease.core.timing import DEFAULT_TTL, TTL_RANGE, Timing, validate_timing
 from redlease.errors import ConfigError
@@ -114,6 +115,7 @@ class TlsMaterial:
     ca: str | None = field(default=None, repr=False)
     cert: str | None = field(default=None, repr=False)
     key: str | None = field(default=None, repr=False)
+    consent: Consent | None = None  # the nodes the Secrets allow (None: no allowed list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,20 +124,22 @@ class Credentials:
 
     username: str | None = field(default=None, repr=False)
     password: str | None = field(default=None, repr=False)
+    consent: Consent | None = None  # the nodes the Secret allows (None: no allowed list)
 
 
 def credentials_from_secret(
-    secret: Mapping[str, Any], ref: SecretRef, nodes: Sequence[str] = ()
+    secret: Mapping[str, Any], ref: SecretRef, urls: Sequence[str] = ()
 ) -> Credentials:
     """Decode the entries ``ref`` names from a Secret object (``data`` is base64,
     ``stringData`` plain). The password entry is required, the username entry optional.
 
     Secrets only by consent: whoever may write a DistributedLock chooses its Secret and its
     nodes, so redlease uses a Secret only if it carries ``redlease.dev/credentials: "true"``,
-    and, if it lists ``redlease.dev/allowed-nodes``, only for those ``nodes`` (node names as
-    :attr:`Target.names` gives them). See docs/security.md.
+    and, if it lists ``redlease.dev/allowed-nodes``, only for those nodes: every one of the
+    lock's ``urls`` must be allowed (:func:`check_consent`), and the consent travels with the
+    credentials so that a master a Sentinel names is checked too. See docs/security.md.
     """
-    check_consent(secret, ref, nodes)
+    consent = check_consent(secret, ref, urls)
     password = _secret_entry(secret, ref, ref.password_key, "passwordKey")
     if password is None:
         raise ConfigError(
@@ -143,16 +147,18 @@ def credentials_from_secret(
             f"Secret {ref.name!r} has no entry {ref.password_key!r}",
         )
     username = _secret_entry(secret, ref, ref.username_key, "usernameKey")
-    return Credentials(username or None, password)
+    return Credentials(username or None, password, consent)
 
 
 def check_consent(
     secret: Mapping[str, Any],
     ref: SecretRef | CaSecretRef | CertSecretRef,
-    nodes: Sequence[str] = (),
-) -> None:
-    """Raise :class:`ConfigError` unless the Secret opted in (see
-    :func:`credentials_from_secret`); the error names the spec field that refers to it."""
+    urls: Sequence[str] = (),
+) -> Consent | None:
+    """The Secret's consent (``None``: no allowed list), after checking it opted in and
+    allows every one of ``urls`` (scheme, host and port: :func:`redlease.core.connect.
+    consent_names`). A :class:`ConfigError` names the spec field that refers to the Secret,
+    or ``spec.nodes`` and the refused URLs -- never the nodes the Secret allows."""
     meta = secret.get("metadata") or {}
     labels = meta.get("labels") or {}
     if labels.get(CREDENTIALS_LABEL) != "true":
@@ -162,15 +168,11 @@ def check_consent(
             "redlease send its credentials to the lock's nodes (docs/security.md)",
         )
     allowed = (meta.get("annotations") or {}).get(ALLOWED_NODES_ANNOTATION)
-    if allowed is not None:
-        permitted = {n.strip() for n in str(allowed).split(",") if n.strip()}
-        refused = [n for n in nodes if n not in permitted]
-        if refused:
-            raise ConfigError(
-                "spec.nodes",
-                f"Secret {ref.name!r} allows its credentials only for {sorted(permitted)}, "
-                f"not for {', '.join(refused)} ({ALLOWED_NODES_ANNOTATION})",
-            )
+    if allowed is None:
+        return None
+    consent = Consent.parse(str(allowed), f"Secret {ref.name!r}: {ALLOWED_NODES_ANNOTATION}")
+    check_urls(consent, urls, "spec.nodes", f"Secret {ref.name!r} ({ALLOWED_NODES_ANNOTATION})")
+    return consent
 
 
 def _secret_entry(
@@ -215,28 +217,31 @@ def _pem(
 
 
 def tls_material(
-    refs: TlsRefs, secrets: Mapping[str, Mapping[str, Any]], nodes: Sequence[str] = ()
+    refs: TlsRefs, secrets: Mapping[str, Mapping[str, Any]], urls: Sequence[str] = ()
 ) -> TlsMaterial:
     """The PEM text of ``spec.tls``'s Secrets (``secrets``: name -> Secret object). Each Secret
     must consent, as credentials must (:func:`check_consent`): a client key is a credential,
     and redlease reads no Secret that did not opt in."""
     ca = cert = key = None
+    consent: Consent | None = None
     if refs.ca is not None:
         secret = secrets[refs.ca.name]
-        check_consent(secret, refs.ca, nodes)
+        consent = check_consent(secret, refs.ca, urls)
         ca = _pem(secret, refs.ca, refs.ca.key, "key", "certificate")
     if refs.client is not None:
         secret = secrets[refs.client.name]
-        check_consent(secret, refs.client, nodes)
+        allowed = check_consent(secret, refs.client, urls)
+        consent = allowed if consent is None else consent & allowed
         cert = _pem(secret, refs.client, refs.client.cert_key, "certKey", "certificate")
         key = _pem(secret, refs.client, refs.client.key_key, "keyKey", "private key")
-    return TlsMaterial(ca, cert, key)
+    return TlsMaterial(ca, cert, key, consent)
 
 
 def with_tls_material(spec: LockSpec, material: TlsMaterial) -> LockSpec:
     """``spec`` whose nodes are reached with the CA and client certificate of ``material``."""
     tls = with_pem(spec.target.tls, material.ca, material.cert, material.key)
-    return dataclasses.replace(spec, target=spec.target.with_tls(tls))
+    target = spec.target.with_tls(tls).restricted(material.consent)
+    return dataclasses.replace(spec, target=target)
 
 
 # --- the spec --------------------------------------------------------------------------------

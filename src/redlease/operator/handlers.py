@@ -152,7 +152,7 @@ class Runtime:
     async def credentials(self, spec: LockSpec, namespace: str) -> Credentials | None:
         if spec.secret_ref is None:
             return None
-        return await self.secrets.get(namespace, spec.secret_ref, spec.node_names)
+        return await self.secrets.get(namespace, spec.secret_ref, spec.target.urls)
 
     async def reconcile(
         self,

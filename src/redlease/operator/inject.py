@@ -426,6 +426,11 @@ def _volumes() -> list[dict[str, Any]]:
     ]
 
 
+# What a pod's author learns when a lock's Secret does not consent: not which check failed
+# (opt-in label or allowed nodes) nor what the Secret allows.
+NO_CONSENT = "the lock's Secret does not consent to these nodes"
+
+
 def _credentials(lock: LockLookup, where: str) -> tuple[LockSpec | None, str | None]:
     """(the lock's spec, None) from a valid lock whose Secrets (``spec.auth.secretRef`` and
     ``spec.tls``) consent to the lock's nodes, or (None, the problem).
@@ -455,9 +460,9 @@ def _credentials(lock: LockLookup, where: str) -> tuple[LockSpec | None, str | N
             secret = lock.secret
         if secret is not None:
             try:
-                check_consent(secret, ref, spec.node_names)
-            except ConfigError as exc:
-                return None, f"{where}: {exc}; its credentials are not wired into the pod"
+                check_consent(secret, ref, spec.target.urls)
+            except ConfigError:
+                return None, f"{where}: {NO_CONSENT}; its credentials are not wired into the pod"
     return spec, None
 
 

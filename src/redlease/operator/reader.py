@@ -38,7 +38,7 @@ def targets_for(spec: LockSpec, creds: Credentials | None = None) -> list[Target
     """One connection target per counted node of a lock, in the order of its node names."""
     target = spec.target
     if creds is not None:
-        target = target.with_credentials(creds.username, creds.password)
+        target = target.with_credentials(creds.username, creds.password, creds.consent)
     return target.nodes()
 
 

@@ -80,10 +80,10 @@ class SecretSource:
         self._cache[key] = (time.monotonic() + self._ttl, secret)
         return secret
 
-    async def get(self, namespace: str, ref: SecretRef, nodes: Sequence[str] = ()) -> Credentials:
-        """The credentials for ``nodes`` (the Secret must consent: see
+    async def get(self, namespace: str, ref: SecretRef, urls: Sequence[str] = ()) -> Credentials:
+        """The credentials for the nodes of ``urls`` (the Secret must consent: see
         :func:`redlease.kube.spec.credentials_from_secret`)."""
-        return credentials_from_secret(await self.secret(namespace, ref), ref, nodes)
+        return credentials_from_secret(await self.secret(namespace, ref), ref, urls)
 
     async def with_tls(self, spec: LockSpec, namespace: str) -> LockSpec:
         """``spec`` with the CA and client certificate its ``spec.tls`` Secrets hold (each
@@ -95,4 +95,4 @@ class SecretSource:
         for ref in (refs.ca, refs.client):
             if ref is not None and ref.name not in secrets:
                 secrets[ref.name] = await self.secret(namespace, ref)
-        return with_tls_material(spec, tls_material(refs, secrets, spec.node_names))
+        return with_tls_material(spec, tls_material(refs, secrets, spec.target.urls))

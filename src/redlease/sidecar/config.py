@@ -130,7 +130,9 @@ def election_from_spec(
     for ``spec.replicas`` is the sidecar's ``--replica-timeout``)."""
     target = spec.target
     if credentials is not None:
-        target = target.with_credentials(credentials.username, credentials.password)
+        target = target.with_credentials(
+            credentials.username, credentials.password, credentials.consent
+        )
     return ElectionConfig(
         keys=spec.keys,
         identity=identity,

@@ -90,7 +90,7 @@ class LockRefFollower:
         ref = spec.secret_ref
         if ref is not None and credentials is None:
             secret = await self._secret(ref.name)
-            credentials = credentials_from_secret(secret, ref, spec.node_names)
+            credentials = credentials_from_secret(secret, ref, spec.target.urls)
         spec = await self._tls(spec)
         return election_from_spec(spec, self.identity, credentials, self.ref.replica_timeout)
 
@@ -114,7 +114,7 @@ class LockRefFollower:
         if not refs:
             return spec
         secrets = {name: await self._secret(name) for name in refs.names()}
-        return with_tls_material(spec, tls_material(refs, secrets, spec.node_names))
+        return with_tls_material(spec, tls_material(refs, secrets, spec.target.urls))
 
     async def initial(self) -> ElectionConfig:
         """Read the object, retrying with back-off until it exists and its spec is valid."""

@@ -16,7 +16,7 @@ from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from redlease.core import client as _redis
-from redlease.core.connect import SENTINEL_SCHEMES, sentinel_hosts
+from redlease.core.connect import SENTINEL_SCHEMES, Consent, address_name, sentinel_hosts
 from redlease.core.quorum import _aio, _blocking
 from redlease.core.quorum.channel import Channel
 from redlease.core.quorum.flows import Settings
@@ -183,11 +183,15 @@ def node_name(client: Any) -> str:
     return _redis.describe(client)
 
 
-def client_from_url(url: str, *, asyncio: bool = False, **kwargs: Any) -> Any:
+def client_from_url(
+    url: str, *, asyncio: bool = False, consent: Consent | None = None, **kwargs: Any
+) -> Any:
     """One client for one node URL; ``redis+sentinel://[user:pass@]h1:p1,h2:p2/service[/db]``
-    asks the Sentinels for the current master of ``service``."""
+    asks the Sentinels for the current master of ``service`` and, with a ``consent``, connects
+    only to a master it allows (else :class:`~redlease.core.client.MasterRefused`, before a
+    byte is sent to it)."""
     if url.split("://", 1)[0] in SENTINEL_SCHEMES:
-        return _sentinel_client(url, asyncio=asyncio, **kwargs)
+        return _sentinel_client(url, asyncio=asyncio, consent=consent, **kwargs)
     if asyncio:
         import redis.asyncio as aioredis
 
@@ -197,7 +201,43 @@ def client_from_url(url: str, *, asyncio: bool = False, **kwargs: Any) -> Any:
     return redis.Redis.from_url(url, **kwargs)
 
 
-def _sentinel_client(url: str, *, asyncio: bool, **kwargs: Any) -> Any:
+def _guarded_connection(consent: Consent, scheme: str, service: str, asyncio: bool) -> type:
+    """A Sentinel-managed connection class that checks the master address before it opens a
+    socket to it (so before AUTH/HELLO)."""
+    if asyncio:
+        from redis.asyncio import sentinel as managed
+    else:
+        from redis import sentinel as managed  # type: ignore[no-redef]
+    tls = scheme.startswith("rediss")
+    base = managed.SentinelManagedSSLConnection if tls else managed.SentinelManagedConnection
+
+    def check(address: tuple[str, int]) -> None:
+        host, port = str(address[0]), int(address[1])
+        if not consent.allows_master(scheme, host, port):
+            master = address_name("rediss" if tls else "redis", host, port)
+            raise _redis.MasterRefused(
+                f"Sentinel named master {master} for {service!r}: the credentials' owner does "
+                "not consent to it, so they are not sent there"
+            )
+
+    if asyncio:
+
+        class GuardedAsync(base):  # type: ignore[valid-type,misc]
+            async def connect_to(self, address: tuple[str, int]) -> None:
+                check(address)
+                await super().connect_to(address)
+
+        return GuardedAsync
+
+    class Guarded(base):  # type: ignore[valid-type,misc]
+        def connect_to(self, address: tuple[str, int]) -> None:
+            check(address)
+            super().connect_to(address)
+
+    return Guarded
+
+
+def _sentinel_client(url: str, *, asyncio: bool, consent: Consent | None, **kwargs: Any) -> Any:
     parts = urlsplit(url)
     hosts = sentinel_hosts(url)
     path = [p for p in parts.path.split("/") if p]
@@ -217,6 +257,8 @@ def _sentinel_client(url: str, *, asyncio: bool, **kwargs: Any) -> Any:
         kwargs.setdefault(key, value)
     if parts.scheme.startswith("rediss"):
         kwargs.setdefault("ssl", True)
+    if consent is not None:
+        kwargs["connection_class"] = _guarded_connection(consent, parts.scheme, service, asyncio)
     sentinel_kwargs = {
         k: kwargs[k]
         for k in ("socket_timeout", "socket_connect_timeout", "ssl", "ssl_ca_certs")
