@@ -20,3 +20,15 @@ INTERNALS = [
 @pytest.mark.parametrize(("module", "name"), INTERNALS)
 def test_kopf_internal_exists(module: str, name: str) -> None:
     assert hasattr(importlib.import_module(module), name), f"{module}.{name} moved"
+
+
+def test_webhook_server_serves_through_serve() -> None:
+    """operator/webhook.py checks every review before kopf's ``WebhookServer._serve`` (a
+    static method taking the handler and the aiohttp request) parses it."""
+    import inspect
+
+    import kopf
+
+    serve = inspect.getattr_static(kopf.WebhookServer, "_serve")
+    assert isinstance(serve, staticmethod)
+    assert list(inspect.signature(serve.__func__).parameters) == ["fn", "request"]
