@@ -357,12 +357,21 @@ async def test_malformed_documents_get_a_clean_400(
     [
         ({"object": "a pod, honest"}, "request.object must be an object"),
         ({"object": {"metadata": ["x"], "spec": {}}}, "request.object.metadata"),
+        ({"object": {"metadata": {"annotations": ["x"]}}}, "metadata.annotations"),
         ({"resource": None}, "request.resource"),
         ({"userInfo": None}, "request.userInfo"),
         ({"namespace": None}, "request.namespace"),
         ({"namespace": 7}, "request.namespace"),
     ],
-    ids=["object-string", "metadata-list", "no-resource", "no-userinfo", "no-ns", "ns-number"],
+    ids=[
+        "object-string",
+        "metadata-list",
+        "annotations-list",
+        "no-resource",
+        "no-userinfo",
+        "no-ns",
+        "ns-number",
+    ],
 )
 async def test_malformed_reviews_are_refused_by_uid(
     webhook: Webhook, caplog: pytest.LogCaptureFixture, changes: dict[str, Any], words: str

@@ -143,6 +143,9 @@ def check_review(body: bytes) -> dict[str, Any] | Malformed:
         meta = value.get("metadata", {}) if value is not None else {}
         if meta is not None and not isinstance(meta, Mapping):
             return Malformed(f"request.{key}.metadata must be an object", uid)
+        for part in ("labels", "annotations"):
+            if not isinstance((meta or {}).get(part) or {}, Mapping):
+                return Malformed(f"request.{key}.metadata.{part} must be an object", uid)
     namespace = request.get("namespace")
     if not isinstance(namespace, str) or not namespace:
         return Malformed("request.namespace is required (pods are namespaced)", uid)
