@@ -280,7 +280,8 @@ async def check_nodes_pinned(
         assert resp.status == 200, await resp.text()
     for name, sc in started.items():
         await until(
-            lambda sc=sc: "not sending them to" in sc.log.read_text(), what=f"{name} refuses"
+            lambda sc=sc: "not sending its credentials to" in sc.log.read_text(),
+            what=f"{name} refuses",
         )
         text = sc.log.read_text()
         assert "10.0.0.1:6379" in text and "DistributedLock spec invalid" in text
@@ -369,7 +370,7 @@ async def test_admitted_nodes_are_pinned_across_edits_and_restarts(tmp_path: Pat
             try:
                 error = await until(lambda: _health(sc).get("lock_ref_error"), what="refusal")
                 assert error.startswith("spec.nodes: ") and trap in error, error
-                assert "not sending them to" in error
+                assert "not sending its credentials to" in error
                 assert sc.probe("livenessProbe").returncode != 0  # health says so
                 assert sc.probe("startupProbe").returncode != 0  # the app does not start
                 # the lock is put back: the sidecar (still retrying) starts on the pinned node

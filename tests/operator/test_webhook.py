@@ -331,6 +331,7 @@ def _dumps(doc: Any) -> bytes:
         (b"[1, 2]", "JSON list"),
         (b'{"kind": "AdmissionReview", "request": {"uid": "\xff\xfe"}}', "not UTF-8"),
         (b"{not json", "not JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, "nests too deeply"),
         (
             _dumps({**review(deployment_pod()), "kind": "ConversionReview"}),
             "'ConversionReview'",
@@ -340,7 +341,15 @@ def _dumps(doc: Any) -> bytes:
             "'admission.k8s.io/v1beta1'",
         ),
     ],
-    ids=["no-request", "json-array", "not-utf8", "not-json", "conversion-review", "v1beta1"],
+    ids=[
+        "no-request",
+        "json-array",
+        "not-utf8",
+        "not-json",
+        "deep",
+        "conversion-review",
+        "v1beta1",
+    ],
 )
 async def test_malformed_documents_get_a_clean_400(
     webhook: Webhook, caplog: pytest.LogCaptureFixture, body: bytes, words: str

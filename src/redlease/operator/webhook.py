@@ -118,6 +118,8 @@ def check_review(body: bytes) -> dict[str, Any] | Malformed:
         return Malformed("the body is not UTF-8")
     except ValueError as exc:
         return Malformed(f"the body is not JSON: {exc}")
+    except RecursionError:
+        return Malformed("the body nests too deeply")
     if not isinstance(doc, dict):
         return Malformed(f"expected an AdmissionReview object, got a JSON {type(doc).__name__}")
     if doc.get("apiVersion") != REVIEW_API_VERSION or doc.get("kind") != "AdmissionReview":

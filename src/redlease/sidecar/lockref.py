@@ -113,7 +113,7 @@ class LockRefFollower:
             f"the lock names {sorted(map(redact, urls))} but this sidecar is pinned to "
             f"{sorted(map(redact, pinned))} (the nodes its Secrets were admitted for): not "
             "connecting"
-            + (f", not sending them to {new}" if new else "")
+            + (f", not sending its credentials to {new}" if new else "")
             + "; re-create the pod to use other nodes",
         )
 
