@@ -23,8 +23,9 @@ def test_kopf_internal_exists(module: str, name: str) -> None:
 
 
 def test_webhook_server_serves_through_serve() -> None:
-    """operator/webhook.py checks every review before kopf's ``WebhookServer._serve`` (a
-    static method taking the handler and the aiohttp request) parses it."""
+    """operator/webhook.py overrides ``WebhookServer._serve`` (kopf's: a static method taking
+    the handler and the aiohttp request, called as ``self._serve``) to check every review
+    before kopf parses it."""
     import inspect
 
     import kopf
@@ -32,3 +33,4 @@ def test_webhook_server_serves_through_serve() -> None:
     serve = inspect.getattr_static(kopf.WebhookServer, "_serve")
     assert isinstance(serve, staticmethod)
     assert list(inspect.signature(serve.__func__).parameters) == ["fn", "request"]
+    assert "self._serve(fn, request)" in inspect.getsource(kopf.WebhookServer.__call__)

@@ -180,13 +180,14 @@ class InjectionServer(kopf.WebhookServer):
     ``metadata.namespace``; the review's ``request.namespace``, set by the API server, is the
     one used (a different ``metadata.namespace`` is refused)."""
 
-    @staticmethod
-    async def _serve(fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:
+    async def _serve(  # type: ignore[override]  # kopf's is static; self._serve calls both
+        self, fn: Any, request: aiohttp.web.Request
+    ) -> aiohttp.web.Response:
         checked = check_review(await request.read())  # aiohttp keeps the body for kopf
         if isinstance(checked, Malformed):
             log.warning("admission request refused: %s", checked.reason)
             return refusal(checked)
-        return await kopf.WebhookServer._serve(fn, request)
+        return await super()._serve(fn, request)
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
         async def with_namespace(request: Any, **kwargs: Any) -> Any:
