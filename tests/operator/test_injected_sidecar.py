@@ -245,15 +245,20 @@ async def run_checks(
 
 
 def _status(sc: Started) -> dict[str, Any]:
+    return _get(sc, "/status")
+
+
+def _get(sc: Started, path: str) -> dict[str, Any]:
+    """The sidecar's JSON answer on its loopback port ({} when it does not answer)."""
     import http.client
     import json
 
     port = int(next(a for a in sc.container["args"] if a.startswith("--http=")).rsplit(":", 1)[1])
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        conn.request("GET", "/status")
+        conn.request("GET", path)
         resp = conn.getresponse()
-        doc: dict[str, Any] = json.loads(resp.read()) if resp.status == 200 else {}
+        doc: dict[str, Any] = json.loads(resp.read())
         conn.close()
         return doc
     except (OSError, ValueError):
@@ -275,8 +280,114 @@ async def check_nodes_pinned(
         assert resp.status == 200, await resp.text()
     for name, sc in started.items():
         await until(
-            lambda sc=sc: "not sending them to" in sc.log.read_text(), what=f"{name} refuses"
+            lambda sc=sc: "not sending its credentials to" in sc.log.read_text(),
+            what=f"{name} refuses",
         )
         text = sc.log.read_text()
         assert "10.0.0.1:6379" in text and "DistributedLock spec invalid" in text
         assert _status(sc)["nodes"]["total"] == 1  # the settings it had stay
+
+
+class Recorder:
+    """A fake Redis on loopback: records every connection and every byte it is sent, and
+    answers each read with an error (whatever it is asked, it never grants anything)."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.received = bytearray()
+        self.server: asyncio.Server | None = None
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        while data := await reader.read(4096):
+            self.received.extend(data)
+            writer.write(b"-ERR nope\r\n")
+        writer.close()
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self.serve, "127.0.0.1", 0)
+        return f"redis://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/0"
+
+
+def _health(sc: Started) -> dict[str, Any]:
+    return _get(sc, "/healthz")
+
+
+async def _set_nodes(kube_api: str, urls: list[str], server: RedisServer) -> None:
+    """Edit the DistributedLock's spec.nodes through the API, as its writer would."""
+    spec = {**lock_spec(server), "nodes": [{"url": u} for u in urls]}
+    path = f"/apis/{RESOURCE.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/distributedlocks/orders"
+    headers = {"Content-Type": "application/merge-patch+json"}
+    async with (
+        aiohttp.ClientSession(kube_api) as http,
+        http.patch(path, json={"spec": spec}, headers=headers) as resp,
+    ):
+        assert resp.status == 200, await resp.text()
+
+
+@pytest.mark.slow
+async def test_admitted_nodes_are_pinned_across_edits_and_restarts(tmp_path: Path) -> None:
+    """The lock's writer points spec.nodes at their own server after admission (while the
+    image pulls) and again before a container restart: the sidecar, started with the args the
+    webhook injected, refuses both times and the fake never sees a connection or the password."""
+    server = RedisServer(password=PASSWORD).start()
+    fake = Recorder()
+    trap = await fake.start()
+    secrets = {"redis-auth": {"password": PASSWORD}}
+    try:
+        async with running_webhook(tmp_path) as hook:
+            hook.add_lock("orders", lock_spec(server))
+            hook.add_secret("redis-auth", secrets["redis-auth"])
+            pod = template(free_port())
+            answer = await hook.ask(pod)
+        assert answer.allowed and answer.warnings == [], answer
+        import jsonpatch
+
+        pod = jsonpatch.apply_patch(pod, answer.patch)
+        pod["metadata"].update(name="orders-5f7c9-0", namespace=NAMESPACE)
+        (container,) = [c for c in pod["spec"]["initContainers"] if c["name"] == SIDECAR_NAME]
+        (node,) = [n["url"] for n in lock_spec(server)["nodes"]]
+        assert f"--pinned-node={node}" in container["args"]
+
+        async with kmock.KubernetesEmulator() as api, kmock.Server(api) as srv:
+            api.resources["v1/pods"] = kmock.ResourceInfo(kind="Pod", namespaced=True)
+            api.resources[RESOURCE] = kmock.ResourceInfo(kind="DistributedLock", namespaced=True)
+            api.objects["v1/pods", NAMESPACE, "orders-5f7c9-0"] = pod
+            api.objects[RESOURCE, NAMESPACE, "orders"] = {
+                "metadata": {"name": "orders", "namespace": NAMESPACE, "generation": 1},
+                "spec": lock_spec(server),
+            }
+            kube_api = f"http://127.0.0.1:{srv.port}"
+            await _set_nodes(kube_api, [trap], server)  # between admission and start
+            environ = env(**resolve_env(container, pod, secrets), REDLEASE_KUBE_API=kube_api)
+
+            def start(n: int) -> Started:
+                state = tmp_path / f"state-{n}"
+                state.mkdir()
+                return Started(container, environ, state)
+
+            sc = start(1)
+            try:
+                error = await until(lambda: _health(sc).get("lock_ref_error"), what="refusal")
+                assert error.startswith("spec.nodes: ") and trap in error, error
+                assert "not sending its credentials to" in error
+                assert sc.probe("livenessProbe").returncode != 0  # health says so
+                assert sc.probe("startupProbe").returncode != 0  # the app does not start
+                # the lock is put back: the sidecar (still retrying) starts on the pinned node
+                await _set_nodes(kube_api, [node], server)
+                await until(lambda: _status(sc).get("leader"), what="leading on the pinned node")
+            finally:
+                sc.stop()
+            await _set_nodes(kube_api, [trap], server)  # again, before a container restart
+            sc = start(2)
+            try:
+                error = await until(lambda: _health(sc).get("lock_ref_error"), what="refusal")
+                assert trap in error and sc.probe("startupProbe").returncode != 0
+                assert "sidecar started" not in sc.log.read_text()
+            finally:
+                sc.stop()
+        assert fake.connections == 0 and PASSWORD.encode() not in fake.received
+    finally:
+        assert fake.server is not None
+        fake.server.close()
+        server.stop()

@@ -28,3 +28,16 @@ def test_kopf_webhook_server_helper_exists(name: str) -> None:
     import kopf
 
     assert callable(getattr(kopf.WebhookServer, name, None)), f"kopf.WebhookServer.{name} moved"
+
+
+def test_webhook_server_serves_through_serve() -> None:
+    """operator/webhook.py overrides ``WebhookServer._serve`` (kopf's: a static method taking
+    the handler and the aiohttp request, called as ``self._serve``) to check every review
+    before kopf parses it."""
+    import inspect
+
+    import kopf
+
+    serve = inspect.getattr_static(kopf.WebhookServer, "_serve")
+    assert isinstance(serve, staticmethod)
+    assert list(inspect.signature(serve.__func__).parameters) == ["fn", "request"]

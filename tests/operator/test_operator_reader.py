@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -62,4 +63,28 @@ async def test_dead_node_is_bounded(redis_nodes: list[RedisServer]) -> None:
         assert "0.5s" in obs.errors[redis_nodes[2].address]
     finally:
         redis_nodes[2].resume()
+        await reader.aclose()
+
+
+async def test_a_node_redis_py_cannot_build_fails_only_its_lock(redis_server: RedisServer) -> None:
+    """A node whose client cannot even be built (a URL option redis-py refuses with
+    TypeError/ValueError, should one ever get past the spec's checks) fails the locks on that
+    node, not the whole cycle: the good lock in the same read is still read."""
+    Lock(redis_server.client(), "good", ttl=30, identity="pod-a").acquire()
+    good = parse_spec({"keys": ["good"], "nodes": [{"url": redis_server.url}]})
+    node = f"redis://127.0.0.1:{redis_server.port}/0"
+    broken = []
+    for query in ("ssl_ca_certs=x", "max_connections=many"):  # TypeError, ValueError
+        spec = parse_spec({"keys": ["bad"], "nodes": [{"url": node}]})
+        target = dataclasses.replace(spec.target, urls=(f"{node}?{query}",))
+        broken.append(dataclasses.replace(spec, target=target))  # past parse_spec's checks
+    reader = NodeReader(timeout=1.0)
+    try:
+        views = await reader.read([(broken[0], None), (good, None), (broken[1], None)])
+        (bad0, _), (ok, _), (bad1, _) = views
+        assert ok.holder == "pod-a" and not ok.unknown
+        for bad, words in ((bad0, "ssl_ca_certs"), (bad1, "max_connections")):
+            assert bad.holder is None and bad.unknown and not bad.nodes.reachable
+            assert words in next(iter(bad.errors.values()))
+    finally:
         await reader.aclose()

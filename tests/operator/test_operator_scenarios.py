@@ -349,3 +349,76 @@ async def test_redis_cluster_lock(cluster: Cluster, redis_cluster: Any) -> None:
 
 
 _ = redis  # the redis package is what the library clients above are built on
+
+
+async def test_one_bad_lock_fails_only_itself(cluster: Cluster, redis_server: RedisServer) -> None:
+    """Locks whose specs the CRD schema lets through but that cannot be used (URL options of
+    the wrong name, type or scheme -- redis-py raised TypeError/ValueError for some while
+    building the client, which failed every lock's refresh --, a Sentinel URL whose database
+    is not a number, a missing Secret, broken TLS material) and locks on hostile nodes
+    (one answers garbage, one never answers) share refresh cycles with a good lock: each bad
+    one gets its own phase naming the problem, the good one keeps following its holder."""
+    garbage = b"*2\r\n*1\r\n$-1\r\n%1\r\n+x\r\n:7\r\n"  # nested, a RESP3 map, an unexpected int
+
+    async def answers_garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.read(4096):
+            writer.write(garbage)
+        writer.close()
+
+    async def never_answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.read(4096):
+            pass
+        writer.close()
+
+    hostile = [await asyncio.start_server(fn, "127.0.0.1", 0)
+               for fn in (answers_garbage, never_answers)]  # fmt: skip
+    client = redis_server.client()
+    try:
+        first = Lock(client, "good", ttl=60, identity="first")
+        first.acquire()
+        await cluster.create("good", one_node(redis_server, "good"))
+        await until(lambda: cluster.status("good").get("holder") == "first", what="Held")
+        pem = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nnot base64 at all\n"
+                               b"-----END CERTIFICATE-----\n").decode()  # fmt: skip
+        await cluster.create_secret("broken-ca", {"ca.crt": pem})
+        node = f"127.0.0.1:{redis_server.port}"
+        unusable = ("Invalid", "Valid")  # the phase, and the condition that names the problem
+        unreachable = ("Unavailable", "Available")
+        bad: dict[str, tuple[dict[str, Any], tuple[str, str], str]] = {
+            "option": ({"nodes": [{"url": f"redis://{node}/0?foo=bar"}]}, unusable,
+                       "spec.nodes[0].url: unknown URL option 'foo'"),
+            "typed": ({"nodes": [{"url": f"redis://{node}/0?socket_timeout=abc"}]}, unusable,
+                      "spec.nodes[0].url: URL option socket_timeout='abc'"),
+            "tlsoption": ({"nodes": [{"url": f"redis://{node}/0?ssl_ca_certs=/etc/hosts"}]},
+                          unusable, "'ssl_ca_certs' applies to rediss:// URLs only"),
+            "unixoption": ({"nodes": [{"url": "unix:///tmp/r.sock?socket_keepalive=true"}]},
+                           unusable, "'socket_keepalive' does not apply to unix://"),
+            "sentineldb": ({"nodes": [{"url": f"redis+sentinel://{node}/svc/x"}]}, unusable,
+                           "sentinel URL path is /SERVICE or /SERVICE/DB"),
+            "nosecret": ({"auth": {"secretRef": {"name": "absent"}}}, unusable,
+                         "spec.auth.secretRef.name: cannot read Secret apps/absent"),
+            "badtls": ({"nodes": [{"url": f"rediss://{node}/0"}],
+                        "tls": {"caSecretRef": {"name": "broken-ca"}}}, unreachable,
+                       f"unreachable: {node}"),
+        }  # fmt: skip
+        for i, server in enumerate(hostile):
+            port = server.sockets[0].getsockname()[1]
+            bad[f"hostile{i}"] = ({"nodes": [{"url": f"redis://127.0.0.1:{port}/0"}]},
+                                  unreachable, f"unreachable: 127.0.0.1:{port}")  # fmt: skip
+        for name, (spec, _, _) in bad.items():
+            await cluster.create(name, {**one_node(redis_server, name), **spec})
+        for name, (_, (phase, kind), words) in bad.items():
+            await until(lambda n=name, p=phase: cluster.status(n).get("phase") == p, what=name)  # type: ignore[misc]
+            cond = next(c for c in cluster.status(name)["conditions"] if c["type"] == kind)
+            assert cond["status"] == "False" and words in cond["message"], (name, cond)
+        # the good lock still follows its holder, cycle after cycle
+        cycles = cluster.runtime.refresher.cycles
+        first.release()
+        Lock(client, "good", ttl=60, identity="second").acquire()
+        await until(lambda: cluster.status("good").get("holder") == "second", what="new holder")
+        await until(lambda: cluster.runtime.refresher.cycles >= cycles + 3, what="3 more cycles")
+        assert cluster.status("good")["phase"] == "Held"
+    finally:
+        client.close()
+        for server in hostile:
+            server.close()

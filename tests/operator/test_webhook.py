@@ -6,6 +6,8 @@ restricted Pod Security rules."""
 from __future__ import annotations
 
 import copy
+import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,10 +16,10 @@ import pods
 import pytest
 import pytest_asyncio
 from dlock_harness import NAMESPACE
-from webhook_harness import Webhook, running_webhook
+from webhook_harness import Webhook, parse_answer, review, running_webhook
 
 from redlease.cli import SA_DIR
-from redlease.kube.spec import ALLOWED_NODES_ANNOTATION
+from redlease.kube.spec import ALLOWED_NODES_ANNOTATION, LEADER_LABEL
 from redlease.operator import inject
 from redlease.operator.inject import (
     HTTP_PORT_ANNOTATION,
@@ -147,6 +149,7 @@ async def test_deployment_pod_gets_the_sidecar(webhook: Webhook) -> None:
         "--ready=connected",
         "--http=127.0.0.1:4040",
         f"--state-dir={STATE_DIR}",
+        "--pinned-node=redis://redis.infra:6379/0",  # the nodes whose consent was checked
     ]
     env = env_of(sidecar)
     assert env["POD_NAME"] == {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}
@@ -314,3 +317,143 @@ async def test_internal_errors_follow_the_failure_policy(tmp_path: Any, policy: 
         assert "admitted without the sidecar" in answer.warnings[0]
     else:
         assert not answer.allowed and answer.code == 500 and "RuntimeError: boom" in answer.message
+
+
+def _review_with(**changes: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = review(deployment_pod())
+    doc["request"].update(changes)
+    return doc
+
+
+def _dumps(doc: Any) -> bytes:
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "request.uid"),
+        (b"[1, 2]", "JSON list"),
+        (b'{"kind": "AdmissionReview", "request": {"uid": "\xff\xfe"}}', "not UTF-8"),
+        (b"{not json", "not JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, "nests too deeply"),
+        (
+            _dumps({**review(deployment_pod()), "kind": "ConversionReview"}),
+            "'ConversionReview'",
+        ),
+        (
+            _dumps({**review(deployment_pod()), "apiVersion": "admission.k8s.io/v1beta1"}),
+            "'admission.k8s.io/v1beta1'",
+        ),
+    ],
+    ids=[
+        "no-request",
+        "json-array",
+        "not-utf8",
+        "not-json",
+        "deep",
+        "conversion-review",
+        "v1beta1",
+    ],
+)
+async def test_malformed_documents_get_a_clean_400(
+    webhook: Webhook, caplog: pytest.LogCaptureFixture, body: bytes, words: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    status, text = await webhook.post(body)
+    assert status == 400 and words in text, text
+    assert "patch" not in text
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"object": "a pod, honest"}, "request.object must be an object"),
+        ({"object": {"metadata": ["x"], "spec": {}}}, "request.object.metadata"),
+        ({"object": {"metadata": {"annotations": ["x"]}}}, "metadata.annotations"),
+        ({"resource": None}, "request.resource"),
+        ({"userInfo": None}, "request.userInfo"),
+        ({"namespace": None}, "request.namespace"),
+        ({"namespace": 7}, "request.namespace"),
+    ],
+    ids=[
+        "object-string",
+        "metadata-list",
+        "annotations-list",
+        "no-resource",
+        "no-userinfo",
+        "no-ns",
+        "ns-number",
+    ],
+)
+async def test_malformed_reviews_are_refused_by_uid(
+    webhook: Webhook, caplog: pytest.LogCaptureFixture, changes: dict[str, Any], words: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    doc = _review_with(**changes)
+    status, text = await webhook.post(_dumps(doc))
+    assert status == 200, text
+    answer = parse_answer(json.loads(text))
+    assert answer.uid == doc["request"]["uid"]
+    assert not answer.allowed and answer.patch == [] and answer.code == 400
+    assert words in answer.message, answer
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+async def test_forged_namespace_is_refused(webhook: Webhook) -> None:
+    """The namespace the lock and the Secrets are read from is the one the API server set
+    (request.namespace); a pod claiming another one is refused, not injected from there."""
+    webhook.add_lock("orders", LOCK_SPEC, namespace="victim")
+    webhook.add_secret("redis-auth", {"password": "victim-pw"}, namespace="victim")
+    pod = deployment_pod()
+    pod["metadata"]["namespace"] = "victim"
+    doc = review(pod, namespace=NAMESPACE)
+    status, text = await webhook.post(_dumps(doc))
+    answer = parse_answer(json.loads(text))
+    assert status == 200 and not answer.allowed and answer.patch == []
+    assert "'victim'" in answer.message and f"{NAMESPACE!r}" in answer.message
+    # the same pod without the claim is injected from the request's namespace
+    del pod["metadata"]["namespace"]
+    answer = await webhook.ask(pod)
+    assert answer.allowed and answer.patch
+
+
+@pytest.mark.parametrize(
+    "port",
+    ["²⁰⁴⁸", "٤٠٥٠", " 4_050", "+4050"],
+    ids=["superscript", "arabic-indic", "underscore", "sign"],
+)
+async def test_non_ascii_port_is_denied_naming_the_annotation(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture, port: str
+) -> None:
+    """``"²⁰⁴⁸".isdigit()`` is true and ``int()`` refuses it: with requireLock the pod must
+    be denied naming the annotation, not admitted without a sidecar."""
+    caplog.set_level(logging.DEBUG)
+    async with running_webhook(tmp_path, inject.InjectConfig(require_lock=True)) as hook:
+        hook.add_lock("orders", LOCK_SPEC)
+        hook.add_secret("redis-auth", {"password": "pw"})
+        answer = await hook.ask(deployment_pod({LOCK_ANNOTATION: "orders",
+                                                HTTP_PORT_ANNOTATION: port}))  # fmt: skip
+    assert not answer.allowed and answer.code == 400, answer
+    assert answer.message.startswith(f"{HTTP_PORT_ANNOTATION}: ") and repr(port.strip()) in (
+        answer.message
+    )
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+async def test_leader_label_is_removed_on_injection(webhook: Webhook) -> None:
+    """Only the sidecar says who leads: a pod created with redlease.dev/leader=true would get a
+    leader Service's traffic until the sidecar's first change."""
+    pod = deployment_pod()
+    pod["metadata"]["labels"][LEADER_LABEL] = "true"
+    answer = await webhook.ask(pod)
+    assert answer.allowed
+    result = check(pod, answer.patch)
+    assert LEADER_LABEL not in result["metadata"]["labels"]
+    assert result["metadata"]["labels"]["app"] == "orders"
+    # a pod that does not ask for a sidecar is not ours to change
+    plain = deployment_pod({})
+    plain["metadata"]["labels"][LEADER_LABEL] = "true"
+    answer = await webhook.ask(plain)
+    assert answer.allowed and answer.patch == []

@@ -106,6 +106,12 @@ class Webhook:
         assert answer.uid == request["request"]["uid"]
         return answer
 
+    async def post(self, body: bytes) -> tuple[int, str]:
+        """POST raw bytes as the API server would POST a review: (HTTP status, body)."""
+        headers = {"Content-Type": "application/json"}
+        async with self.session.post(self.url, data=body, headers=headers) as resp:
+            return resp.status, await resp.text()
+
     def add_lock(self, name: str, spec: dict[str, Any], namespace: str = NAMESPACE) -> None:
         self.api.objects[RESOURCE, namespace, name] = {
             "apiVersion": "redlease.dev/v1alpha1",

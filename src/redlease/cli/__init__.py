@@ -351,10 +351,13 @@ def _operator_election(args: argparse.Namespace) -> Any:
 
 
 def _host_port(value: str, flag: str) -> tuple[str, int]:
+    from redlease.core.connect import digits
+
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    number = digits(port)
+    if not sep or not host or number is None or not 0 < number < 65536:
         raise ConfigError(flag, f"use HOST:PORT, got {value!r}")
-    return host, int(port)
+    return host, number
 
 
 # --- sidecar, run, status, wait (issue 4) --------------------------------------------------------
@@ -369,7 +372,11 @@ SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def _contenders(value: str) -> int:
-    number = int(value)
+    from redlease.core.connect import digits
+
+    number = digits(value)
+    if number is None:
+        raise ValueError(value)
     if not 3 <= number <= 10:
         raise ValueError(value)
     return number
@@ -379,7 +386,11 @@ _contenders.__name__ = "number of contenders (3 to 10)"
 
 
 def _count(value: str) -> int:
-    number = int(value)
+    from redlease.core.connect import digits
+
+    number = digits(value)
+    if number is None:
+        raise ValueError(value)
     if number < 0:
         raise ValueError(value)
     return number
@@ -448,6 +459,13 @@ def _add_lock_ref_flags(p: argparse.ArgumentParser) -> None:
         "--lock-ref",
         metavar="[NS/]NAME",
         help="keys, nodes, timing and credentials from a DistributedLock (followed live)",
+    )
+    p.add_argument(
+        "--pinned-node",
+        action="append",
+        metavar="URL",
+        help="with --lock-ref: use only these node URLs (repeat per node; the injector pins "
+        "the nodes whose consent it checked)",
     )
     p.add_argument("--kube-api", metavar="URL", help="Kubernetes API (default: in-cluster)")
 
@@ -712,6 +730,8 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
     from redlease.sidecar import config as sc
 
     if not args.lock_ref:
+        if args.pinned_node:
+            raise ConfigError("--pinned-node", "needs --lock-ref (it pins that lock's nodes)")
         return None
     for flag, value in (("--lock", args.lock), ("--redis", args.redis)):
         if value:
@@ -726,6 +746,11 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
         sc.parse_lock_ref(args.lock_ref, kube.namespace),
         replica_timeout=_replication(args)["replica_timeout"],
     )
+    if args.pinned_node:
+        from redlease.core.connect import validate_url
+
+        pinned = [validate_url(u, "--pinned-node", credentials=False) for u in args.pinned_node]
+        ref = replace(ref, pinned_nodes=frozenset(pinned))
     tls = _tls(args)
     if tls is not None:  # given (injected pods: from the spec.tls Secrets as volumes)
         ref = replace(ref, tls=tls)

@@ -84,8 +84,13 @@ def validate_url(url: object, field: str = "--redis", *, credentials: bool = Tru
         )
     if parts.scheme in SENTINEL_SCHEMES:
         sentinel_hosts(url, field)
-        if not parts.path.strip("/"):
+        path = [p for p in parts.path.split("/") if p]
+        if not path:
             raise ConfigError(field, f"sentinel URL needs the service name: {redact(url)}")
+        if len(path) > 2 or (len(path) == 2 and digits(path[1]) is None):
+            raise ConfigError(
+                field, f"sentinel URL path is /SERVICE or /SERVICE/DB (a number): {redact(url)}"
+            )
     elif parts.scheme == "unix":
         if not parts.path:
             raise ConfigError(field, f"unix URL needs a socket path: {redact(url)}")
@@ -96,11 +101,20 @@ def validate_url(url: object, field: str = "--redis", *, credentials: bool = Tru
     return url
 
 
+def digits(raw: str) -> int | None:
+    """The number ``raw`` spells in ASCII digits only, else None.
+
+    ``str.isdigit`` accepts superscripts (``"²"``, which ``int`` refuses) and ``int`` accepts
+    other scripts' digits, signs, spaces and underscores: neither alone is a number check."""
+    return int(raw) if raw.isascii() and raw.isdigit() else None
+
+
 def _count(low: int) -> Callable[[str], int]:
     def parse(raw: str) -> int:
-        if not raw.isdigit() or int(raw) < low:
+        value = digits(raw)
+        if value is None or value < low:
             raise ValueError(f"an integer >= {low}")
-        return int(raw)
+        return value
 
     return parse
 
@@ -142,6 +156,8 @@ URL_OPTIONS: dict[str, Callable[[str], Any]] = {
     "client_name": _text,
     "ssl_ca_certs": _text,
 }
+_TLS_OPTIONS = ("ssl_ca_certs",)  # redis-py's plain connections refuse these (TypeError)
+_TCP_OPTIONS = ("socket_keepalive",)  # and its unix socket connections these
 _REFUSED_OPTIONS = {
     **dict.fromkeys(CREDENTIAL_PARAMS, "credentials in the query string"),
     **dict.fromkeys(("port", "host", "path"), "the URL's host and port say where the node is"),
@@ -176,6 +192,11 @@ def url_options(url: str, field: str = "--redis") -> dict[str, Any]:
             )
         if key in out:
             raise ConfigError(field, f"URL option {key!r} given twice")
+        scheme = urlsplit(url).scheme
+        if key in _TLS_OPTIONS and not scheme.startswith("rediss"):
+            raise ConfigError(field, f"URL option {key!r} applies to rediss:// URLs only")
+        if key in _TCP_OPTIONS and scheme == "unix":
+            raise ConfigError(field, f"URL option {key!r} does not apply to unix:// sockets")
         try:
             out[key] = parse(raw)
         except ValueError as exc:
@@ -195,9 +216,10 @@ def sentinel_hosts(url: str, field: str = "--redis") -> list[tuple[str, int]]:
             host, sep, port = item.rpartition(":")
             if not sep:
                 host, port = item, "26379"
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        number = digits(port)
+        if not host or number is None or not 0 < number < 65536:
             raise ConfigError(field, f"bad Sentinel address in {redact(url)}")
-        hosts.append((host, int(port)))
+        hosts.append((host, number))
     return hosts
 
 

@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redlease import __version__
+from redlease.core.connect import digits
 from redlease.errors import ConfigError
 from redlease.kube.spec import (
     DEFAULT_READY,
     GROUP,
+    LEADER_LABEL,
     READY_MODES,
     LockSpec,
     SecretRef,
@@ -220,9 +222,10 @@ def _port(annotations: Mapping[str, str], key: str, default: int | None) -> int 
     if key not in annotations:
         return default
     raw = str(annotations[key]).strip()
-    if not raw.isdigit() or not 1024 <= int(raw) <= 65535:
+    number = digits(raw)
+    if number is None or not 1024 <= number <= 65535:
         raise ConfigError(key, f"must be a port number from 1024 to 65535, got {raw!r}")
-    return int(raw)
+    return number
 
 
 # --- step 2: the patch ------------------------------------------------------------------------
@@ -335,14 +338,17 @@ def sidecar_container(
     config: InjectConfig,
     credentials: SecretRef | None,
     tls: TlsRefs | None = None,
+    pinned: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The sidecar container exactly as injected."""
+    """The sidecar container exactly as injected; ``pinned``: the node URLs the Secrets'
+    consent was checked for (one ``--pinned-node`` each; the sidecar uses no others)."""
     args = [
         "sidecar",
         f"--lock-ref={options.lock}",
         f"--ready={options.ready}",
         f"--http=127.0.0.1:{options.http_port}",
         f"--state-dir={STATE_DIR}",
+        *(f"--pinned-node={url}" for url in pinned),
     ]
     if options.pod_label:
         args.append("--pod-label")
@@ -464,6 +470,15 @@ def _credentials(lock: LockLookup, where: str) -> tuple[LockSpec | None, str | N
             except ConfigError:
                 return None, f"{where}: {NO_CONSENT}; its credentials are not wired into the pod"
     return spec, None
+
+
+def pinned_urls(spec: LockSpec | None) -> tuple[str, ...]:
+    """The node URLs a pod is pinned to: those of a lock whose Secrets are wired into it
+    (credentials or TLS), whose consent was checked for exactly these nodes; none otherwise
+    (the sidecar then reads the Secrets itself and checks their consent on every read)."""
+    if spec is None or (spec.secret_ref is None and not spec.tls_refs):
+        return ()
+    return spec.target.urls
 
 
 def _automount_removals(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -616,10 +631,14 @@ def plan(
         mount = {"name": STATE_VOLUME, "mountPath": STATE_DIR, "readOnly": True}
         _append(ops, container, ("spec", "containers", i), "volumeMounts", [mount])
 
-    sidecar = sidecar_container(options, config, credentials, tls)
+    sidecar = sidecar_container(options, config, credentials, tls, pinned_urls(lock_spec))
     _append(ops, spec, ("spec",), "initContainers" if config.native else "containers", [sidecar])
     _append(ops, spec, ("spec",), "volumes", [*_volumes(), *_tls_volumes(tls)])
     meta = pod.get("metadata") or {}
+    labels = meta.get("labels")
+    if isinstance(labels, Mapping) and LEADER_LABEL in labels:
+        # only the sidecar says who leads: a pod created "leading" would get leader traffic
+        ops.append({"op": "remove", "path": _pointer("metadata", "labels", LEADER_LABEL)})
     if isinstance(meta.get("annotations"), Mapping):
         ops.append(
             {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from typing import Any
 import redis.exceptions as rex
 
 from redlease.core import scripts
-from redlease.core.connect import Target, connect_target
+from redlease.core.connect import Target, connect_target, redact
 from redlease.core.keys import LockKeys
 from redlease.core.observe import node_probe
 from redlease.core.rules import Probe
@@ -29,9 +30,12 @@ from redlease.core.view import LockView, lock_view
 from redlease.errors import LockError
 from redlease.kube.spec import Credentials, LockSpec
 
-# What a node read may fail with; anything else is a bug and propagates.
+# What a node read may fail with. Anything else (a client redis-py refuses to build from a
+# URL, a reply no decoder expects) is logged, and still fails only the locks on that node:
+# one lock's nodes never fail another lock's refresh.
 NODE_ERRORS = (rex.RedisError, OSError, TimeoutError, LockError)
 FORCE_HANDOFF_MS = 250
+log = logging.getLogger("redlease.operator")
 
 
 def targets_for(spec: LockSpec, creds: Credentials | None = None) -> list[Target]:
@@ -151,6 +155,10 @@ class NodeReader:
                     results[target] = TimeoutError(f"no answer within {self.timeout:g}s")
                     await self._drop(target)
                 except NODE_ERRORS as exc:
+                    results[target] = exc
+                    await self._drop(target)
+                except Exception as exc:  # noqa: BLE001 - see NODE_ERRORS
+                    log.warning("node %s failed unexpectedly: %r", redact(target.urls[0]), exc)
                     results[target] = exc
                     await self._drop(target)
 

@@ -14,11 +14,13 @@ and a warning, ``Fail``: denied), as the API server does when the webhook cannot
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp.web
 import kopf
 
 from redlease.errors import ConfigError
@@ -85,20 +87,116 @@ class LockSource:
             return inject.LockLookup(error=f"no answer within {self.timeout:g}s")
 
 
+REVIEW_API_VERSION = "admission.k8s.io/v1"  # the chart's admissionReviewVersions: ["v1"]
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """Why a POSTed document is refused before kopf sees it; ``uid``: the review's, when it
+    has one (then the answer is an AdmissionReview denial, otherwise a plain HTTP 400)."""
+
+    reason: str
+    uid: str | None = None
+
+
+def _mapping(obj: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else None
+
+
+def check_review(body: bytes) -> dict[str, Any] | Malformed:
+    """The AdmissionReview in ``body``, or why it is not one this webhook answers.
+
+    Checks what kopf and the handler rely on, so that a forged or broken document gets one
+    clear refusal instead of a traceback or an injection patch: UTF-8 JSON, an
+    ``admission.k8s.io/v1`` AdmissionReview, a ``request`` with a uid, the resource, the
+    operation, userInfo, objects that are objects, and a pod whose ``metadata.namespace`` (if
+    set) is the ``request.namespace`` the API server set."""
+    try:
+        doc = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        return Malformed("the body is not UTF-8")
+    except ValueError as exc:
+        return Malformed(f"the body is not JSON: {exc}")
+    except RecursionError:
+        return Malformed("the body nests too deeply")
+    if not isinstance(doc, dict):
+        return Malformed(f"expected an AdmissionReview object, got a JSON {type(doc).__name__}")
+    if doc.get("apiVersion") != REVIEW_API_VERSION or doc.get("kind") != "AdmissionReview":
+        return Malformed(
+            f"expected apiVersion {REVIEW_API_VERSION} kind AdmissionReview, got "
+            f"{doc.get('apiVersion')!r} {doc.get('kind')!r}"
+        )
+    request = _mapping(doc, "request")
+    uid = request.get("uid") if request is not None else None
+    if request is None or not isinstance(uid, str) or not uid:
+        return Malformed("request.uid is missing")
+    resource = _mapping(request, "resource")
+    if resource is None or not all(
+        isinstance(resource.get(k), str) for k in ("group", "version", "resource")
+    ):
+        return Malformed("request.resource must have group, version and resource", uid)
+    if not isinstance(request.get("operation"), str) or _mapping(request, "userInfo") is None:
+        return Malformed("request.operation and request.userInfo are required", uid)
+    for key in ("object", "oldObject"):
+        value = request.get(key)
+        if value is not None and not isinstance(value, Mapping):
+            return Malformed(f"request.{key} must be an object", uid)
+        meta = value.get("metadata", {}) if value is not None else {}
+        if meta is not None and not isinstance(meta, Mapping):
+            return Malformed(f"request.{key}.metadata must be an object", uid)
+        for part in ("labels", "annotations"):
+            if not isinstance((meta or {}).get(part) or {}, Mapping):
+                return Malformed(f"request.{key}.metadata.{part} must be an object", uid)
+    namespace = request.get("namespace")
+    if not isinstance(namespace, str) or not namespace:
+        return Malformed("request.namespace is required (pods are namespaced)", uid)
+    obj = _mapping(request, "object")
+    claimed = ((obj or {}).get("metadata") or {}).get("namespace")
+    if claimed and claimed != namespace:
+        return Malformed(
+            f"request.object.metadata.namespace {claimed!r} is not the request's namespace "
+            f"{namespace!r}",
+            uid,
+        )
+    return doc
+
+
+def refusal(doc: Malformed) -> aiohttp.web.Response:
+    """HTTP 400 without an uid; with one, an AdmissionReview that denies with code 400."""
+    if doc.uid is None:
+        return aiohttp.web.Response(status=400, text=f"redlease webhook: {doc.reason}\n")
+    status = {"code": 400, "message": f"redlease webhook: malformed AdmissionReview: {doc.reason}"}
+    response = {"uid": doc.uid, "allowed": False, "status": status}
+    return aiohttp.web.json_response(
+        {"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "response": response}
+    )
+
+
 class InjectionServer(ports.WebhookServer):
-    """kopf's HTTPS webhook server behind the port guard (:mod:`.ports`), plus the pod's
-    namespace: pods created by controllers reach admission without ``metadata.namespace``; the
-    AdmissionReview's ``request.namespace`` has it."""
+    """kopf's HTTPS webhook server behind the port guard (:mod:`.ports`) and :func:`check_review` (kopf answers a malformed
+    review with HTTP 500 and a logged traceback, and one of another kind with a patch), and
+    with the pod's namespace: pods created by controllers reach admission without
+    ``metadata.namespace``; the review's ``request.namespace``, set by the API server, is the
+    one used (a different ``metadata.namespace`` is refused)."""
+
+    async def _serve(  # type: ignore[override]  # kopf's is static; self._serve calls both
+        self, fn: Any, request: aiohttp.web.Request
+    ) -> aiohttp.web.Response:
+        checked = check_review(await request.read())  # aiohttp keeps the body for kopf
+        if isinstance(checked, Malformed):
+            log.warning("admission request refused: %s", checked.reason)
+            return refusal(checked)
+        return await super()._serve(fn, request)
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
         async def with_namespace(request: Any, **kwargs: Any) -> Any:
-            payload = request.get("request") if isinstance(request, dict) else None
-            if isinstance(payload, dict) and payload.get("namespace"):
-                obj = payload.get("object")
-                if isinstance(obj, dict):
-                    meta = obj.setdefault("metadata", {})
-                    if isinstance(meta, dict) and not meta.get("namespace"):
-                        meta["namespace"] = payload["namespace"]
+            payload = request["request"]  # check_review made sure of its shape
+            obj = payload.get("object")
+            if isinstance(obj, dict):
+                if not isinstance(obj.get("metadata"), dict):
+                    obj["metadata"] = {}
+                obj["metadata"]["namespace"] = payload["namespace"]
             return await fn(request, **kwargs)
 
         async for client_config in super().__call__(with_namespace):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from redlease.core.connect import Target, Tls
+from redlease.core.connect import Target, Tls, digits
 from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.timing import Timing, validate_timing
 from redlease.errors import ConfigError
@@ -59,10 +59,9 @@ def parse_http(value: str, field_name: str = "--http") -> HttpAddress | None:
     if not sep:
         raise ConfigError(field_name, f"expected HOST:PORT, got {value!r}")
     host = host.strip("[]") or "127.0.0.1"
-    try:
-        number = int(port)
-    except ValueError:
-        raise ConfigError(field_name, f"bad port in {value!r}") from None
+    number = digits(port)
+    if number is None:
+        raise ConfigError(field_name, f"bad port in {value!r}")
     if not 0 <= number <= 65535:
         raise ConfigError(field_name, f"port must be 0-65535, got {number}")
     return HttpAddress(host, number)
@@ -80,6 +79,7 @@ class LockRef:
     credentials: Credentials | None = field(default=None, repr=False, compare=False)
     tls: Tls | None = field(default=None, compare=False)  # from flags (injected: Secret volumes)
     replica_timeout: float = DEFAULT_REPLICA_TIMEOUT  # --replica-timeout (spec.replicas: how many)
+    pinned_nodes: frozenset[str] | None = None  # --pinned-node: the only node URLs to use
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"

@@ -49,6 +49,7 @@ class Sidecar(Hooks):
         self.events: LeaderEvents | None = None
         self.writes = WriteHealth()
         self._stopping = asyncio.Event()
+        self.follower: LockRefFollower | None = None
 
     # -- Source -------------------------------------------------------------------------------
 
@@ -69,6 +70,9 @@ class Sidecar(Hooks):
         loop = self.elector is not None and self.elector.healthy()
         failing = self.writes.failing
         doc: dict[str, Any] = {"ok": loop and failing is None, "election_loop": loop}
+        problem = self.follower.problem if self.follower is not None else None
+        if problem is not None:
+            doc["lock_ref_error"] = problem  # e.g. a spec whose nodes are not the pinned ones
         if failing is not None:
             doc["state_file_error"] = {
                 "kind": failing.kind,
@@ -190,6 +194,9 @@ class Sidecar(Hooks):
             if cfg.lock_ref is not None:
                 assert kube is not None
                 follower = LockRefFollower(kube, cfg.lock_ref, cfg.identity, self._reconfigure)
+                self.follower = follower
+                # serving before the first read: /healthz shows why the lock is not usable yet
+                runner = await self._serve(cfg.http)
                 initial = asyncio.ensure_future(follower.initial())
                 stopper = asyncio.ensure_future(self._stopping.wait())
                 await asyncio.wait({initial, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -204,7 +211,8 @@ class Sidecar(Hooks):
                 self.state_file = StateFile(cfg.state_dir, election_cfg.lock)
             self.metrics_ = Metrics(election_cfg.lock)
             self.elector = Elector(election_cfg, hooks=self)
-            runner = await self._serve(cfg.http)
+            if runner is None:
+                runner = await self._serve(cfg.http)
             scrape = await self._serve(cfg.metrics, "--metrics", metrics_only=True)
             _log_start(election_cfg, cfg)
             if self.labeller is not None:

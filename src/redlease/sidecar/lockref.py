@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import structlog
 
+from redlease.core.connect import redact
 from redlease.errors import ConfigError, KubeError
 from redlease.kube.client import KubeClient
 from redlease.kube.spec import (
@@ -46,10 +47,13 @@ class LockRefFollower:
     (``--username``/``--password``, i.e. ``REDLEASE_USERNAME``/``REDLEASE_PASSWORD``, which an
     injected pod takes from the Secret) are used as they are; only without them is the Secret
     named by ``spec.auth.secretRef`` read through the API (the same for TLS files and the Secrets
-    of ``spec.tls``). Given credentials (and a given client certificate) are kept to the
-    nodes the lock named when they were first used: the Secret's consent was checked for those
-    (at admission, docs/security.md), so a lock that later names other nodes is refused until
-    the pod restarts (and is checked again)."""
+    of ``spec.tls``).
+
+    Pinned nodes: the injector checked the Secrets' consent for the lock's nodes at admission
+    and wrote those URLs into the pod (``--pinned-node``, :attr:`LockRef.pinned_nodes`); a spec
+    naming any other node set is refused before anything connects, from the first read and
+    after every restart. Credentials given without a pin are pinned to the nodes of the first
+    read. ``problem`` is the latest refusal (shown by ``/healthz``), None once a read passes."""
 
     def __init__(
         self,
@@ -65,10 +69,20 @@ class LockRefFollower:
         self.on_config = on_config
         self.resync = resync
         self.generation: Any = None
-        self.pinned_nodes: frozenset[str] | None = None  # where given credentials may go
+        self.pinned_nodes: frozenset[str] | None = ref.pinned_nodes
+        self.problem: str | None = None
 
     async def read(self, obj: dict[str, Any] | None = None) -> ElectionConfig:
         """The settings the object's spec asks for (reads the object unless given)."""
+        try:
+            config = await self._read(obj)
+        except (KubeError, ConfigError) as exc:
+            self.problem = str(exc)
+            raise
+        self.problem = None
+        return config
+
+    async def _read(self, obj: dict[str, Any] | None) -> ElectionConfig:
         if obj is None:
             obj = await self.client.request("GET", lock_path(self.ref))
         if not isinstance(obj, dict):
@@ -76,23 +90,32 @@ class LockRefFollower:
         spec = parse_spec(obj.get("spec"))
         credentials = self.ref.credentials
         given_tls = self.ref.tls
-        if credentials is not None or (given_tls is not None and given_tls.client_certificate):
-            nodes = frozenset(spec.node_names)
-            if self.pinned_nodes is None:
-                self.pinned_nodes = nodes
-            elif not nodes <= self.pinned_nodes:
-                raise ConfigError(
-                    "spec.nodes",
-                    f"the credentials this sidecar was given are for {sorted(self.pinned_nodes)}"
-                    f"; not sending them to {sorted(nodes - self.pinned_nodes)} (restart the pod "
-                    "to use the new nodes)",
-                )
+        if self.pinned_nodes is None and (
+            credentials is not None or (given_tls is not None and given_tls.client_certificate)
+        ):
+            self.pinned_nodes = frozenset(spec.target.urls)
+        self._check_pinned(spec)
         ref = spec.secret_ref
         if ref is not None and credentials is None:
             secret = await self._secret(ref.name)
             credentials = credentials_from_secret(secret, ref, spec.target.urls)
         spec = await self._tls(spec)
         return election_from_spec(spec, self.identity, credentials, self.ref.replica_timeout)
+
+    def _check_pinned(self, spec: LockSpec) -> None:
+        pinned = self.pinned_nodes
+        urls = frozenset(spec.target.urls)
+        if pinned is None or urls == pinned:
+            return
+        new = sorted(map(redact, urls - pinned))
+        raise ConfigError(
+            "spec.nodes",
+            f"the lock names {sorted(map(redact, urls))} but this sidecar is pinned to "
+            f"{sorted(map(redact, pinned))} (the nodes its Secrets were admitted for): not "
+            "connecting"
+            + (f", not sending its credentials to {new}" if new else "")
+            + "; re-create the pod to use other nodes",
+        )
 
     async def _secret(self, name: str) -> dict[str, Any]:
         path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(name)}"

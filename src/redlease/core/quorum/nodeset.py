@@ -13,10 +13,16 @@ import random
 import time
 from collections.abc import Sequence
 from typing import Any, cast
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from redlease.core import client as _redis
-from redlease.core.connect import SENTINEL_SCHEMES, Consent, address_name, sentinel_hosts
+from redlease.core.connect import (
+    SENTINEL_SCHEMES,
+    Consent,
+    address_name,
+    sentinel_hosts,
+    url_options,
+)
 from redlease.core.quorum import _aio, _blocking
 from redlease.core.quorum.channel import Channel
 from redlease.core.quorum.flows import Settings
@@ -253,7 +259,7 @@ def _sentinel_client(url: str, *, asyncio: bool, consent: Consent | None, **kwar
             kwargs.setdefault("username", unquote(user))
         if password:
             kwargs.setdefault("password", unquote(password))
-    for key, value in parse_qsl(parts.query):
+    for key, value in url_options(url).items():  # typed, as from_url would pass them
         kwargs.setdefault(key, value)
     if parts.scheme.startswith("rediss"):
         kwargs.setdefault("ssl", True)
