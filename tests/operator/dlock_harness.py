@@ -152,11 +152,13 @@ class KopfThread:
         server: str,
         namespace: str,
         config: OperatorConfig | None = None,
+        namespaces: tuple[str, ...] = (),
     ) -> None:
         self.registry = registry
         self.config = config
         self.server = server
         self.namespace = namespace
+        self.namespaces = list(namespaces or (namespace,))
         self.stop_flag = threading.Event()
         self.ready_flag = threading.Event()
         self.thread = threading.Thread(target=self._run, name="kopf", daemon=True)
@@ -174,7 +176,7 @@ class KopfThread:
                     registry=self.registry,
                     settings=settings,
                     standalone=True,
-                    namespaces=[self.namespace],
+                    namespaces=self.namespaces,
                     stop_flag=self.stop_flag,
                     ready_flag=self.ready_flag,
                 )

@@ -68,6 +68,9 @@ seccompProfile:
 - apiGroups: [""]  # kopf posts core/v1 Events (events.k8s.io is not used)
   resources: ["events"]
   verbs: ["create"]
+- apiGroups: [""]  # the redlease.dev/shared-keys label (in a Role: that namespace only)
+  resources: ["namespaces"]
+  verbs: ["get"]
 {{- if .Values.operator.readSecrets }}
 - apiGroups: [""]
   resources: ["secrets"]

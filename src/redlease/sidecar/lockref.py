@@ -22,6 +22,7 @@ from redlease.kube.spec import (
     VERSION,
     LockSpec,
     credentials_from_secret,
+    key_scope,
     parse_spec,
     tls_material,
     with_tls_material,
@@ -73,7 +74,7 @@ class LockRefFollower:
             obj = await self.client.request("GET", lock_path(self.ref))
         if not isinstance(obj, dict):
             raise KubeError(f"DistributedLock {self.ref}: the API answered {obj!r}")
-        spec = parse_spec(obj.get("spec"))
+        spec = dataclasses.replace(parse_spec(obj.get("spec")), scope=await self._scope())
         credentials = self.ref.credentials
         given_tls = self.ref.tls
         if credentials is not None or (given_tls is not None and given_tls.client_certificate):
@@ -93,6 +94,21 @@ class LockRefFollower:
             credentials = credentials_from_secret(secret, ref, spec.node_names)
         spec = await self._tls(spec)
         return election_from_spec(spec, self.identity, credentials, self.ref.replica_timeout)
+
+    async def _scope(self) -> str | None:
+        """The scope of the lock's keys in Redis, from the labels of its Namespace (the cluster
+        admin's, as for the operator: :func:`redlease.kube.spec.key_scope`). A Namespace that
+        cannot be read fails the read (no election on a guess); one that does not exist has no
+        label."""
+        path = f"/api/v1/namespaces/{quote(self.ref.namespace)}"
+        try:
+            ns = await self.client.request("GET", path)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            ns = {}
+        labels = ((ns if isinstance(ns, dict) else {}).get("metadata") or {}).get("labels")
+        return key_scope(self.ref.namespace, labels)
 
     async def _secret(self, name: str) -> dict[str, Any]:
         path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(name)}"
