@@ -29,7 +29,7 @@ import kubernetes.client
 import pytest
 
 from redlease.core.times import format_time
-from redlease.kube.spec import CREDENTIALS_LABEL, GROUP, PLURAL, VERSION
+from redlease.kube.spec import CREDENTIALS_LABEL, GROUP, PLURAL, SHARED_KEYS_LABEL, VERSION
 from redlease.operator.handlers import (
     OperatorConfig,
     Runtime,
@@ -116,7 +116,15 @@ def _now() -> str:
 
 
 def declare(emulator: Emulator) -> None:
-    """Resources kopf discovers (without v1/namespaces and v1/events it hangs)."""
+    """Resources kopf discovers (without v1/namespaces and v1/events it hangs), and the
+    Namespace NAMESPACE, labelled by its admin to share its lock keys
+    (``redlease.dev/shared-keys``): the tests here pair DistributedLocks with plain library
+    clients, which is what that label is for (tests/system/test_key_scope.py: the default)."""
+    emulator[f"get /api/v1/namespaces/{NAMESPACE}"] << {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": NAMESPACE, "labels": {SHARED_KEYS_LABEL: "true"}},
+    }
     emulator.resources["v1/namespaces"] = kmock.ResourceInfo(
         kind="Namespace", namespaced=False, verbs={"list", "watch", "get"}
     )

@@ -306,6 +306,7 @@ class Elector:
         log.info(
             "configuration applied",
             lock=new.lock,
+            redis_lock=new.redis_lock,
             identity=new.identity,
             ttl=new.timing.ttl,
             paused=new.paused,
