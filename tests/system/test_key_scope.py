@@ -22,9 +22,13 @@ from dlock_harness import RESOURCE, Emulator, KopfThread, declare, events, until
 import redlease
 from redlease.core.keys import LockKeys, scoped_name
 from redlease.devtools.localredis import RedisServer
+from redlease.errors import KubeError
+from redlease.kube.client import KubeClient, KubeSettings
 from redlease.kube.spec import CREDENTIALS_LABEL, FORCE_RELEASE_ANNOTATION, SHARED_KEYS_LABEL
 from redlease.operator.handlers import OperatorConfig, Runtime, build_registry
 from redlease.operator.secrets import SecretSource
+from redlease.sidecar.config import ElectionConfig, LockRef
+from redlease.sidecar.lockref import LockRefFollower
 from tests.sidecar.procs import Sidecar, env
 
 A, B = "team-a", "team-b"
@@ -124,7 +128,7 @@ def sidecar(ns: str, url: str) -> Sidecar:
 
 
 def lease(server: RedisServer, name: str) -> dict[bytes, bytes]:
-    record: dict[bytes, bytes] = server.client().hgetall(LockKeys.for_name(name).lease)
+    record: dict[Any, Any] = server.client().hgetall(LockKeys.for_name(name).lease)
     return record
 
 
@@ -199,3 +203,34 @@ async def test_two_namespaces_with_one_key_on_one_redis_never_share_it(
     finally:
         for sc in scs.values():
             sc.stop()
+
+
+async def test_the_sidecar_takes_the_scope_from_the_namespace_and_never_guesses() -> None:
+    """``--lock-ref``: the Namespace's label decides (no label, or no Namespace: scoped); a
+    Namespace it may not read stops the read instead of falling back to either scope."""
+    spec = {"keys": [KEY], "nodes": [{"url": "redis://127.0.0.1:1/0"}]}
+    async with kmock.KubernetesEmulator() as api, kmock.Server(api) as srv:
+        api.resources[RESOURCE] = kmock.ResourceInfo(kind="DistributedLock", namespaced=True)
+        for ns in ("plain", "shared", "missing", "forbidden"):
+            api.objects[RESOURCE, ns, "lock"] = {"metadata": {"name": "lock", "namespace": ns},
+                                                 "spec": spec}  # fmt: skip
+        api["get /api/v1/namespaces/plain"] << {"metadata": {"name": "plain", "labels": {}}}
+        api["get /api/v1/namespaces/shared"] << {
+            "metadata": {"name": "shared", "labels": {SHARED_KEYS_LABEL: "true"}}
+        }
+        api["get /api/v1/namespaces/forbidden"] << 403 << {"kind": "Status", "code": 403}
+        client = KubeClient(KubeSettings(api=str(srv.url).rstrip("/")))
+        try:
+
+            async def read(ns: str) -> ElectionConfig:
+                follower = LockRefFollower(client, LockRef(ns, "lock"), "pod-0", lambda _: None)
+                return await follower.read()
+
+            assert (await read("plain")).redis_keys == (f"plain#{KEY}",)
+            assert (await read("missing")).redis_keys == (f"missing#{KEY}",)
+            shared = await read("shared")
+            assert shared.redis_keys == (KEY,) and shared.lock == KEY
+            with pytest.raises(KubeError, match="namespaces/forbidden: HTTP 403"):
+                await read("forbidden")
+        finally:
+            await client.close()
