@@ -19,6 +19,7 @@ from redlease.kube.client import KubeClient
 from redlease.kube.spec import (
     GROUP,
     PLURAL,
+    SHARED_KEYS_LABEL,
     VERSION,
     LockSpec,
     credentials_from_secret,
@@ -105,7 +106,11 @@ class LockRefFollower:
             ns = await self.client.request("GET", path)
         except KubeError as exc:
             if exc.status != 404:
-                raise
+                raise KubeError(
+                    f"{exc} (the Namespace's {SHARED_KEYS_LABEL} label decides the Redis names "
+                    f"of the lock's keys: allow get on namespaces/{self.ref.namespace})",
+                    exc.status,
+                ) from None
             ns = {}
         labels = ((ns if isinstance(ns, dict) else {}).get("metadata") or {}).get("labels")
         return key_scope(self.ref.namespace, labels)
