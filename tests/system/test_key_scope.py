@@ -17,6 +17,7 @@ import kmock
 import kopf
 import kubernetes.client
 import pytest
+import redis
 from dlock_harness import RESOURCE, Emulator, KopfThread, declare, events, until, watching
 
 import redlease
@@ -234,3 +235,23 @@ async def test_the_sidecar_takes_the_scope_from_the_namespace_and_never_guesses(
                 await read("forbidden")
         finally:
             await client.close()
+
+
+def test_a_namespace_redis_user_reaches_only_its_own_scoped_keys() -> None:
+    """The hard boundary docs/operator.md recommends: a Redis ACL user per namespace whose key
+    pattern is ``redlease:{NAMESPACE#*`` holds its own scoped lock and is refused another
+    namespace's (and a plain, unscoped name)."""
+    server = RedisServer().start()
+    try:
+        server.client().execute_command(
+            "ACL", "SETUSER", A, "on", ">pw-a", f"~redlease:{{{A}#*", "%R~redlease:node", "+@all"
+        )
+        client = redis.Redis(host="127.0.0.1", port=server.port, username=A, password="pw-a")
+        own = redlease.Lock(client, scoped_name(A, KEY), ttl=5, identity="a").acquire()
+        assert own.fencing_token > 0
+        for other in (scoped_name(B, KEY), KEY):
+            with pytest.raises(redlease.LockError, match="permission denied by ACL"):
+                redlease.Lock(client, other, ttl=5, identity="a").acquire(blocking=False)
+        client.close()
+    finally:
+        server.stop()
