@@ -34,7 +34,11 @@ def validate_name(name: object, field: str = "lock", *, scoped: bool = True) -> 
     """
     pattern = _SCOPED_RE if scoped else _NAME_RE
     if not isinstance(name, str) or not pattern.fullmatch(name):
-        scope = f" ({SCOPE_SEPARATOR!r} only after a namespace)" if scoped else ""
+        scope = (
+            f" ({SCOPE_SEPARATOR!r} only after a namespace)"
+            if scoped
+            else f" ({SCOPE_SEPARATOR!r} is reserved: redlease puts the namespace before it)"
+        )
         raise ConfigError(
             field,
             f"invalid lock name {name!r}: use 1-200 characters from "
