@@ -174,14 +174,18 @@ def grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def test_sidecar_rbac_is_lock_reading_only_unless_asked(chart: helm.Chart) -> None:
-    """The sidecar reads and watches its DistributedLock; pods (podLabel) and Secrets (by name)
-    only when asked; podLabel is off by default because RBAC cannot narrow it to one pod."""
+    """The sidecar reads and watches its DistributedLock and reads its own Namespace (the
+    shared-keys label); pods (podLabel) and Secrets (by name) only when asked; podLabel is off
+    by default because RBAC cannot narrow it to one pod."""
     docs = render(chart, {"sidecarRBAC": {"namespaces": ["apps"]}})
     sidecar = rules_of(docs, "Role")["apps/rl-redlease-sidecar"]
     assert grants(sidecar) == {
         ("redlease.dev", "distributedlocks", "get"),
         ("redlease.dev", "distributedlocks", "watch"),
+        ("", "namespaces", "get"),
     }
+    (ns_rule,) = [r for r in sidecar if "namespaces" in r["resources"]]
+    assert ns_rule["resourceNames"] == ["apps"]
     assert not [d for d in docs if d["kind"] in POLICY_KINDS]
     other = rules_of(render(chart, OTHER), "Role")["team-a/rl-redlease-sidecar"]
     assert ("", "pods", "patch") in grants(other) and ("", "pods", "get") not in grants(other)
@@ -318,6 +322,7 @@ def test_sidecar_rbac_for_the_lease_mirror_and_events(chart: helm.Chart) -> None
     assert grants(sidecar) == {
         ("redlease.dev", "distributedlocks", "get"),
         ("redlease.dev", "distributedlocks", "watch"),
+        ("", "namespaces", "get"),
         ("coordination.k8s.io", "leases", "get"),
         ("coordination.k8s.io", "leases", "create"),
         ("coordination.k8s.io", "leases", "patch"),

@@ -58,6 +58,7 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("duplicate-keys", spec(keys=["a", "a"]), "spec.keys"),
     ("brace-in-key", spec(keys=["ok", "bad{brace}"]), "spec.keys[1]"),
     ("newline-in-key", spec(keys=["job\n"]), "spec.keys[0]"),
+    ("scope-separator-in-key", spec(keys=["team-b#job"]), "spec.keys[0]"),
     ("too-many-keys", spec(keys=[f"k{i}" for i in range(17)]), "spec.keys"),
     ("no-nodes", spec(nodes=[]), "spec.nodes"),
     ("missing-nodes", {"keys": ["job"]}, "spec.nodes"),

@@ -29,7 +29,7 @@ import kubernetes.client
 import pytest
 
 from redlease.core.times import format_time
-from redlease.kube.spec import CREDENTIALS_LABEL, GROUP, PLURAL, VERSION
+from redlease.kube.spec import CREDENTIALS_LABEL, GROUP, PLURAL, SHARED_KEYS_LABEL, VERSION
 from redlease.operator.handlers import (
     OperatorConfig,
     Runtime,
@@ -116,7 +116,15 @@ def _now() -> str:
 
 
 def declare(emulator: Emulator) -> None:
-    """Resources kopf discovers (without v1/namespaces and v1/events it hangs)."""
+    """Resources kopf discovers (without v1/namespaces and v1/events it hangs), and the
+    Namespace NAMESPACE, labelled by its admin to share its lock keys
+    (``redlease.dev/shared-keys``): the tests here pair DistributedLocks with plain library
+    clients, which is what that label is for (tests/system/test_key_scope.py: the default)."""
+    emulator[f"get /api/v1/namespaces/{NAMESPACE}"] << {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": NAMESPACE, "labels": {SHARED_KEYS_LABEL: "true"}},
+    }
     emulator.resources["v1/namespaces"] = kmock.ResourceInfo(
         kind="Namespace", namespaced=False, verbs={"list", "watch", "get"}
     )
@@ -152,11 +160,13 @@ class KopfThread:
         server: str,
         namespace: str,
         config: OperatorConfig | None = None,
+        namespaces: tuple[str, ...] = (),
     ) -> None:
         self.registry = registry
         self.config = config
         self.server = server
         self.namespace = namespace
+        self.namespaces = list(namespaces or (namespace,))
         self.stop_flag = threading.Event()
         self.ready_flag = threading.Event()
         self.thread = threading.Thread(target=self._run, name="kopf", daemon=True)
@@ -174,7 +184,7 @@ class KopfThread:
                     registry=self.registry,
                     settings=settings,
                     standalone=True,
-                    namespaces=[self.namespace],
+                    namespaces=self.namespaces,
                     stop_flag=self.stop_flag,
                     ready_flag=self.ready_flag,
                 )

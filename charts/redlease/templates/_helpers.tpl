@@ -70,6 +70,9 @@ operator.secretsClusterWide (else Roles in operator.secretNamespaces: rbac.yaml)
 - apiGroups: [""]  # kopf posts core/v1 Events (events.k8s.io is not used)
   resources: ["events"]
   verbs: ["create"]
+- apiGroups: [""]  # the redlease.dev/shared-keys label (in a Role: that namespace only)
+  resources: ["namespaces"]
+  verbs: ["get"]
 {{- if and .Values.operator.readSecrets (or (not .Values.operator.watchAllNamespaces) .Values.operator.secretsClusterWide) }}
 - apiGroups: [""]
   resources: ["secrets"]

@@ -15,18 +15,53 @@ PREFIX = "redlease"
 
 # Lock names become part of a hash tag: braces would break the tag, and control characters or
 # whitespace make keys that nobody can type in redis-cli.
-_NAME_RE = re.compile(r"[A-Za-z0-9._:/@+=-]{1,200}")
+_NAME = r"[A-Za-z0-9._:/@+=-]{1,200}"
+_NAME_RE = re.compile(_NAME)
+# A scope (a Kubernetes namespace: a DNS-1123 label) and SCOPE_SEPARATOR, which no lock name
+# and no namespace contains: ``team-a#x`` is namespace team-a's key x and nothing else.
+SCOPE_SEPARATOR = "#"
+_SCOPE = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_SCOPE_RE = re.compile(_SCOPE)
+_SCOPED_RE = re.compile(f"(?:{_SCOPE}{SCOPE_SEPARATOR})?{_NAME}")
 _IDENTITY_RE = re.compile(r"[!-~]{1,253}")  # visible ASCII: no spaces, no control characters
 
 
-def validate_name(name: object, field: str = "lock") -> str:
-    """Return ``name`` if it is a usable lock name, else raise :class:`ConfigError`."""
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+def validate_name(name: object, field: str = "lock", *, scoped: bool = True) -> str:
+    """Return ``name`` if it is a usable lock name, else raise :class:`ConfigError`.
+
+    ``scoped``: also accept a name :func:`scoped_name` made (``SCOPE#NAME``), the Redis name of
+    a DistributedLock's key; a DistributedLock's own keys are never scoped (``scoped=False``).
+    """
+    pattern = _SCOPED_RE if scoped else _NAME_RE
+    if not isinstance(name, str) or not pattern.fullmatch(name):
+        scope = (
+            f" ({SCOPE_SEPARATOR!r} only after a namespace)"
+            if scoped
+            else f" ({SCOPE_SEPARATOR!r} is reserved: redlease puts the namespace before it)"
+        )
         raise ConfigError(
             field,
-            f"invalid lock name {name!r}: use 1-200 characters from A-Z a-z 0-9 . _ : / @ + = -",
+            f"invalid lock name {name!r}: use 1-200 characters from "
+            f"A-Z a-z 0-9 . _ : / @ + = -{scope}",
         )
     return name
+
+
+def scoped_name(scope: str | None, name: str) -> str:
+    """The Redis lock name of key ``name`` of a DistributedLock in namespace ``scope``:
+    ``SCOPE#NAME``, so two namespaces never share a key; ``scope`` None (a namespace whose keys
+    the cluster admin shares) keeps ``name`` as it is, the name plain ``--lock NAME`` uses.
+
+    ``#`` occurs in no lock name and no namespace, so distinct (scope, name) pairs, and scoped and
+    unscoped names, never collide; the whole name is the hash tag (one Cluster slot per key, as
+    before), and a Redis ACL pattern ``~redlease:{SCOPE#*`` confines a namespace's Redis user.
+    """
+    validate_name(name, scoped=False)
+    if scope is None:
+        return name
+    if not _SCOPE_RE.fullmatch(scope):
+        raise ConfigError("namespace", f"not a Kubernetes namespace name: {scope!r}")
+    return f"{scope}{SCOPE_SEPARATOR}{name}"
 
 
 def validate_identity(identity: object, field: str = "identity") -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 from redlease.core.connect import Consent, Target, Tls, validate_target, with_pem
 from redlease.core.connect import check_consent as check_urls
-from redlease.core.keys import validate_identity, validate_name
+from redlease.core.keys import scoped_name, validate_identity, validate_name
 from redlease.core.timing import DEFAULT_TTL, TTL_RANGE, Timing, validate_timing
 from redlease.errors import ConfigError
 
@@ -38,6 +38,11 @@ LEADER_LABEL = f"{GROUP}/leader"
 # and may name the only nodes its credentials may be sent to (comma-separated host:port).
 CREDENTIALS_LABEL = f"{GROUP}/credentials"
 ALLOWED_NODES_ANNOTATION = f"{GROUP}/allowed-nodes"
+# A DistributedLock's keys are scoped to its namespace in Redis (namespace#key) unless the
+# cluster admin labels the Namespace with this set to "true": then they are used as written,
+# shared with every namespace so labelled and with plain `--lock` clients. Namespace labels are
+# the admin's (as Pod Security Admission's are): a namespace's own users cannot set them.
+SHARED_KEYS_LABEL = f"{GROUP}/shared-keys"
 
 # How a sidecar answers /readyz (`--ready`, the `redlease.dev/ready` annotation): connected
 # (up and reaching a quorum; the default), leader, always. See docs/sidecar.md. Here because
@@ -52,6 +57,15 @@ MAX_REPLICAS = 15  # spec.replicas: WAIT for this many replicas of a (Sentinel-m
 MAX_SECONDS = int(TTL_RANGE[1])  # spec timing fields: whole seconds in the one TTL range
 _K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS-1123 subdomain
 _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
+
+
+def key_scope(namespace: str, namespace_labels: Mapping[str, Any] | None) -> str | None:
+    """The scope of the Redis names of a namespace's DistributedLock keys (see
+    :func:`redlease.core.keys.scoped_name`): the namespace, or None (names as written) if its
+    Namespace carries ``redlease.dev/shared-keys: "true"``."""
+    if (namespace_labels or {}).get(SHARED_KEYS_LABEL) == "true":
+        return None
+    return namespace
 
 
 def validate_object_name(value: object, field: str) -> str:
@@ -260,11 +274,18 @@ class LockSpec:
     preferred_holder: str | None = None
     tls_refs: TlsRefs = TlsRefs()
     replicas: int = 0  # WAIT for this many replicas after every write; fail closed if fewer
+    scope: str | None = None  # see key_scope; set by who reads the object (it is not in .spec)
 
     @property
     def name(self) -> str:
         """The primary key: the lock name shown by the sidecar and used for its state file."""
         return self.keys[0]
+
+    @property
+    def redis_keys(self) -> tuple[str, ...]:
+        """The names of ``keys`` in Redis (:func:`redlease.core.keys.scoped_name`); every
+        surface still shows ``keys``."""
+        return tuple(scoped_name(self.scope, key) for key in self.keys)
 
     @property
     def quorum(self) -> int:
@@ -312,7 +333,7 @@ def _keys(spec: Mapping[str, Any]) -> tuple[str, ...]:
     if len(keys) > MAX_KEYS:
         raise ConfigError("spec.keys", f"at most {MAX_KEYS} keys, got {len(keys)}")
     for i, key in enumerate(keys):
-        validate_name(key, f"spec.keys[{i}]")
+        validate_name(key, f"spec.keys[{i}]", scoped=False)
     if len(set(keys)) != len(keys):
         raise ConfigError("spec.keys", "keys must be unique")
     return tuple(keys)

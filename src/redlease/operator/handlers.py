@@ -174,6 +174,7 @@ class Runtime:
         invalid: ConfigError | None = None
         try:
             spec = await self.secrets.with_tls(parse_spec(body.get("spec")), namespace)
+            spec = await self.secrets.scoped(spec, namespace)
             creds = await self.credentials(spec, namespace)
         except ConfigError as exc:
             invalid = exc

@@ -1,5 +1,8 @@
 """Reading (and force-releasing) many locks on many Redis nodes at once, with asyncio.
 
+Locks are read and released under the Redis names of their keys (``LockSpec.redis_keys``:
+scoped to the lock's namespace unless the cluster admin shares them).
+
 One refresh groups every lock key by node: each node gets ``ceil(keys / chunk)`` pipelined
 round trips of ``EVALSHA STATUS`` (``SCRIPT LOAD`` once per client, again only after
 ``NOSCRIPT``, e.g. when a node restarted empty). Nodes are read concurrently, at most
@@ -133,7 +136,7 @@ class NodeReader:
         wanted: dict[Target, set[str]] = defaultdict(set)
         for spec, creds in requests:
             for target in targets_for(spec, creds):
-                wanted[target].update(spec.keys)
+                wanted[target].update(spec.redis_keys)
         results: dict[Target, dict[str, LockState] | BaseException] = {}
         # RedLock nodes: their markers say whether they count (one more read per node)
         sets = [targets_for(spec, creds) for spec, creds in requests]
@@ -169,7 +172,8 @@ class NodeReader:
             named = list(zip(spec.node_names, targets_for(spec, creds), strict=True))
             per_node = {name: results[t] for name, t in named}
             seen = {name: probes.get(t) for name, t in named} if len(named) > 1 else None
-            views.append((lock_view(spec.keys, per_node, spec.quorum, probes=seen), started))
+            view = lock_view(spec.redis_keys, per_node, spec.quorum, probes=seen)
+            views.append((view, started))
         return views
 
     async def force_release(
@@ -184,7 +188,7 @@ class NodeReader:
             client = self._client(target)
             leases = readers = 0
             try:
-                for name in spec.keys:
+                for name in spec.redis_keys:
                     k = LockKeys.for_name(name)
                     reply = await asyncio.wait_for(
                         client.eval(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from redlease.core.connect import Target, Tls, digits
+from redlease.core.keys import scoped_name
 from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.timing import Timing, validate_timing
 from redlease.errors import ConfigError
@@ -104,6 +105,8 @@ class ElectionConfig:
     first names the lock on every surface (status ``lock``, the state file). ``replicas``: WAIT
     for that many replicas after every grant and renewal, within ``replica_timeout`` seconds,
     and fail closed if fewer confirm (a Sentinel-managed master; see docs/safety.md).
+    ``scope``: a DistributedLock's namespace, whose keys are held in Redis under
+    :attr:`redis_keys` (None: the keys are the Redis names, as with ``--lock``).
     """
 
     keys: tuple[str, ...]
@@ -114,10 +117,20 @@ class ElectionConfig:
     preferred_holder: str | None = None
     replicas: int = 0
     replica_timeout: float = DEFAULT_REPLICA_TIMEOUT
+    scope: str | None = None
 
     @property
     def lock(self) -> str:
         return self.keys[0]
+
+    @property
+    def redis_keys(self) -> tuple[str, ...]:
+        """The lock names used in Redis (:func:`redlease.core.keys.scoped_name`)."""
+        return tuple(scoped_name(self.scope, key) for key in self.keys)
+
+    @property
+    def redis_lock(self) -> str:
+        return self.redis_keys[0]
 
 
 def election_from_spec(
@@ -142,6 +155,7 @@ def election_from_spec(
         preferred_holder=spec.preferred_holder,
         replicas=spec.replicas,
         replica_timeout=replica_timeout,
+        scope=spec.scope,
     )
 
 

@@ -283,6 +283,7 @@ def _log_start(election: ElectionConfig, cfg: SidecarConfig) -> None:
     log.info(
         "sidecar started",
         lock=election.lock,
+        redis_lock=election.redis_lock,
         identity=election.identity,
         redis=[redact(u) for u in election.target.urls],
         ttl=election.timing.ttl,

@@ -163,7 +163,7 @@ class Elector:
         # of them are held
         lock = aio.MultiLock(
             self._client,
-            cfg.keys,
+            cfg.redis_keys,
             ttl=cfg.timing.ttl,
             identity=cfg.identity,
             replicas=cfg.replicas,
@@ -292,7 +292,7 @@ class Elector:
         if new is None:
             return
         old = self.config
-        if (new.lock, new.target) != (old.lock, old.target):
+        if (new.redis_lock, new.target) != (old.redis_lock, old.target):
             await self._step_down("configuration changed: lock or nodes")
             await self._withdraw()
             await self._close_client()
@@ -306,6 +306,7 @@ class Elector:
         log.info(
             "configuration applied",
             lock=new.lock,
+            redis_lock=new.redis_lock,
             identity=new.identity,
             ttl=new.timing.ttl,
             paused=new.paused,
@@ -322,10 +323,10 @@ class Elector:
             cfg = self.config
             started = time.monotonic()
             hb_ms = int(max(cfg.timing.ttl, 3 * cfg.timing.retry_period) * 1000)
-            heartbeat = LockKeys.for_name(cfg.lock)
+            heartbeat = LockKeys.for_name(cfg.redis_lock)
             view = await read_view(
                 self._client,
-                cfg.keys,
+                cfg.redis_keys,
                 cfg.target.quorum,
                 max(1.0, cfg.timing.retry_period),
                 functools.partial(heartbeat_flow, heartbeat, cfg.identity, hb_ms),
@@ -463,8 +464,8 @@ class Elector:
 
     async def _withdraw(self) -> None:
         cfg = self.config
-        keys = LockKeys.for_name(cfg.lock)
-        for _, node in node_drivers(self._client, cfg.lock):
+        keys = LockKeys.for_name(cfg.redis_lock)
+        for _, node in node_drivers(self._client, cfg.redis_lock):
             try:
                 async with asyncio.timeout(0.5):
                     await _async.drive(node, heartbeat_flow(keys, cfg.identity, 0))

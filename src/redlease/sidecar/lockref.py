@@ -20,9 +20,11 @@ from redlease.kube.client import KubeClient
 from redlease.kube.spec import (
     GROUP,
     PLURAL,
+    SHARED_KEYS_LABEL,
     VERSION,
     LockSpec,
     credentials_from_secret,
+    key_scope,
     parse_spec,
     tls_material,
     with_tls_material,
@@ -87,7 +89,7 @@ class LockRefFollower:
             obj = await self.client.request("GET", lock_path(self.ref))
         if not isinstance(obj, dict):
             raise KubeError(f"DistributedLock {self.ref}: the API answered {obj!r}")
-        spec = parse_spec(obj.get("spec"))
+        spec = dataclasses.replace(parse_spec(obj.get("spec")), scope=await self._scope())
         credentials = self.ref.credentials
         given_tls = self.ref.tls
         if self.pinned_nodes is None and (
@@ -116,6 +118,25 @@ class LockRefFollower:
             + (f", not sending its credentials to {new}" if new else "")
             + "; re-create the pod to use other nodes",
         )
+
+    async def _scope(self) -> str | None:
+        """The scope of the lock's keys in Redis, from the labels of its Namespace (the cluster
+        admin's, as for the operator: :func:`redlease.kube.spec.key_scope`). A Namespace that
+        cannot be read fails the read (no election on a guess); one that does not exist has no
+        label."""
+        path = f"/api/v1/namespaces/{quote(self.ref.namespace)}"
+        try:
+            ns = await self.client.request("GET", path)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise KubeError(
+                    f"{exc} (the Namespace's {SHARED_KEYS_LABEL} label decides the Redis names "
+                    f"of the lock's keys: allow get on namespaces/{self.ref.namespace})",
+                    exc.status,
+                ) from None
+            ns = {}
+        labels = ((ns if isinstance(ns, dict) else {}).get("metadata") or {}).get("labels")
+        return key_scope(self.ref.namespace, labels)
 
     async def _secret(self, name: str) -> dict[str, Any]:
         path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(name)}"
