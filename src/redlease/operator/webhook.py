@@ -174,11 +174,12 @@ def refusal(doc: Malformed) -> aiohttp.web.Response:
 
 
 class InjectionServer(ports.WebhookServer):
-    """kopf's HTTPS webhook server behind the port guard (:mod:`.ports`) and :func:`check_review` (kopf answers a malformed
-    review with HTTP 500 and a logged traceback, and one of another kind with a patch), and
-    with the pod's namespace: pods created by controllers reach admission without
-    ``metadata.namespace``; the review's ``request.namespace``, set by the API server, is the
-    one used (a different ``metadata.namespace`` is refused)."""
+    """kopf's HTTPS webhook server behind the port guard (:mod:`.ports`) and
+    :func:`check_review` (kopf answers a malformed review with HTTP 500 and a logged traceback,
+    and one of another kind with a patch), and with the pod's namespace: pods created by
+    controllers reach admission without ``metadata.namespace``; the review's
+    ``request.namespace``, set by the API server, is the one used (a different
+    ``metadata.namespace`` is refused)."""
 
     async def _serve(  # type: ignore[override]  # kopf's is static; self._serve calls both
         self, fn: Any, request: aiohttp.web.Request
