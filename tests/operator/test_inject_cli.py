@@ -213,7 +213,7 @@ def test_secret_in_the_input_must_consent(
     }
     docs = [manifests()[0], manifests()[-1], secret]
     code, out, err = inject_cli([], yaml.safe_dump_all(docs), monkeypatch, capsys)
-    assert code == 0 and "spec.auth.secretRef.name: Secret 'redis-auth' has not opted in" in err
+    assert code == 0 and "the lock's Secret does not consent to these nodes" in err
     side = next(yaml.safe_load_all(out))["spec"]["template"]["spec"]["initContainers"][0]
     assert "REDLEASE_PASSWORD" not in {e["name"] for e in side["env"]}
     secret["metadata"]["labels"] = {CREDENTIALS_LABEL: "true"}

@@ -97,7 +97,7 @@ async def test_injected_sidecar_gets_the_tls_secrets_as_files(
         # a CA Secret that did not consent is not mounted: admitted with a warning
         hook.add_secret("redis-ca", {"ca.crt": tls_redis.pem["ca"]}, consent=False)
         refused = await hook.ask(template(4141))
-        assert refused.allowed and "has not opted in" in refused.warnings[0]
+        assert refused.allowed and "does not consent" in refused.warnings[0]
         unwired = jsonpatch.apply_patch(template(4141), refused.patch)
         assert not [v for v in unwired["spec"]["volumes"] if "secret" in v]
     patched["metadata"].update(name="orders-0", namespace=NAMESPACE)
