@@ -24,6 +24,7 @@ from webhook_harness import parse_answer, review
 
 import redlease
 from redlease.devtools.localredis import RedisServer, free_port
+from redlease.devtools.netfault import closed_by_server, half_open
 from redlease.kube.httpguard import REQUEST_TIMEOUT
 from redlease.operator import ports
 
@@ -41,28 +42,6 @@ async def api() -> AsyncIterator[tuple[Emulator, str]]:
 
 def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
-
-
-def half_open(port: int, n: int, data: bytes) -> list[socket.socket]:
-    """``n`` connections that send ``data`` (b"": nothing, e.g. no TLS ClientHello) and wait."""
-    socks = []
-    for _ in range(n):
-        s = socket.create_connection(("127.0.0.1", port), timeout=30)
-        if data:
-            with contextlib.suppress(OSError):  # the server may already have evicted it
-                s.sendall(data)
-        socks.append(s)
-    return socks
-
-
-def closed_by_server(s: socket.socket) -> bool:
-    s.setblocking(False)
-    try:
-        return s.recv(1) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
 
 
 def open_fds(pid: int) -> int:

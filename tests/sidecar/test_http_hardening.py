@@ -3,37 +3,16 @@ descriptor limit must not stop /healthz, the state file or the election."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 from collections.abc import Callable
 
 import pytest
 
 from redlease.devtools.localredis import RedisServer
+from redlease.devtools.netfault import closed_by_server, half_open
 from tests.sidecar.procs import Sidecar, wait_until
 
 HALF = b"GET /status HTTP/1.1\r\nHost: sidecar\r\nX-Slow: "  # never finished
-
-
-def half_open(port: int, n: int) -> list[socket.socket]:
-    socks = []
-    for _ in range(n):
-        s = socket.create_connection(("127.0.0.1", port), timeout=2)
-        with contextlib.suppress(OSError):  # the server may already have evicted it
-            s.sendall(HALF)
-        socks.append(s)
-    return socks
-
-
-def closed_by_server(s: socket.socket) -> bool:
-    s.setblocking(False)
-    try:
-        return s.recv(1) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
 
 
 @pytest.mark.slow
@@ -43,7 +22,7 @@ def test_half_open_flood_under_a_low_fd_limit(
     sc = sidecars("target", lock_name, [redis_server.url], ttl=3, renew_deadline=2,
                   retry_period=0.2, max_open_files=256).wait_up()  # fmt: skip
     wait_until(sc.is_leader)
-    socks = half_open(sc.port, 500)
+    socks = half_open(sc.port, 500, HALF, timeout=2)
     try:
         # probes get through while the flood holds every slot it can
         for _ in range(10):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 import time
 
@@ -100,3 +101,27 @@ class DelayProxy:
 
         asyncio.run_coroutine_threadsafe(shutdown(), self._loop)
         self._thread.join(5)
+
+
+def half_open(port: int, n: int, data: bytes = b"", timeout: float = 30) -> list[socket.socket]:
+    """``n`` connections to a loopback ``port`` that send ``data`` (b"": nothing, e.g. no TLS
+    ClientHello; else an unfinished request) and then wait: a slowloris flood."""
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        if data:
+            with contextlib.suppress(OSError):  # the server may already have evicted it
+                s.sendall(data)
+        socks.append(s)
+    return socks
+
+
+def closed_by_server(s: socket.socket) -> bool:
+    """Whether the server closed ``s`` (reads without blocking)."""
+    s.setblocking(False)
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
