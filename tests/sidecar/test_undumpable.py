@@ -29,7 +29,7 @@ def server() -> Iterator[RedisServer]:
 def test_run_child_cannot_read_the_runner_environ(server: RedisServer) -> None:
     url = f"redis://127.0.0.1:{server.port}/0"
     argv = [sys.executable, "-m", "redlease", "run", "--lock", "undump-run", "--ttl", "5",
-            "--", "sh", "-c", CHILD]  # fmt: skip
+            "--", "/bin/sh", "-c", CHILD]  # fmt: skip
     out = subprocess.run(
         [*as_one_user(), *argv], env=env(REDLEASE_PASSWORD=SECRET, REDLEASE_REDIS=url),
         cwd=ROOT, capture_output=True, text=True, timeout=60,
