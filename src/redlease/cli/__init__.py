@@ -21,6 +21,7 @@ from redlease.cli.undumpable import make_undumpable
 from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.timing import TTL_RANGE
 from redlease.errors import ConfigError, RedleaseError
+from redlease.kube import sidecar_args as sa
 from redlease.kube.spec import DEFAULT_READY, READY_MODES
 
 if TYPE_CHECKING:
@@ -199,6 +200,7 @@ _EXTRAS = {
     "kopf": "operator",
     "kubernetes": "operator",
     "yaml": "operator",
+    "jsonpatch": "operator",
     "aiohttp": "sidecar",
     "prometheus_client": "sidecar",
 }
@@ -368,7 +370,7 @@ _ELECTION_COMMANDS = ("sidecar", "run", "status", "wait", "retire")
 _UNSET: Any = object()
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
-SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SA_DIR = sa.SERVICE_ACCOUNT_DIR
 
 
 def _contenders(value: str) -> int:
@@ -412,9 +414,9 @@ def _add_connection_flags(p: argparse.ArgumentParser, *, required: bool = True) 
     p.add_argument("--quorum", type=int, help="nodes that must agree (default: majority)")
     p.add_argument("--username", help="Redis ACL user")
     p.add_argument("--password", help="Redis password (prefer REDLEASE_PASSWORD)")
-    p.add_argument("--tls-ca-file", metavar="PEM", help="CA bundle to verify rediss:// nodes")
-    p.add_argument("--tls-cert-file", metavar="PEM", help="client certificate (mTLS)")
-    p.add_argument("--tls-key-file", metavar="PEM", help="client certificate's key (mTLS)")
+    p.add_argument(sa.TLS_CA_FILE_FLAG, metavar="PEM", help="CA bundle to verify rediss:// nodes")
+    p.add_argument(sa.TLS_CERT_FILE_FLAG, metavar="PEM", help="client certificate (mTLS)")
+    p.add_argument(sa.TLS_KEY_FILE_FLAG, metavar="PEM", help="client certificate's key (mTLS)")
     p.add_argument(
         "--tls-insecure-skip-verify", action="store_true", help="no certificate check (testing)"
     )
@@ -456,12 +458,12 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
 
 def _add_lock_ref_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--lock-ref",
+        sa.LOCK_REF,
         metavar="[NS/]NAME",
         help="keys, nodes, timing and credentials from a DistributedLock (followed live)",
     )
     p.add_argument(
-        "--pinned-node",
+        sa.PINNED_NODE,
         action="append",
         metavar="URL",
         help="with --lock-ref: use only these node URLs (repeat per node; the injector pins "
@@ -486,31 +488,33 @@ def _add_log_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_election_commands(sub: Any) -> None:
-    side = sub.add_parser("sidecar", help="hold a lease next to an application container")
+    side = sub.add_parser(sa.COMMAND, help="hold a lease next to an application container")
     _add_connection_flags(side)
     _add_timing_flags(side)
-    side.add_argument("--http", default="127.0.0.1:4040", help="HOST:PORT, or 'off'")
+    side.add_argument(sa.HTTP, default=sa.DEFAULT_HTTP, help="HOST:PORT, or 'off'")
     side.add_argument(
-        "--metrics", default="off", help="also serve /metrics alone on HOST:PORT (for scrapers)"
+        sa.METRICS,
+        default=sa.DEFAULT_METRICS,
+        help="also serve /metrics alone on HOST:PORT (for scrapers)",
     )
     side.add_argument(
-        "--state-dir", default="/var/run/redlease", help="state file directory; '' for none"
+        sa.STATE_DIR_FLAG, default=sa.STATE_DIR, help="state file directory; '' for none"
     )
     side.add_argument(
-        "--ready",
+        sa.READY,
         choices=READY_MODES,
         default=DEFAULT_READY,
         help="/readyz: 'connected' (default: up and reaching a quorum of nodes), 'leader', "
         "'always'",
     )
     _add_lock_ref_flags(side)
-    side.add_argument("--pod-label", action="store_true", help="label own pod redlease.dev/leader")
+    side.add_argument(sa.POD_LABEL, action="store_true", help="label own pod redlease.dev/leader")
     side.add_argument(
-        "--lease-mirror",
+        sa.LEASE_MIRROR,
         action="store_true",
         help="while leading, keep a coordination.k8s.io Lease named after the lock",
     )
-    side.add_argument("--events", action="store_true", help="post became/stopped-leading Events")
+    side.add_argument(sa.EVENTS, action="store_true", help="post became/stopped-leading Events")
     _add_log_flags(side)
 
     run = sub.add_parser("run", help="run COMMAND only while holding the lease")
@@ -581,8 +585,7 @@ def _defer_defaults(p: argparse.ArgumentParser) -> None:
 
 
 def _env_name(action: argparse.Action) -> str:
-    flag = max(action.option_strings, key=len)
-    return "REDLEASE_" + flag.lstrip("-").upper().replace("-", "_")
+    return sa.env_name(max(action.option_strings, key=len))
 
 
 def _fill_from_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -761,9 +764,31 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
     return ref
 
 
-def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def sidecar_config(args: argparse.Namespace, kube: Any) -> Any:
+    """``redlease sidecar``'s configuration from its parsed flags and the pod's Kubernetes
+    settings (a :class:`redlease.sidecar.config.SidecarConfig`)."""
     from pathlib import Path
 
+    from redlease.sidecar import config as sc
+
+    lock_ref = _lock_ref(args, kube)
+    election = None if lock_ref is not None else _election_config(args)
+    return sc.SidecarConfig(
+        identity=_identity(args),
+        election=election,
+        http=sc.parse_http(args.http),
+        metrics=sc.parse_http(args.metrics, sa.METRICS),
+        state_dir=Path(args.state_dir) if args.state_dir else None,
+        ready=args.ready,
+        pod_label=args.pod_label,
+        lock_ref=lock_ref,
+        kube=kube,
+        lease_mirror=args.lease_mirror,
+        events=args.events,
+    )
+
+
+def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     _fill_from_env(parser, args)
     if args.command == "status":
         from redlease.cli.status import show_status
@@ -783,26 +808,8 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
 
     if args.command == "run":
         return _run(args)
-    kube = _kube_settings(args.kube_api)
-    lock_ref = _lock_ref(args, kube)
-    election = None if lock_ref is not None else _election_config(args)
-    identity = _identity(args)
     if args.command == "sidecar":
-        from redlease.sidecar import config as sc
-
-        config = sc.SidecarConfig(
-            identity=identity,
-            election=election,
-            http=sc.parse_http(args.http),
-            metrics=sc.parse_http(args.metrics, "--metrics"),
-            state_dir=Path(args.state_dir) if args.state_dir else None,
-            ready=args.ready,
-            pod_label=args.pod_label,
-            lock_ref=lock_ref,
-            kube=kube,
-            lease_mirror=args.lease_mirror,
-            events=args.events,
-        )
+        config = sidecar_config(args, _kube_settings(args.kube_api))
         logs.configure(args.log_level, args.log_format)
         from redlease.sidecar.daemon import run_sidecar
 
