@@ -487,8 +487,12 @@ def _add_log_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_election_commands(sub: Any) -> None:
-    side = sub.add_parser(sa.COMMAND, help="hold a lease next to an application container")
+def _add_sidecar(sub: Any) -> argparse.ArgumentParser:
+    """``redlease sidecar``: its flags and defaults are :mod:`redlease.kube.sidecar_args`'s, the
+    ones the injector writes."""
+    side: argparse.ArgumentParser = sub.add_parser(
+        sa.COMMAND, help="hold a lease next to an application container"
+    )
     _add_connection_flags(side)
     _add_timing_flags(side)
     side.add_argument(sa.HTTP, default=sa.DEFAULT_HTTP, help="HOST:PORT, or 'off'")
@@ -516,8 +520,13 @@ def _add_election_commands(sub: Any) -> None:
     )
     side.add_argument(sa.EVENTS, action="store_true", help="post became/stopped-leading Events")
     _add_log_flags(side)
+    return side
 
-    run = sub.add_parser("run", help="run COMMAND only while holding the lease")
+
+def _add_run(sub: Any) -> argparse.ArgumentParser:
+    run: argparse.ArgumentParser = sub.add_parser(
+        "run", help="run COMMAND only while holding the lease"
+    )
     _add_connection_flags(run)
     _add_timing_flags(run)
     _add_lock_ref_flags(run)
@@ -548,7 +557,11 @@ def _add_election_commands(sub: Any) -> None:
     )
     _add_log_flags(run)
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS")
+    return run
 
+
+def _add_election_commands(sub: Any) -> None:
+    side, run = _add_sidecar(sub), _add_run(sub)
     status = sub.add_parser("status", help="holder, fencing token, TTL left, nodes healthy")
     _add_connection_flags(status)
     status.add_argument("--json", action="store_true", help="print JSON")
@@ -561,7 +574,7 @@ def _add_election_commands(sub: Any) -> None:
     wait.add_argument("--state-file", metavar="PATH", help="the sidecar's <lock>.json")
     wait.add_argument("--state-dir", metavar="DIR", help="with --lock: DIR/<lock>.json")
     wait.add_argument("--lock", help="with --state-dir: the lock whose DIR/<lock>.json to read")
-    wait.add_argument("--http", metavar="URL", help="the sidecar's address, e.g. 127.0.0.1:4040")
+    wait.add_argument(sa.HTTP, metavar="URL", help=f"the sidecar's address, e.g. {sa.DEFAULT_HTTP}")
     wait.add_argument(
         "--timeout",
         type=positive_duration,
