@@ -143,7 +143,7 @@ def test_existing_sidecar_container_is_left_alone() -> None:
     assert result.patch == [] and "already has a container" in result.warnings[0]
     existing["metadata"]["annotations"][INJECTED_ANNOTATION] = "0.1.0"
     again = injection.plan(existing, "apps", options, FOUND, InjectConfig())
-    assert again == injection.Injection(existing, [], [])
+    assert again.pod == existing and again.patch == [] and again.warnings == []
 
 
 @pytest.mark.parametrize(

@@ -290,8 +290,8 @@ def register(
         warnings.extend(result.warnings)
         for text in result.warnings:
             log.warning("pod %s: %s", where, text)
-        if result.patch:
+        if result.changed:
             # kopf diffs the body after its fns against the body before: handing it the planned
-            # pod gives the same operations as ``result.patch`` (both diffs are jsonpatch's)
+            # pod gives the operations of ``result.patch`` (both are jsonpatch's diff), once
             patch.fns.append(_become(result.pod))
             log.info("pod %s: sidecar injected (lock %s)", where, options.lock)

@@ -57,12 +57,27 @@ AUTOMOUNT_WARNING = (
 
 @dataclass(frozen=True, slots=True)
 class Injection:
-    """The result of :func:`plan`: the pod as injected, the JSON patch from the pod given to
-    it (empty: nothing to do), and warnings."""
+    """The result of :func:`plan`: the pod given (``original``), the pod as injected, and
+    warnings; :attr:`patch` is the JSON patch between the two."""
 
+    original: dict[str, Any]
     pod: dict[str, Any]
-    patch: list[dict[str, Any]]
     warnings: list[str]
+
+    @property
+    def changed(self) -> bool:
+        return self.pod != self.original
+
+    @property
+    def patch(self) -> list[dict[str, Any]]:
+        """The JSON patch (RFC 6902) from ``original`` to ``pod``; [] when nothing changes.
+        Computed on each access (the webhook hands kopf the pod and never needs it)."""
+        if not self.changed:
+            return []
+        import jsonpatch  # the operator extra; `redlease` without it must still start
+
+        ops: list[dict[str, Any]] = jsonpatch.make_patch(self.original, self.pod).patch
+        return ops
 
 
 def _list(obj: Mapping[str, Any], key: str) -> list[Any]:
@@ -205,13 +220,13 @@ def plan(
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         raise ConfigError("spec", "the pod has no spec")
-    before = copy.deepcopy(dict(pod))
+    before = dict(pod)  # never changed: ``after`` is a deep copy
     if SIDECAR_NAME in _names(_list(spec, "initContainers")) | _names(_list(spec, "containers")):
         if INJECTED_ANNOTATION in annotations_of(pod):
-            return Injection(before, [], [])  # injected before (re-invocation): nothing twice
+            return Injection(before, before, [])  # injected before (re-invocation): nothing twice
         warning = (f"{LOCK_ANNOTATION}: the pod already has a container named {SIDECAR_NAME!r}; "
                    "nothing injected")  # fmt: skip
-        return Injection(before, [], [warning])
+        return Injection(before, before, [warning])
     _check(spec, options)
     lock_spec, warnings = _lock_spec(namespace, options, lock, config)
     warnings += _warnings(pod, options, config)
@@ -228,6 +243,4 @@ def plan(
     if not isinstance(after.get("metadata"), dict):
         after["metadata"] = {}
     _mark(after["metadata"])
-    import jsonpatch  # the operator extra; `redlease` without it must still start
-
-    return Injection(after, jsonpatch.make_patch(before, after).patch, warnings)
+    return Injection(before, after, warnings)
