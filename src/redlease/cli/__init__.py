@@ -747,7 +747,7 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
 
     if not args.lock_ref:
         if args.pinned_node:
-            raise ConfigError("--pinned-node", "needs --lock-ref (it pins that lock's nodes)")
+            raise ConfigError(sa.PINNED_NODE, f"needs {sa.LOCK_REF} (it pins that lock's nodes)")
         return None
     for flag, value in (("--lock", args.lock), ("--redis", args.redis)):
         if value:
@@ -765,7 +765,7 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
     if args.pinned_node:
         from redlease.core.connect import validate_url
 
-        pinned = [validate_url(u, "--pinned-node", credentials=False) for u in args.pinned_node]
+        pinned = [validate_url(u, sa.PINNED_NODE, credentials=False) for u in args.pinned_node]
         ref = replace(ref, pinned_nodes=frozenset(pinned))
     tls = _tls(args)
     if tls is not None:  # given (injected pods: from the spec.tls Secrets as volumes)

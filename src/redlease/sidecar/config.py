@@ -53,7 +53,7 @@ class HttpAddress:
         return f"{self.host}:{self.port}"
 
 
-def parse_http(value: str, field_name: str = "--http") -> HttpAddress | None:
+def parse_http(value: str, field_name: str = sidecar_args.HTTP) -> HttpAddress | None:
     """``HOST:PORT`` (``:PORT`` means 127.0.0.1), or ``off``/empty for no HTTP server."""
     if value in ("", "off", "none"):
         return None
@@ -87,7 +87,9 @@ class LockRef:
         return f"{self.namespace}/{self.name}"
 
 
-def parse_lock_ref(value: str, namespace: str | None, field_name: str = "--lock-ref") -> LockRef:
+def parse_lock_ref(
+    value: str, namespace: str | None, field_name: str = sidecar_args.LOCK_REF
+) -> LockRef:
     """``NAME`` (in the pod's namespace) or ``NAMESPACE/NAME``."""
     ns, _, name = value.rpartition("/")
     ns = ns or namespace or ""
