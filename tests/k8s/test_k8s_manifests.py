@@ -21,7 +21,7 @@ from k8s_helpers import (
 )
 
 from redlease.cli.inject import inject_documents
-from redlease.operator.inject import LOCK_ANNOTATION, SIDECAR_NAME, InjectConfig
+from redlease.operator.injection import LOCK_ANNOTATION, SIDECAR_NAME, InjectConfig
 
 BASE = {"keys": ["job"], "nodes": [{"url": "redis://redis:6379/0"}]}
 

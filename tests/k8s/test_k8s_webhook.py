@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from k8s_helpers import render, validate_builtin
 
 from redlease.cli import _operator_config, build_parser
-from redlease.operator.inject import INJECT_ANNOTATION, LOCK_ANNOTATION
+from redlease.operator.injection import INJECT_ANNOTATION, LOCK_ANNOTATION
 
 GENERATED: dict[str, Any] = {}
 CERT_MANAGER = {"injection": {"certificates": {"certManager": True}}}

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from test_webhook import LOCK_SPEC, deployment_pod  # noqa: E402
 from webhook_harness import Webhook, review, running_webhook  # noqa: E402
 
-from redlease.operator.inject import LockLookup  # noqa: E402
+from redlease.operator.injection import LockLookup  # noqa: E402
 from redlease.operator.webhook import LockSource  # noqa: E402
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 200

@@ -14,14 +14,16 @@ from pods import pod_spec
 
 from redlease.cli import SA_DIR, build_parser
 from redlease.errors import ConfigError
-from redlease.operator import inject
-from redlease.operator.inject import (
+from redlease.kube import sidecar_args
+from redlease.operator import injection
+from redlease.operator.injection import (
     INJECTED_ANNOTATION,
     LOCK_ANNOTATION,
     READY_ANNOTATION,
     InjectConfig,
     LockLookup,
 )
+from redlease.operator.injection.plan import LEADER_WARNING
 from tests.k8s.k8s_helpers import restricted_violations, validate_builtin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,12 +54,12 @@ def pod(annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any
 
 def run(
     p: dict[str, Any], lock: LockLookup = FOUND, config: InjectConfig | None = None
-) -> tuple[dict[str, Any], inject.Injection]:
-    options = inject.read_options(p)
+) -> tuple[dict[str, Any], injection.Injection]:
+    options = injection.read_options(p)
     assert options is not None
-    result = inject.plan(p, "apps", options, lock, config or InjectConfig())
-    out = inject.patched(p, result)
-    # our applier and the jsonpatch library agree on every patch we make
+    result = injection.plan(p, "apps", options, lock, config or InjectConfig())
+    out = result.pod
+    # the patch is the difference between the pod given and the pod planned
     assert jsonpatch.apply_patch(p, result.patch) == out
     validate_builtin(out)
     assert restricted_violations(out["spec"]) == []
@@ -65,7 +67,7 @@ def run(
 
 
 def sidecar(p: dict[str, Any], kind: str = "initContainers") -> dict[str, Any]:
-    (found,) = [c for c in p["spec"].get(kind, []) if c["name"] == inject.SIDECAR_NAME]
+    (found,) = [c for c in p["spec"].get(kind, []) if c["name"] == injection.SIDECAR_NAME]
     return found
 
 
@@ -91,7 +93,7 @@ def test_lock_without_auth_gets_no_credentials() -> None:
 @pytest.mark.parametrize(
     ("lookup", "problem"),
     [
-        (inject.NOT_FOUND, "not found"),
+        (injection.NOT_FOUND, "not found"),
         (LockLookup(error="HTTP 403 Forbidden"), "cannot read"),
         (LockLookup(obj={**LOCK, "spec": {"keys": []}}), "is invalid: spec.keys"),
     ],
@@ -134,66 +136,147 @@ def test_config_reaches_the_container() -> None:
 
 
 def test_existing_sidecar_container_is_left_alone() -> None:
-    existing = pod(initContainers=[{"name": inject.SIDECAR_NAME, "image": "mine"}])
-    options = inject.read_options(existing)
+    existing = pod(initContainers=[{"name": injection.SIDECAR_NAME, "image": "mine"}])
+    options = injection.read_options(existing)
     assert options is not None
-    result = inject.plan(existing, "apps", options, FOUND, InjectConfig())
+    result = injection.plan(existing, "apps", options, FOUND, InjectConfig())
     assert result.patch == [] and "already has a container" in result.warnings[0]
     existing["metadata"]["annotations"][INJECTED_ANNOTATION] = "0.1.0"
-    assert inject.plan(existing, "apps", options, FOUND, InjectConfig()) == inject.Injection([], [])
+    again = injection.plan(existing, "apps", options, FOUND, InjectConfig())
+    assert again.pod == existing and again.patch == [] and again.warnings == []
 
 
 @pytest.mark.parametrize(
     ("spec", "field"),
     [
-        ({"volumes": [{"name": inject.STATE_VOLUME, "emptyDir": {}}]}, "spec.volumes"),
+        ({"volumes": [{"name": injection.STATE_VOLUME, "emptyDir": {}}]}, "spec.volumes"),
         ({"hostNetwork": True}, "spec.hostNetwork"),
     ],
 )
 def test_pods_the_sidecar_cannot_work_in_are_denied(spec: dict[str, Any], field: str) -> None:
     p = pod(**spec)
-    options = inject.read_options(p)
+    options = injection.read_options(p)
     assert options is not None
     with pytest.raises(ConfigError) as denied:
-        inject.plan(p, "apps", options, FOUND, InjectConfig())
+        injection.plan(p, "apps", options, FOUND, InjectConfig())
     assert denied.value.field == field
 
 
 def test_app_that_mounts_the_state_dir_itself_is_not_touched() -> None:
     p = pod()
     p["spec"]["volumes"] = [{"name": "mine", "emptyDir": {}}]
-    p["spec"]["containers"][0]["volumeMounts"] = [{"name": "mine", "mountPath": inject.STATE_DIR}]
+    p["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "mine", "mountPath": injection.STATE_DIR}
+    ]
     out, result = run(p)
     assert out["spec"]["containers"][0] == p["spec"]["containers"][0]
     assert result.warnings[0].startswith("spec.containers[0]")
 
 
 def test_opt_out_and_case() -> None:
-    assert inject.read_options(pod({})) is None
+    assert injection.read_options(pod({})) is None
     assert (
-        inject.read_options(pod({LOCK_ANNOTATION: "x", inject.INJECT_ANNOTATION: "False"})) is None
+        injection.read_options(pod({LOCK_ANNOTATION: "x", injection.INJECT_ANNOTATION: "False"}))
+        is None
     )
-    assert inject.read_options(pod({LOCK_ANNOTATION: "x", inject.INJECT_ANNOTATION: "TRUE"}))
+    assert injection.read_options(pod({LOCK_ANNOTATION: "x", injection.INJECT_ANNOTATION: "TRUE"}))
 
 
 # --- the injector's constants are the sidecar's defaults ------------------------------------
 
 
 def test_constants_match_the_sidecar() -> None:
-    assert inject.KUBE_API_DIR == SA_DIR
+    assert injection.KUBE_API_DIR == SA_DIR == sidecar_args.SERVICE_ACCOUNT_DIR
     sub = build_parser()._subparsers._group_actions[0].choices["sidecar"]  # type: ignore[union-attr]
     defaults = {a.dest: getattr(a, "real_default", a.default) for a in sub._actions}
-    assert defaults["state_dir"] == inject.STATE_DIR
-    assert defaults["http"] == f"127.0.0.1:{inject.DEFAULT_HTTP_PORT}"
-    assert f"USER {inject.SIDECAR_USER}:" in (ROOT / "Dockerfile").read_text()
+    assert defaults["state_dir"] == injection.STATE_DIR == sidecar_args.STATE_DIR
+    assert defaults["http"] == sidecar_args.DEFAULT_HTTP
+    assert f"USER {injection.SIDECAR_USER}:" in (ROOT / "Dockerfile").read_text()
     chart = yaml.safe_load((ROOT / "charts/redlease/Chart.yaml").read_text())
     values = yaml.safe_load((ROOT / "charts/redlease/values.yaml").read_text())
-    assert f"{values['image']['repository']}:{chart['appVersion']}" == inject.DEFAULT_IMAGE
-    assert values["injection"]["sidecarResources"] == dict(inject.DEFAULT_RESOURCES)
+    assert f"{values['image']['repository']}:{chart['appVersion']}" == injection.DEFAULT_IMAGE
+    assert values["injection"]["sidecarResources"] == dict(injection.DEFAULT_RESOURCES)
+
+
+TLS_LOCK = {
+    **LOCK,
+    "spec": {
+        "keys": ["orders"],
+        "nodes": [{"url": f"rediss://r{i}:6379/0"} for i in range(3)],
+        "auth": {"secretRef": {"name": "auth"}},
+        "tls": {"caSecretRef": {"name": "ca"}, "clientCertSecretRef": {"name": "client"}},
+    },
+}
+EVERY_OPTION = {
+    LOCK_ANNOTATION: "orders",
+    READY_ANNOTATION: "leader",
+    injection.HTTP_PORT_ANNOTATION: "4141",
+    injection.METRICS_PORT_ANNOTATION: "9100",
+    injection.POD_LABEL_ANNOTATION: "true",
+    injection.LEASE_MIRROR_ANNOTATION: "true",
+    injection.EVENTS_ANNOTATION: "true",
+}
+
+
+def test_every_injected_argument_parses_into_the_config_the_pod_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sidecar's arguments as injected go through `redlease sidecar`'s own parser and
+    config builder: every flag exists, and the config is what the annotations asked for."""
+    from redlease.cli import _fill_from_env, sidecar_config
+    from redlease.kube.client import KubeSettings
+
+    out, result = run(pod(EVERY_OPTION), LockLookup(obj=TLS_LOCK))
+    assert result.warnings == [LEADER_WARNING]
+    sidecar = next(c for c in out["spec"]["initContainers"] if c["name"] == "redlease")
+    # the TLS files where the Secret volumes put them, under tmp_path instead of TLS_DIR
+    volumes = {v["name"]: v for v in out["spec"]["volumes"]}
+    for mount in sidecar["volumeMounts"]:
+        if mount["mountPath"].startswith(injection.TLS_DIR):
+            for item in volumes[mount["name"]]["secret"]["items"]:
+                local = tmp_path / mount["mountPath"].removeprefix(injection.TLS_DIR + "/")
+                local.mkdir(parents=True, exist_ok=True)
+                (local / item["path"]).write_text("PEM")
+    args = [a.replace(injection.TLS_DIR, str(tmp_path)) for a in sidecar["args"]]
+    for name in ("REDLEASE_PASSWORD", "REDLEASE_USERNAME", "REDLEASE_REDIS", "REDLEASE_LOCK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("POD_NAME", "orders-0")
+
+    parser = build_parser()
+    parsed = parser.parse_args(args)
+    _fill_from_env(parser, parsed)
+    config = sidecar_config(parsed, KubeSettings(namespace="apps", pod_name="orders-0"))
+
+    assert config.lock_ref is not None
+    assert (config.lock_ref.namespace, config.lock_ref.name) == ("apps", "orders")
+    assert config.lock_ref.pinned_nodes == {f"rediss://r{i}:6379/0" for i in range(3)}
+    assert config.lock_ref.tls is not None
+    assert config.lock_ref.tls.ca_file == str(tmp_path / "ca/ca.crt")
+    assert config.lock_ref.tls.cert_file == str(tmp_path / "client/tls.crt")
+    assert config.lock_ref.tls.key_file == str(tmp_path / "client/tls.key")
+    assert (str(config.http), str(config.metrics)) == ("127.0.0.1:4141", "0.0.0.0:9100")
+    assert config.state_dir == Path(sidecar_args.STATE_DIR)
+    assert config.ready == "leader"
+    assert config.pod_label and config.lease_mirror and config.events
+    assert config.identity == "orders-0"
+    # the environment the container sets is what the CLI reads
+    env = {e["name"] for e in sidecar["env"]}
+    assert {sidecar_args.env_name("--password"), sidecar_args.env_name("--username")} <= env
+    assert {sidecar_args.POD_NAME_ENV, sidecar_args.POD_NAMESPACE_ENV} <= env
+
+
+def test_a_plain_pod_gets_the_sidecars_defaults() -> None:
+    """Nothing asked for: the injected flags equal the parser's defaults, and nothing more."""
+    out, _ = run(pod(), LockLookup(obj={**LOCK, "spec": {**LOCK["spec"], "auth": None}}))
+    sidecar = next(c for c in out["spec"]["initContainers"] if c["name"] == "redlease")
+    parsed = build_parser().parse_args(sidecar["args"])
+    defaults = build_parser().parse_args(["sidecar"])
+    given = {k for k, v in vars(parsed).items() if v != vars(defaults)[k]}
+    assert given == {"lock_ref", "ready", "http", "state_dir"}
 
 
 def test_probe_script_is_plain_python() -> None:
-    command = inject.probe_command(4040, "/readyz")
+    command = injection.probe_command(4040, "/readyz")
     assert command[:4] == ["python", "-I", "-S", "-c"]
     compile(command[4], "<probe>", "exec")
     assert re.search(r"connect\(\('127\.0\.0\.1', 4040\)\)", command[4])
@@ -204,27 +287,27 @@ def test_lease_mirror_and_events_are_opt_in_by_annotation() -> None:
     assert not {"--lease-mirror", "--events"} & set(sidecar(out)["args"])
     asked = {
         LOCK_ANNOTATION: "orders",
-        inject.LEASE_MIRROR_ANNOTATION: "true",
-        inject.EVENTS_ANNOTATION: "true",
+        injection.LEASE_MIRROR_ANNOTATION: "true",
+        injection.EVENTS_ANNOTATION: "true",
     }
     out, result = run(pod(asked))
     assert {"--lease-mirror", "--events"} <= set(sidecar(out)["args"]) and result.warnings == []
     with pytest.raises(ConfigError) as bad:
-        inject.read_options(pod({LOCK_ANNOTATION: "orders", inject.EVENTS_ANNOTATION: "yes"}))
-    assert bad.value.field == inject.EVENTS_ANNOTATION
+        injection.read_options(pod({LOCK_ANNOTATION: "orders", injection.EVENTS_ANNOTATION: "yes"}))
+    assert bad.value.field == injection.EVENTS_ANNOTATION
 
 
 def test_metrics_port_serves_metrics_alone_on_a_named_port() -> None:
-    asked = {LOCK_ANNOTATION: "orders", inject.METRICS_PORT_ANNOTATION: "9464"}
+    asked = {LOCK_ANNOTATION: "orders", injection.METRICS_PORT_ANNOTATION: "9464"}
     out, result = run(pod(asked))
     container = sidecar(out)
     assert "--metrics=0.0.0.0:9464" in container["args"] and result.warnings == []
     assert container["ports"] == [
-        {"name": inject.METRICS_PORT_NAME, "containerPort": 9464, "protocol": "TCP"}
+        {"name": injection.METRICS_PORT_NAME, "containerPort": 9464, "protocol": "TCP"}
     ]
     for bad in ("4040", "80", "x"):
         with pytest.raises(ConfigError) as info:
-            inject.read_options(
-                pod({LOCK_ANNOTATION: "orders", inject.METRICS_PORT_ANNOTATION: bad})
+            injection.read_options(
+                pod({LOCK_ANNOTATION: "orders", injection.METRICS_PORT_ANNOTATION: bad})
             )
-        assert info.value.field == inject.METRICS_PORT_ANNOTATION
+        assert info.value.field == injection.METRICS_PORT_ANNOTATION

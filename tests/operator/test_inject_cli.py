@@ -18,7 +18,7 @@ from redlease.cli import _operator_config, build_parser, main
 from redlease.cli.inject import pod_templates
 from redlease.errors import ConfigError
 from redlease.kube.spec import CREDENTIALS_LABEL
-from redlease.operator.inject import INJECTED_ANNOTATION, LOCK_ANNOTATION, SIDECAR_NAME
+from redlease.operator.injection import INJECTED_ANNOTATION, LOCK_ANNOTATION, SIDECAR_NAME
 from tests.k8s.k8s_helpers import restricted_violations, validate_builtin
 from tests.sidecar.procs import ROOT, env
 

@@ -30,7 +30,7 @@ from webhook_harness import running_webhook
 
 from redlease.devtools.localredis import RedisServer, free_port
 from redlease.kube.spec import CREDENTIALS_LABEL, LEADER_LABEL
-from redlease.operator.inject import (
+from redlease.operator.injection import (
     HTTP_PORT_ANNOTATION,
     LOCK_ANNOTATION,
     POD_LABEL_ANNOTATION,

@@ -40,7 +40,7 @@ from webhook_harness import parse_answer, review
 import redlease
 from redlease.devtools.localredis import RedisServer, free_port
 from redlease.kube.lease import LeaseRecord
-from redlease.operator.inject import LOCK_ANNOTATION, SIDECAR_NAME
+from redlease.operator.injection import LOCK_ANNOTATION, SIDECAR_NAME
 
 LEASE_NS, LEASE_NAME = "ops", "redlease-operator"
 DURATION = 5.0  # the Lease duration: takeover must come within twice this

@@ -25,7 +25,7 @@ from dlock_harness import NAMESPACE, RESOURCE, Cluster, events, until
 from test_injected_sidecar import Started, _status, resolve_env, template
 from webhook_harness import running_webhook
 
-from redlease.operator.inject import SIDECAR_NAME, TLS_DIR
+from redlease.operator.injection import SIDECAR_NAME, TLS_DIR
 from tests.sidecar.procs import env
 from tests.tlsredis import TlsRedis, tls_redis
 

@@ -20,8 +20,8 @@ from webhook_harness import Webhook, parse_answer, review, running_webhook
 
 from redlease.cli import SA_DIR
 from redlease.kube.spec import ALLOWED_NODES_ANNOTATION, LEADER_LABEL
-from redlease.operator import inject
-from redlease.operator.inject import (
+from redlease.operator import injection
+from redlease.operator.injection import (
     HTTP_PORT_ANNOTATION,
     INJECT_ANNOTATION,
     INJECTED_ANNOTATION,
@@ -32,6 +32,7 @@ from redlease.operator.inject import (
     STATE_DIR,
     STATE_VOLUME,
 )
+from redlease.operator.injection import lookup as lookup_module
 from redlease.operator.webhook import LockSource
 from tests.k8s.k8s_helpers import restricted_violations, validate_builtin
 
@@ -128,18 +129,19 @@ async def test_deployment_pod_gets_the_sidecar(webhook: Webhook) -> None:
     result = check(pod, answer.patch)
 
     # the same code `redlease inject` runs gives the same pod
-    local = inject.plan(
+    local = injection.plan(
         pod,
         NAMESPACE,
-        inject.read_options(pod),  # type: ignore[arg-type]
-        inject.LockLookup(
+        injection.read_options(pod),  # type: ignore[arg-type]
+        injection.LockLookup(
             obj=webhook.api.objects[
                 ("redlease.dev/v1alpha1/distributedlocks", NAMESPACE, "orders")
             ].raw
         ),
-        inject.InjectConfig(),
+        injection.InjectConfig(),
     )
-    assert inject.patched(pod, local) == result
+    assert local.pod == result
+    assert answer.patch == local.patch  # kopf's diff of the planned pod is the planner's patch
 
     sidecar = sidecar_of(result)
     assert sidecar["restartPolicy"] == "Always"
@@ -193,11 +195,30 @@ async def test_existing_init_containers_and_volumes_stay(webhook: Webhook) -> No
     assert new["initContainers"][:2] == spec["initContainers"]
     assert new["initContainers"][2]["name"] == SIDECAR_NAME and len(new["initContainers"]) == 3
     assert new["volumes"][:3] == spec["volumes"]
-    assert [v["name"] for v in new["volumes"][3:]] == [STATE_VOLUME, inject.KUBE_API_VOLUME]
+    assert [v["name"] for v in new["volumes"][3:]] == [STATE_VOLUME, injection.KUBE_API_VOLUME]
     assert new["automountServiceAccountToken"] is True
     for before, after in zip(spec["containers"], new["containers"], strict=True):
         assert after["volumeMounts"][:-1] == before.get("volumeMounts", [])
         assert after["volumeMounts"][-1]["readOnly"] is True
+
+
+async def test_the_lock_spec_is_parsed_once_per_admission(
+    webhook: Webhook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lookup (which Secrets to read), the consent check and the pinned nodes all use the
+    one parse made when the lock was found."""
+    parses: list[object] = []
+    real = lookup_module.parse_spec
+
+    def counting(spec: object) -> Any:
+        parses.append(spec)
+        return real(spec)
+
+    monkeypatch.setattr(lookup_module, "parse_spec", counting)
+    answer = await webhook.ask(deployment_pod())
+    assert answer.allowed and answer.patch
+    assert "REDLEASE_PASSWORD" in env_of(sidecar_of(check(deployment_pod(), answer.patch)))
+    assert parses == [LOCK_SPEC]
 
 
 @pytest.mark.parametrize(
@@ -283,14 +304,14 @@ async def test_secret_without_consent_is_not_wired(
     answer = await webhook.ask(pod)
     assert answer.allowed
     (warning,) = answer.warnings
-    assert warning.startswith(f"{LOCK_ANNOTATION}: ") and inject.NO_CONSENT in warning
+    assert warning.startswith(f"{LOCK_ANNOTATION}: ") and injection.NO_CONSENT in warning
     assert "redis.other" not in warning and "rediss" not in warning
     assert ALLOWED_NODES_ANNOTATION not in warning and "opted in" not in warning
     assert "REDLEASE_PASSWORD" not in env_of(sidecar_of(check(pod, answer.patch)))
 
 
 async def test_require_lock_denies_a_missing_lock(tmp_path: Any) -> None:
-    async with running_webhook(tmp_path, inject.InjectConfig(require_lock=True)) as hook:
+    async with running_webhook(tmp_path, injection.InjectConfig(require_lock=True)) as hook:
         answer = await hook.ask(deployment_pod({LOCK_ANNOTATION: "payments"}))
         assert not answer.allowed and answer.code == 400
         assert answer.message.startswith(f"{LOCK_ANNOTATION}: ") and "'payments'" in answer.message
@@ -303,7 +324,7 @@ async def test_require_lock_denies_a_missing_lock(tmp_path: Any) -> None:
 
 
 class BrokenLocks(LockSource):
-    async def get(self, namespace: str, name: str) -> inject.LockLookup:
+    async def get(self, namespace: str, name: str) -> injection.LockLookup:
         raise RuntimeError("boom")
 
 
@@ -430,7 +451,7 @@ async def test_non_ascii_port_is_denied_naming_the_annotation(
     """``"²⁰⁴⁸".isdigit()`` is true and ``int()`` refuses it: with requireLock the pod must
     be denied naming the annotation, not admitted without a sidecar."""
     caplog.set_level(logging.DEBUG)
-    async with running_webhook(tmp_path, inject.InjectConfig(require_lock=True)) as hook:
+    async with running_webhook(tmp_path, injection.InjectConfig(require_lock=True)) as hook:
         hook.add_lock("orders", LOCK_SPEC)
         hook.add_secret("redis-auth", {"password": "pw"})
         answer = await hook.ask(deployment_pod({LOCK_ANNOTATION: "orders",

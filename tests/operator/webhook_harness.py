@@ -28,7 +28,7 @@ from dlock_harness import NAMESPACE, RESOURCE, Emulator, KopfThread, declare, un
 from redlease.devtools.localredis import free_port
 from redlease.kube.spec import CREDENTIALS_LABEL
 from redlease.operator.handlers import OperatorConfig, Runtime, build_registry
-from redlease.operator.inject import InjectConfig
+from redlease.operator.injection import InjectConfig
 from redlease.operator.secrets import SecretSource
 from redlease.operator.webhook import HANDLER_ID, LockSource, WebhookConfig
 

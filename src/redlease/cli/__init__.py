@@ -21,6 +21,7 @@ from redlease.cli.undumpable import make_undumpable
 from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.timing import TTL_RANGE
 from redlease.errors import ConfigError, RedleaseError
+from redlease.kube import sidecar_args as sa
 from redlease.kube.spec import DEFAULT_READY, READY_MODES
 
 if TYPE_CHECKING:
@@ -199,6 +200,7 @@ _EXTRAS = {
     "kopf": "operator",
     "kubernetes": "operator",
     "yaml": "operator",
+    "jsonpatch": "operator",
     "aiohttp": "sidecar",
     "prometheus_client": "sidecar",
 }
@@ -368,7 +370,7 @@ _ELECTION_COMMANDS = ("sidecar", "run", "status", "wait", "retire")
 _UNSET: Any = object()
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
-SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SA_DIR = sa.SERVICE_ACCOUNT_DIR
 
 
 def _contenders(value: str) -> int:
@@ -412,9 +414,9 @@ def _add_connection_flags(p: argparse.ArgumentParser, *, required: bool = True) 
     p.add_argument("--quorum", type=int, help="nodes that must agree (default: majority)")
     p.add_argument("--username", help="Redis ACL user")
     p.add_argument("--password", help="Redis password (prefer REDLEASE_PASSWORD)")
-    p.add_argument("--tls-ca-file", metavar="PEM", help="CA bundle to verify rediss:// nodes")
-    p.add_argument("--tls-cert-file", metavar="PEM", help="client certificate (mTLS)")
-    p.add_argument("--tls-key-file", metavar="PEM", help="client certificate's key (mTLS)")
+    p.add_argument(sa.TLS_CA_FILE_FLAG, metavar="PEM", help="CA bundle to verify rediss:// nodes")
+    p.add_argument(sa.TLS_CERT_FILE_FLAG, metavar="PEM", help="client certificate (mTLS)")
+    p.add_argument(sa.TLS_KEY_FILE_FLAG, metavar="PEM", help="client certificate's key (mTLS)")
     p.add_argument(
         "--tls-insecure-skip-verify", action="store_true", help="no certificate check (testing)"
     )
@@ -456,12 +458,12 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
 
 def _add_lock_ref_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--lock-ref",
+        sa.LOCK_REF,
         metavar="[NS/]NAME",
         help="keys, nodes, timing and credentials from a DistributedLock (followed live)",
     )
     p.add_argument(
-        "--pinned-node",
+        sa.PINNED_NODE,
         action="append",
         metavar="URL",
         help="with --lock-ref: use only these node URLs (repeat per node; the injector pins "
@@ -485,35 +487,46 @@ def _add_log_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_election_commands(sub: Any) -> None:
-    side = sub.add_parser("sidecar", help="hold a lease next to an application container")
+def _add_sidecar(sub: Any) -> argparse.ArgumentParser:
+    """``redlease sidecar``: its flags and defaults are :mod:`redlease.kube.sidecar_args`'s, the
+    ones the injector writes."""
+    side: argparse.ArgumentParser = sub.add_parser(
+        sa.COMMAND, help="hold a lease next to an application container"
+    )
     _add_connection_flags(side)
     _add_timing_flags(side)
-    side.add_argument("--http", default="127.0.0.1:4040", help="HOST:PORT, or 'off'")
+    side.add_argument(sa.HTTP, default=sa.DEFAULT_HTTP, help="HOST:PORT, or 'off'")
     side.add_argument(
-        "--metrics", default="off", help="also serve /metrics alone on HOST:PORT (for scrapers)"
+        sa.METRICS,
+        default=sa.DEFAULT_METRICS,
+        help="also serve /metrics alone on HOST:PORT (for scrapers)",
     )
     side.add_argument(
-        "--state-dir", default="/var/run/redlease", help="state file directory; '' for none"
+        sa.STATE_DIR_FLAG, default=sa.STATE_DIR, help="state file directory; '' for none"
     )
     side.add_argument(
-        "--ready",
+        sa.READY,
         choices=READY_MODES,
         default=DEFAULT_READY,
         help="/readyz: 'connected' (default: up and reaching a quorum of nodes), 'leader', "
         "'always'",
     )
     _add_lock_ref_flags(side)
-    side.add_argument("--pod-label", action="store_true", help="label own pod redlease.dev/leader")
+    side.add_argument(sa.POD_LABEL, action="store_true", help="label own pod redlease.dev/leader")
     side.add_argument(
-        "--lease-mirror",
+        sa.LEASE_MIRROR,
         action="store_true",
         help="while leading, keep a coordination.k8s.io Lease named after the lock",
     )
-    side.add_argument("--events", action="store_true", help="post became/stopped-leading Events")
+    side.add_argument(sa.EVENTS, action="store_true", help="post became/stopped-leading Events")
     _add_log_flags(side)
+    return side
 
-    run = sub.add_parser("run", help="run COMMAND only while holding the lease")
+
+def _add_run(sub: Any) -> argparse.ArgumentParser:
+    run: argparse.ArgumentParser = sub.add_parser(
+        "run", help="run COMMAND only while holding the lease"
+    )
     _add_connection_flags(run)
     _add_timing_flags(run)
     _add_lock_ref_flags(run)
@@ -544,7 +557,11 @@ def _add_election_commands(sub: Any) -> None:
     )
     _add_log_flags(run)
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS")
+    return run
 
+
+def _add_election_commands(sub: Any) -> None:
+    side, run = _add_sidecar(sub), _add_run(sub)
     status = sub.add_parser("status", help="holder, fencing token, TTL left, nodes healthy")
     _add_connection_flags(status)
     status.add_argument("--json", action="store_true", help="print JSON")
@@ -557,7 +574,7 @@ def _add_election_commands(sub: Any) -> None:
     wait.add_argument("--state-file", metavar="PATH", help="the sidecar's <lock>.json")
     wait.add_argument("--state-dir", metavar="DIR", help="with --lock: DIR/<lock>.json")
     wait.add_argument("--lock", help="with --state-dir: the lock whose DIR/<lock>.json to read")
-    wait.add_argument("--http", metavar="URL", help="the sidecar's address, e.g. 127.0.0.1:4040")
+    wait.add_argument(sa.HTTP, metavar="URL", help=f"the sidecar's address, e.g. {sa.DEFAULT_HTTP}")
     wait.add_argument(
         "--timeout",
         type=positive_duration,
@@ -581,8 +598,7 @@ def _defer_defaults(p: argparse.ArgumentParser) -> None:
 
 
 def _env_name(action: argparse.Action) -> str:
-    flag = max(action.option_strings, key=len)
-    return "REDLEASE_" + flag.lstrip("-").upper().replace("-", "_")
+    return sa.env_name(max(action.option_strings, key=len))
 
 
 def _fill_from_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -731,7 +747,7 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
 
     if not args.lock_ref:
         if args.pinned_node:
-            raise ConfigError("--pinned-node", "needs --lock-ref (it pins that lock's nodes)")
+            raise ConfigError(sa.PINNED_NODE, f"needs {sa.LOCK_REF} (it pins that lock's nodes)")
         return None
     for flag, value in (("--lock", args.lock), ("--redis", args.redis)):
         if value:
@@ -749,7 +765,7 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
     if args.pinned_node:
         from redlease.core.connect import validate_url
 
-        pinned = [validate_url(u, "--pinned-node", credentials=False) for u in args.pinned_node]
+        pinned = [validate_url(u, sa.PINNED_NODE, credentials=False) for u in args.pinned_node]
         ref = replace(ref, pinned_nodes=frozenset(pinned))
     tls = _tls(args)
     if tls is not None:  # given (injected pods: from the spec.tls Secrets as volumes)
@@ -761,9 +777,31 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
     return ref
 
 
-def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def sidecar_config(args: argparse.Namespace, kube: Any) -> Any:
+    """``redlease sidecar``'s configuration from its parsed flags and the pod's Kubernetes
+    settings (a :class:`redlease.sidecar.config.SidecarConfig`)."""
     from pathlib import Path
 
+    from redlease.sidecar import config as sc
+
+    lock_ref = _lock_ref(args, kube)
+    election = None if lock_ref is not None else _election_config(args)
+    return sc.SidecarConfig(
+        identity=_identity(args),
+        election=election,
+        http=sc.parse_http(args.http),
+        metrics=sc.parse_http(args.metrics, sa.METRICS),
+        state_dir=Path(args.state_dir) if args.state_dir else None,
+        ready=args.ready,
+        pod_label=args.pod_label,
+        lock_ref=lock_ref,
+        kube=kube,
+        lease_mirror=args.lease_mirror,
+        events=args.events,
+    )
+
+
+def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     _fill_from_env(parser, args)
     if args.command == "status":
         from redlease.cli.status import show_status
@@ -783,26 +821,8 @@ def _run_election_command(parser: argparse.ArgumentParser, args: argparse.Namesp
 
     if args.command == "run":
         return _run(args)
-    kube = _kube_settings(args.kube_api)
-    lock_ref = _lock_ref(args, kube)
-    election = None if lock_ref is not None else _election_config(args)
-    identity = _identity(args)
     if args.command == "sidecar":
-        from redlease.sidecar import config as sc
-
-        config = sc.SidecarConfig(
-            identity=identity,
-            election=election,
-            http=sc.parse_http(args.http),
-            metrics=sc.parse_http(args.metrics, "--metrics"),
-            state_dir=Path(args.state_dir) if args.state_dir else None,
-            ready=args.ready,
-            pod_label=args.pod_label,
-            lock_ref=lock_ref,
-            kube=kube,
-            lease_mirror=args.lease_mirror,
-            events=args.events,
-        )
+        config = sidecar_config(args, _kube_settings(args.kube_api))
         logs.configure(args.log_level, args.log_format)
         from redlease.sidecar.daemon import run_sidecar
 

@@ -2,7 +2,7 @@
 
 ``redlease inject -f FILE|-`` prints the manifests with the sidecar injected into every pod (or
 pod template: Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, List) that asks for
-it, using :mod:`redlease.operator.inject` -- the code the admission webhook runs. For GitOps
+it, using :mod:`redlease.operator.injection` -- the code the admission webhook runs. For GitOps
 without webhooks, and to see what the webhook would do. DistributedLocks in the input are used
 as the webhook uses the cluster's (credentials); a lock that is not in the input is "not found".
 A Secret in the input gets the webhook's consent check; one that is not is not checked.
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from redlease.errors import ConfigError
 from redlease.kube.spec import API_VERSION, KIND
-from redlease.operator import inject
+from redlease.operator import injection
 
 if TYPE_CHECKING:
     from redlease.operator.webhook import WebhookConfig
@@ -33,17 +33,17 @@ TEMPLATE_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job")
 def add_injection_flags(p: argparse.ArgumentParser) -> None:
     """What to inject (the chart's ``injection.*`` values map onto these)."""
     p.add_argument(
-        "--sidecar-image", default=inject.DEFAULT_IMAGE, help="image of the injected sidecar"
+        "--sidecar-image", default=injection.DEFAULT_IMAGE, help="image of the injected sidecar"
     )
     p.add_argument(
         "--sidecar-pull-policy",
-        choices=inject.PULL_POLICIES,
+        choices=injection.PULL_POLICIES,
         default="IfNotPresent",
         help="the injected container's imagePullPolicy",
     )
     p.add_argument(
         "--sidecar-mode",
-        choices=inject.SIDECAR_MODES,
+        choices=injection.SIDECAR_MODES,
         default="native",
         help="native: init container with restartPolicy Always (1.29+); container: plain",
     )
@@ -51,7 +51,7 @@ def add_injection_flags(p: argparse.ArgumentParser) -> None:
         "--sidecar-resources",
         metavar="JSON",
         help='resources of the sidecar, e.g. {"requests": {"cpu": "10m"}} (default: '
-        + json.dumps(inject.DEFAULT_RESOURCES)
+        + json.dumps(injection.DEFAULT_RESOURCES)
         + ")",
     )
     p.add_argument(
@@ -99,7 +99,7 @@ def add_command(sub: Any) -> argparse.ArgumentParser:
 
 def _resources(raw: str | None) -> dict[str, Any]:
     if raw is None or not raw.strip():
-        return copy.deepcopy(dict(inject.DEFAULT_RESOURCES))
+        return copy.deepcopy(dict(injection.DEFAULT_RESOURCES))
     try:
         value = json.loads(raw)
     except ValueError as exc:
@@ -109,11 +109,11 @@ def _resources(raw: str | None) -> dict[str, Any]:
     return value
 
 
-def inject_config(args: argparse.Namespace) -> inject.InjectConfig:
+def inject_config(args: argparse.Namespace) -> injection.InjectConfig:
     image = str(args.sidecar_image or "").strip()
     if not image or any(c.isspace() for c in image):
         raise ConfigError("--sidecar-image", f"not an image reference: {args.sidecar_image!r}")
-    return inject.InjectConfig(
+    return injection.InjectConfig(
         image=image,
         pull_policy=args.sidecar_pull_policy,
         native=args.sidecar_mode == "native",
@@ -191,7 +191,7 @@ def pod_templates(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def inject_documents(
-    docs: list[Any], config: inject.InjectConfig, namespace: str | None = None
+    docs: list[Any], config: injection.InjectConfig, namespace: str | None = None
 ) -> tuple[list[str], list[str]]:
     """Inject into every pod template of ``docs`` in place; returns (warnings, denials)."""
     objects = list(_flatten(docs))
@@ -214,28 +214,19 @@ def inject_documents(
         where = f"{doc.get('kind')}/{meta.get('name') or meta.get('generateName') or '?'}"
         for pod in pod_templates(doc):
             try:
-                options = inject.read_options(pod)
+                options = injection.read_options(pod)
                 if options is None:
                     continue
                 found = locks.get((ns, options.lock))
-                given = {
-                    name: secrets[ns, name]
-                    for name in inject.secret_names(found)
-                    if (ns, name) in secrets
-                }
-                auth = inject.secret_name(found)
-                lookup = (
-                    inject.LockLookup(
-                        obj=found, secret=given.get(auth) if auth else None, secrets=given
-                    )
-                    if found
-                    else inject.NOT_FOUND
-                )
-                result = inject.plan(pod, ns, options, lookup, config)
+                lookup = injection.LockLookup(obj=found) if found else injection.NOT_FOUND
+                given = {n: secrets[ns, n] for n in lookup.secret_names() if (ns, n) in secrets}
+                lookup = lookup.with_secrets(given)
+                result = injection.plan(pod, ns, options, lookup, config)
             except ConfigError as exc:
                 denials.append(f"{where}: {exc}")
                 continue
-            inject.apply_patch(pod, result.patch)
+            pod.clear()
+            pod.update(result.pod)
             warnings += [f"{where}: {w}" for w in result.warnings]
     return warnings, denials
 

@@ -1,10 +1,11 @@
 """The sidecar-injection admission webhook: kopf's ``@kopf.on.mutate`` on pods, over HTTPS.
 
-Thin on purpose: read the pod's annotations (:func:`inject.read_options`), GET the named
+Thin on purpose: read the pod's annotations (:func:`injection.read_options`), GET the named
 DistributedLock (:class:`LockSource`, in a worker thread so kopf's loop never blocks), then
-:func:`inject.plan` -- the same code ``redlease inject`` runs. Every operator replica serves it
-(no state, no leadership needed). The chart owns the MutatingWebhookConfiguration and the
-certificate (kopf's "managed" mode, which needs cluster-wide RBAC, stays off).
+:func:`injection.plan` -- the same code ``redlease inject`` runs -- whose planned pod kopf
+turns into the JSON patch. Every operator replica serves it (no state, no leadership needed).
+The chart owns the MutatingWebhookConfiguration and the certificate (kopf's "managed" mode,
+which needs cluster-wide RBAC, stays off).
 
 Failures: a bad annotation or (with ``require_lock``) a missing lock is a denial naming it; an
 unexpected error follows the webhook's failure policy (``Ignore``: admitted without the sidecar
@@ -14,6 +15,7 @@ and a warning, ``Fail``: denied), as the API server does when the webhook cannot
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -25,7 +27,7 @@ import kopf
 
 from redlease.errors import ConfigError
 from redlease.kube.spec import GROUP, PLURAL, VERSION, SecretRef
-from redlease.operator import inject, ports
+from redlease.operator import injection, ports
 from redlease.operator.secrets import SecretSource
 
 log = logging.getLogger("redlease.operator")
@@ -43,7 +45,7 @@ class WebhookConfig:
     keyfile: str | None = None
     failure_policy: str = "Ignore"
     lock_timeout: float = 2.0  # seconds for the DistributedLock GET (timeoutSeconds is <= 5)
-    inject: inject.InjectConfig = field(default_factory=inject.InjectConfig)
+    inject: injection.InjectConfig = field(default_factory=injection.InjectConfig)
 
 
 class LockSource:
@@ -64,7 +66,7 @@ class LockSource:
             self._api = kubernetes.client.CustomObjectsApi(kubernetes.client.ApiClient(conf))
         return self._api
 
-    def _fetch(self, namespace: str, name: str) -> inject.LockLookup:
+    def _fetch(self, namespace: str, name: str) -> injection.LockLookup:
         from kubernetes.client.exceptions import ApiException
 
         try:
@@ -73,18 +75,18 @@ class LockSource:
             )
         except ApiException as exc:
             if exc.status == 404:
-                return inject.NOT_FOUND
-            return inject.LockLookup(error=f"HTTP {exc.status} {exc.reason}")
+                return injection.NOT_FOUND
+            return injection.LockLookup(error=f"HTTP {exc.status} {exc.reason}")
         except Exception as exc:  # noqa: BLE001 - urllib3/socket errors: reported, not raised
-            return inject.LockLookup(error=f"{type(exc).__name__}: {exc}")
-        return inject.LockLookup(obj=obj)
+            return injection.LockLookup(error=f"{type(exc).__name__}: {exc}")
+        return injection.LockLookup(obj=obj)
 
-    async def get(self, namespace: str, name: str) -> inject.LockLookup:
+    async def get(self, namespace: str, name: str) -> injection.LockLookup:
         try:
             async with asyncio.timeout(self.timeout + 0.5):
                 return await asyncio.to_thread(self._fetch, namespace, name)
         except TimeoutError:
-            return inject.LockLookup(error=f"no answer within {self.timeout:g}s")
+            return injection.LockLookup(error=f"no answer within {self.timeout:g}s")
 
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"  # the chart's admissionReviewVersions: ["v1"]
@@ -221,10 +223,11 @@ def _pod_name(meta: Mapping[str, Any]) -> str:
 
 async def lookup(
     locks: LockSource, secrets: SecretSource, namespace: str, name: str
-) -> inject.LockLookup:
-    """The DistributedLock and the Secrets it names (auth, spec.tls), for the consent check."""
+) -> injection.LockLookup:
+    """The DistributedLock (its spec parsed once, in :class:`~.injection.LockLookup`) and the
+    Secrets it names (auth, spec.tls), for the consent check."""
     found = await locks.get(namespace, name)
-    names = inject.secret_names(found.obj)
+    names = found.secret_names()
     if not names:
         return found
     consent: dict[str, dict[str, Any]] = {}
@@ -235,13 +238,20 @@ async def lookup(
                 # only the consent (labels, annotations) is looked at; values stay out of the pod
                 consent[secret] = {"metadata": obj.get("metadata") or {}}
     except ConfigError as exc:
-        return inject.LockLookup(obj=found.obj, consent_error=exc.message)
+        return found.with_secrets({}, consent_error=exc.message)
     except TimeoutError:
-        return inject.LockLookup(obj=found.obj, consent_error="no answer in time")
-    auth = inject.secret_name(found.obj)
-    return inject.LockLookup(
-        obj=found.obj, secret=consent.get(auth) if auth else None, secrets=consent
-    )
+        return found.with_secrets({}, consent_error="no answer in time")
+    return found.with_secrets(consent)
+
+
+def _become(after: dict[str, Any]) -> Any:
+    """A kopf patch function that turns the body into ``after``."""
+
+    def fn(body: dict[str, Any]) -> None:
+        body.clear()
+        body.update(copy.deepcopy(after))
+
+    return fn
 
 
 def register(
@@ -262,11 +272,11 @@ def register(
         where = f"{namespace}/{_pod_name(meta)}"
         raw = dict(body)
         try:
-            options = inject.read_options(raw)
+            options = injection.read_options(raw)
             if options is None:
                 return
             lock = await lookup(locks, secrets, namespace, options.lock)
-            result = inject.plan(raw, namespace, options, lock, config.inject)
+            result = injection.plan(raw, namespace, options, lock, config.inject)
         except ConfigError as exc:
             log.warning("pod %s denied: %s", where, exc)
             raise kopf.AdmissionError(str(exc), code=400) from None
@@ -280,7 +290,8 @@ def register(
         warnings.extend(result.warnings)
         for text in result.warnings:
             log.warning("pod %s: %s", where, text)
-        if result.patch:
-            ops = result.patch
-            patch.fns.append(lambda pod: inject.apply_patch(pod, ops))
+        if result.changed:
+            # kopf diffs the body after its fns against the body before: handing it the planned
+            # pod gives the operations of ``result.patch`` (both are jsonpatch's diff), once
+            patch.fns.append(_become(result.pod))
             log.info("pod %s: sidecar injected (lock %s)", where, options.lock)

@@ -17,6 +17,7 @@ from redlease.core.keys import scoped_name
 from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.timing import Timing, validate_timing
 from redlease.errors import ConfigError
+from redlease.kube import sidecar_args
 from redlease.kube.client import KubeSettings
 from redlease.kube.spec import (
     DEFAULT_READY,
@@ -45,21 +46,21 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class HttpAddress:
-    host: str = "127.0.0.1"
-    port: int = 4040
+    host: str = sidecar_args.LOOPBACK
+    port: int = sidecar_args.DEFAULT_HTTP_PORT
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
 
 
-def parse_http(value: str, field_name: str = "--http") -> HttpAddress | None:
+def parse_http(value: str, field_name: str = sidecar_args.HTTP) -> HttpAddress | None:
     """``HOST:PORT`` (``:PORT`` means 127.0.0.1), or ``off``/empty for no HTTP server."""
     if value in ("", "off", "none"):
         return None
     host, sep, port = value.rpartition(":")
     if not sep:
         raise ConfigError(field_name, f"expected HOST:PORT, got {value!r}")
-    host = host.strip("[]") or "127.0.0.1"
+    host = host.strip("[]") or sidecar_args.LOOPBACK
     number = digits(port)
     if number is None:
         raise ConfigError(field_name, f"bad port in {value!r}")
@@ -86,7 +87,9 @@ class LockRef:
         return f"{self.namespace}/{self.name}"
 
 
-def parse_lock_ref(value: str, namespace: str | None, field_name: str = "--lock-ref") -> LockRef:
+def parse_lock_ref(
+    value: str, namespace: str | None, field_name: str = sidecar_args.LOCK_REF
+) -> LockRef:
     """``NAME`` (in the pod's namespace) or ``NAMESPACE/NAME``."""
     ns, _, name = value.rpartition("/")
     ns = ns or namespace or ""
@@ -167,7 +170,7 @@ class SidecarConfig:
     identity: str
     election: ElectionConfig | None
     http: HttpAddress | None = HttpAddress()
-    state_dir: Path | None = Path("/var/run/redlease")
+    state_dir: Path | None = Path(sidecar_args.STATE_DIR)
     ready: str = DEFAULT_READY
     pod_label: bool = False
     lock_ref: LockRef | None = None

@@ -1,0 +1,121 @@
+"""The ``redlease.dev/*`` pod annotations: their names (the webhook, the CLI, the chart tests
+and the docs use these) and :func:`read_options`, what one pod asks for."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from redlease.core.connect import digits
+from redlease.errors import ConfigError
+from redlease.kube.sidecar_args import DEFAULT_HTTP_PORT
+from redlease.kube.spec import DEFAULT_READY, GROUP, READY_MODES, validate_object_name
+
+LOCK_ANNOTATION = f"{GROUP}/lock"  # opt in: the DistributedLock (same namespace) to follow
+INJECT_ANNOTATION = f"{GROUP}/inject"  # "false": opt out
+READY_ANNOTATION = f"{GROUP}/ready"  # connected (default) | leader | always
+POD_LABEL_ANNOTATION = f"{GROUP}/pod-label"  # "true": keep redlease.dev/leader on the pod
+HTTP_PORT_ANNOTATION = f"{GROUP}/http-port"  # the sidecar's loopback port (4040)
+LEASE_MIRROR_ANNOTATION = f"{GROUP}/lease-mirror"  # "true": keep a coordination.k8s.io Lease
+EVENTS_ANNOTATION = f"{GROUP}/events"  # "true": post became/stopped-leading Events
+METRICS_PORT_ANNOTATION = f"{GROUP}/metrics-port"  # /metrics alone on the pod IP, for scrapers
+INJECTED_ANNOTATION = f"{GROUP}/injected"  # set by the injector: the redlease version
+OPTION_ANNOTATIONS = (
+    LOCK_ANNOTATION,
+    INJECT_ANNOTATION,
+    READY_ANNOTATION,
+    POD_LABEL_ANNOTATION,
+    HTTP_PORT_ANNOTATION,
+    LEASE_MIRROR_ANNOTATION,
+    EVENTS_ANNOTATION,
+    METRICS_PORT_ANNOTATION,
+    INJECTED_ANNOTATION,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What one pod asks for, from its annotations."""
+
+    lock: str
+    ready: str = DEFAULT_READY
+    http_port: int = DEFAULT_HTTP_PORT
+    pod_label: bool = False
+    lease_mirror: bool = False
+    events: bool = False
+    metrics_port: int | None = None
+
+
+def annotations_of(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def unknown_annotations(pod: Mapping[str, Any]) -> list[str]:
+    """The pod's ``redlease.dev/*`` annotations that mean nothing to the injector (sorted)."""
+    return [
+        key
+        for key in sorted(annotations_of(pod))
+        if key.startswith(f"{GROUP}/") and key not in OPTION_ANNOTATIONS
+    ]
+
+
+def _boolean(annotations: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = annotations.get(key)
+    if raw is None:
+        return default
+    value = str(raw).strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(key, f'must be "true" or "false", got {raw!r}')
+    return value == "true"
+
+
+def _port(annotations: Mapping[str, str], key: str, default: int | None) -> int | None:
+    if key not in annotations:
+        return default
+    raw = str(annotations[key]).strip()
+    number = digits(raw)
+    if number is None or not 1024 <= number <= 65535:
+        raise ConfigError(key, f"must be a port number from 1024 to 65535, got {raw!r}")
+    return number
+
+
+def _lock_name(annotations: Mapping[str, str]) -> str:
+    lock = str(annotations[LOCK_ANNOTATION]).strip()
+    if "/" in lock:
+        raise ConfigError(
+            LOCK_ANNOTATION,
+            f"name a DistributedLock in the pod's own namespace (no NAMESPACE/), got {lock!r}",
+        )
+    return validate_object_name(lock, LOCK_ANNOTATION)
+
+
+def read_options(pod: Mapping[str, Any]) -> Options | None:
+    """The pod's injection request; ``None`` if it has no ``redlease.dev/lock`` annotation or
+    opts out with ``redlease.dev/inject: "false"``. Raises ConfigError naming a bad annotation."""
+    annotations = annotations_of(pod)
+    if LOCK_ANNOTATION not in annotations:
+        return None
+    if not _boolean(annotations, INJECT_ANNOTATION, True):
+        return None
+    lock = _lock_name(annotations)
+    ready = str(annotations.get(READY_ANNOTATION, DEFAULT_READY)).strip()
+    if ready not in READY_MODES:
+        raise ConfigError(
+            READY_ANNOTATION, f"must be one of {', '.join(READY_MODES)}, got {ready!r}"
+        )
+    http_port = _port(annotations, HTTP_PORT_ANNOTATION, DEFAULT_HTTP_PORT)
+    metrics_port = _port(annotations, METRICS_PORT_ANNOTATION, None)
+    if metrics_port == http_port:
+        raise ConfigError(METRICS_PORT_ANNOTATION, f"must differ from the http port {http_port}")
+    return Options(
+        lock=lock,
+        ready=ready,
+        http_port=http_port or DEFAULT_HTTP_PORT,
+        pod_label=_boolean(annotations, POD_LABEL_ANNOTATION, False),
+        lease_mirror=_boolean(annotations, LEASE_MIRROR_ANNOTATION, False),
+        events=_boolean(annotations, EVENTS_ANNOTATION, False),
+        metrics_port=metrics_port,
+    )
