@@ -311,3 +311,59 @@ def test_metrics_port_serves_metrics_alone_on_a_named_port() -> None:
                 pod({LOCK_ANNOTATION: "orders", injection.METRICS_PORT_ANNOTATION: bad})
             )
         assert info.value.field == injection.METRICS_PORT_ANNOTATION
+
+
+SENTINEL_URL = "redis+sentinel://s1:26379,s2:26379/mymaster"
+
+
+def sentinel_lookup(allowed: str | None) -> LockLookup:
+    lock = {**LOCK, "spec": {**LOCK["spec"], "nodes": [{"url": SENTINEL_URL}]}}
+    meta: dict[str, Any] = {"name": "auth", "labels": {"redlease.dev/credentials": "true"}}
+    if allowed is not None:
+        meta["annotations"] = {"redlease.dev/allowed-nodes": allowed}
+    return LockLookup(obj=lock).with_secrets({"auth": {"metadata": meta, "data": {}}})
+
+
+@pytest.mark.parametrize(
+    ("allowed", "masters", "wired"),
+    [
+        (f"{SENTINEL_URL}, redis://10.0.0.7:6379, redis://10.0.0.8:6379",
+         ["redis://10.0.0.7:6379", "redis://10.0.0.8:6379"], True),
+        (None, [], True),  # no allowed list: the masters are not checked (as in the operator)
+        (SENTINEL_URL, [], False),  # a list that allows no master: nothing can be reached
+    ],
+    ids=["listed", "no-list", "no-master"],
+)  # fmt: skip
+def test_a_sentinel_lock_tells_the_sidecar_which_masters_it_may_use(
+    allowed: str | None, masters: list[str], wired: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An injected sidecar gets its credentials from its environment and never reads the
+    Secret, so the injector writes the masters the Secret allows (``--allowed-master``), and
+    the CLI turns them into the sidecar's pin."""
+    from redlease.cli import _fill_from_env, sidecar_config
+    from redlease.kube.client import KubeSettings
+
+    out, result = run(pod(), sentinel_lookup(allowed))
+    args = sidecar(out)["args"]
+    assert [a.partition("=")[2] for a in args if a.startswith("--allowed-master=")] == masters
+    assert (f"--pinned-node={SENTINEL_URL}" in args) is wired
+    assert (result.warnings == []) is wired
+    for name in ("REDLEASE_ALLOWED_MASTER", "REDLEASE_PINNED_NODE"):
+        monkeypatch.delenv(name, raising=False)
+    parser = build_parser()
+    parsed = parser.parse_args(args)
+    _fill_from_env(parser, parsed)
+    config = sidecar_config(parsed, KubeSettings(namespace="apps", pod_name="orders-0"))
+    assert config.lock_ref is not None and config.lock_ref.allowed_masters == set(masters)
+
+
+def test_allowed_master_takes_node_urls_only() -> None:
+    from redlease.cli import _fill_from_env, sidecar_config
+    from redlease.kube.client import KubeSettings
+
+    parser = build_parser()
+    for bad in ("sentinel:mymaster", "redis+sentinel://s1:26379/m"):
+        parsed = parser.parse_args(["sidecar", "--lock-ref=orders", f"--allowed-master={bad}"])
+        _fill_from_env(parser, parsed)
+        with pytest.raises(ConfigError, match="--allowed-master"):
+            sidecar_config(parsed, KubeSettings(namespace="apps", pod_name="orders-0"))

@@ -178,3 +178,34 @@ async def test_lock_ref_sends_the_password_only_where_the_secret_consents(
     assert password not in sentinel.received and password.decode() not in sc.log()
     if refusal == "spec.nodes":
         assert sentinel.received == b""  # the attacker's Sentinel is not even asked
+
+
+async def test_an_injected_sidecar_checks_the_master_a_sentinel_names() -> None:
+    """An injected sidecar has its password from its environment (it never reads the Secret):
+    the masters the Secret allows come with its arguments (``--allowed-master``), and a
+    Sentinel naming any other master gets nothing sent to that master."""
+    password = "pw-injected"
+    async with (
+        listening(Recorder(refuse)) as master,
+        listening(Recorder(sentinel_naming(master.port))) as sentinel,
+        kmock.KubernetesEmulator() as api,
+        kmock.Server(api) as srv,
+    ):
+        api.resources[DLOCKS] = kmock.ResourceInfo(kind="DistributedLock", namespaced=True)
+        url = f"redis+sentinel://127.0.0.1:{sentinel.port}/mymaster"
+        api.objects[DLOCKS, NS, "orders"] = {
+            "metadata": {"name": "orders", "namespace": NS, "generation": 1},
+            "spec": {"keys": ["orders"], "nodes": [{"url": url}],
+                     "auth": {"secretRef": {"name": "redis-auth"}}},
+        }  # fmt: skip
+        extra = ["--lock-ref", "orders", "--kube-api", f"http://127.0.0.1:{srv.port}",
+                 f"--pinned-node={url}", "--allowed-master=redis://10.0.0.7:6379"]  # fmt: skip
+        environ = env(POD_NAME="pod-a", POD_NAMESPACE=NS, REDLEASE_PASSWORD=password)
+        sc = Sidecar("pod-a", "", [], environ=environ, extra=extra)
+        sc.start()
+        try:
+            await until(lambda: f"named master redis://127.0.0.1:{master.port}" in sc.log(), 30)
+        finally:
+            sc.stop()
+    assert master.received == b""
+    assert password.encode() not in sentinel.received and password not in sc.log()

@@ -469,6 +469,13 @@ def _add_lock_ref_flags(p: argparse.ArgumentParser) -> None:
         help="with --lock-ref: use only these node URLs (repeat per node; the injector pins "
         "the nodes whose consent it checked)",
     )
+    p.add_argument(
+        sa.ALLOWED_MASTER,
+        action="append",
+        metavar="URL",
+        help="with --lock-ref and given credentials: the only masters (redis://HOST:PORT) a "
+        "Sentinel may name (repeat; the injector writes those the lock's Secret allows)",
+    )
     p.add_argument("--kube-api", metavar="URL", help="Kubernetes API (default: in-cluster)")
 
 
@@ -746,8 +753,10 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
     from redlease.sidecar import config as sc
 
     if not args.lock_ref:
-        if args.pinned_node:
-            raise ConfigError(sa.PINNED_NODE, f"needs {sa.LOCK_REF} (it pins that lock's nodes)")
+        for flag, given in ((sa.PINNED_NODE, args.pinned_node),
+                            (sa.ALLOWED_MASTER, args.allowed_master)):  # fmt: skip
+            if given:
+                raise ConfigError(flag, f"needs {sa.LOCK_REF} (it pins that lock's nodes)")
         return None
     for flag, value in (("--lock", args.lock), ("--redis", args.redis)):
         if value:
@@ -767,6 +776,13 @@ def _lock_ref(args: argparse.Namespace, kube: Any) -> Any:
 
         pinned = [validate_url(u, sa.PINNED_NODE, credentials=False) for u in args.pinned_node]
         ref = replace(ref, pinned_nodes=frozenset(pinned))
+    if args.allowed_master:
+        from redlease.core.connect import Consent
+
+        masters = Consent.parse(",".join(args.allowed_master), sa.ALLOWED_MASTER).masters()
+        if len(masters) != len(set(args.allowed_master)):
+            raise ConfigError(sa.ALLOWED_MASTER, "takes redis://HOST:PORT or rediss://HOST:PORT")
+        ref = replace(ref, allowed_masters=frozenset(masters))
     tls = _tls(args)
     if tls is not None:  # given (injected pods: from the spec.tls Secrets as volumes)
         ref = replace(ref, tls=tls)

@@ -313,6 +313,11 @@ class Consent:
         master = "rediss" if scheme.startswith("rediss") else "redis"
         return address_name(master, host, port) in self.names
 
+    def masters(self) -> tuple[str, ...]:
+        """The entries a Sentinel's master may match (``redis://`` and ``rediss://`` names),
+        sorted: what an injected sidecar is told (``--allowed-master``)."""
+        return tuple(sorted(n for n in self.names if n.startswith(("redis://", "rediss://"))))
+
     def __and__(self, other: Consent | None) -> Consent:
         return self if other is None else Consent(self.names & other.names)
 

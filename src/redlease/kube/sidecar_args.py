@@ -19,6 +19,7 @@ ENV_PREFIX = "REDLEASE_"  # every flag also reads REDLEASE_<FLAG>: --state-dir -
 # --- flags -------------------------------------------------------------------------------------
 LOCK_REF = "--lock-ref"
 PINNED_NODE = "--pinned-node"
+ALLOWED_MASTER = "--allowed-master"
 READY = "--ready"
 HTTP = "--http"
 METRICS = "--metrics"
@@ -65,6 +66,7 @@ class SidecarArgs:
     ready: str
     http_port: int = DEFAULT_HTTP_PORT
     pinned_nodes: Sequence[str] = ()
+    allowed_masters: Sequence[str] = ()  # Sentinel locks: the masters the Secret allows
     pod_label: bool = False
     lease_mirror: bool = False
     events: bool = False
@@ -81,6 +83,7 @@ class SidecarArgs:
             f"{HTTP}={LOOPBACK}:{self.http_port}",
             f"{STATE_DIR_FLAG}={STATE_DIR}",
             *(f"{PINNED_NODE}={url}" for url in self.pinned_nodes),
+            *(f"{ALLOWED_MASTER}={url}" for url in self.allowed_masters),
         ]
         switches = ((POD_LABEL, self.pod_label), (LEASE_MIRROR, self.lease_mirror),
                     (EVENTS, self.events))  # fmt: skip

@@ -82,6 +82,7 @@ class LockRef:
     tls: Tls | None = field(default=None, compare=False)  # from flags (injected: Secret volumes)
     replica_timeout: float = DEFAULT_REPLICA_TIMEOUT  # --replica-timeout (spec.replicas: how many)
     pinned_nodes: frozenset[str] | None = None  # --pinned-node: the only node URLs to use
+    allowed_masters: frozenset[str] = frozenset()  # --allowed-master: what a Sentinel may name
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import structlog
 
-from redlease.core.connect import redact
+from redlease.core.connect import Consent, consent_names, redact
 from redlease.errors import ConfigError, KubeError
 from redlease.kube.client import KubeClient
 from redlease.kube.spec import (
@@ -22,6 +22,7 @@ from redlease.kube.spec import (
     PLURAL,
     SHARED_KEYS_LABEL,
     VERSION,
+    Credentials,
     LockSpec,
     credentials_from_secret,
     key_scope,
@@ -90,7 +91,7 @@ class LockRefFollower:
         if not isinstance(obj, dict):
             raise KubeError(f"DistributedLock {self.ref}: the API answered {obj!r}")
         spec = dataclasses.replace(parse_spec(obj.get("spec")), scope=await self._scope())
-        credentials = self.ref.credentials
+        credentials = self._given_credentials(spec)
         given_tls = self.ref.tls
         if self.pinned_nodes is None and (
             credentials is not None or (given_tls is not None and given_tls.client_certificate)
@@ -103,6 +104,16 @@ class LockRefFollower:
             credentials = credentials_from_secret(secret, ref, spec.target.urls)
         spec = await self._tls(spec)
         return election_from_spec(spec, self.identity, credentials, self.ref.replica_timeout)
+
+    def _given_credentials(self, spec: LockSpec) -> Credentials | None:
+        """The credentials given with the reference; with ``--allowed-master``, kept to the
+        lock's nodes and those masters (a Sentinel naming another master gets nothing)."""
+        given = self.ref.credentials
+        if given is None or not self.ref.allowed_masters:
+            return given
+        names = frozenset().union(*map(consent_names, spec.target.urls))
+        consent = Consent(names | self.ref.allowed_masters)
+        return dataclasses.replace(given, consent=consent)
 
     def _check_pinned(self, spec: LockSpec) -> None:
         pinned = self.pinned_nodes

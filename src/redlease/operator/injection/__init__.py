@@ -53,7 +53,13 @@ from redlease.operator.injection.container import (
     probe_command,
     sidecar_container,
 )
-from redlease.operator.injection.lookup import NO_CONSENT, NOT_FOUND, LockLookup, pinned_urls
+from redlease.operator.injection.lookup import (
+    NO_CONSENT,
+    NOT_FOUND,
+    LockLookup,
+    allowed_masters,
+    pinned_urls,
+)
 from redlease.operator.injection.plan import Injection, plan
 
 __all__ = [
@@ -87,6 +93,7 @@ __all__ = [
     "Injection",
     "LockLookup",
     "Options",
+    "allowed_masters",
     "annotations_of",
     "pinned_urls",
     "plan",

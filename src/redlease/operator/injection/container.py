@@ -161,13 +161,16 @@ def _env(credentials: SecretRef | None) -> list[dict[str, Any]]:
     return env
 
 
-def sidecar_args(options: Options, tls: TlsRefs, pinned: Sequence[str]) -> sa.SidecarArgs:
+def sidecar_args(
+    options: Options, tls: TlsRefs, pinned: Sequence[str], masters: Sequence[str] = ()
+) -> sa.SidecarArgs:
     """The sidecar's command line for this pod."""
     return sa.SidecarArgs(
         lock_ref=options.lock,
         ready=options.ready,
         http_port=options.http_port,
         pinned_nodes=tuple(pinned),
+        allowed_masters=tuple(masters),
         pod_label=options.pod_label,
         lease_mirror=options.lease_mirror,
         events=options.events,
@@ -183,9 +186,11 @@ def sidecar_container(
     credentials: SecretRef | None,
     tls: TlsRefs | None = None,
     pinned: Sequence[str] = (),
+    masters: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The sidecar container exactly as injected; ``pinned``: the node URLs the Secrets'
-    consent was checked for (one ``--pinned-node`` each; the sidecar uses no others)."""
+    consent was checked for (one ``--pinned-node`` each; the sidecar uses no others);
+    ``masters``: the masters a Sentinel may name (one ``--allowed-master`` each)."""
     tls = tls or TlsRefs()
     container: dict[str, Any] = {
         "name": SIDECAR_NAME,
@@ -198,7 +203,7 @@ def sidecar_container(
         container["ports"] = [
             {"name": METRICS_PORT_NAME, "containerPort": options.metrics_port, "protocol": "TCP"}
         ]
-    container["args"] = sidecar_args(options, tls, pinned).argv()
+    container["args"] = sidecar_args(options, tls, pinned, masters).argv()
     container["env"] = _env(credentials)
     container.update(_probes(options))
     container["resources"] = copy.deepcopy(dict(config.resources))

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from redlease.core.connect import SENTINEL_SCHEMES
 from redlease.errors import ConfigError
 from redlease.kube.spec import LockSpec, check_consent, parse_spec
 
@@ -90,10 +91,38 @@ def usable_spec(lock: LockLookup, where: str) -> tuple[LockSpec | None, str | No
         secret = lock.secrets.get(ref.name)
         if secret is not None:
             try:
-                check_consent(secret, ref, spec.target.urls)
+                consent = check_consent(secret, ref, spec.target.urls)
             except ConfigError:
+                consent = None
+                refused = True
+            else:  # a Sentinel lock needs a master to be allowed too
+                refused = consent is not None and _sentinel(spec) and not consent.masters()
+            if refused:
                 return None, f"{where}: {NO_CONSENT}; its credentials are not wired into the pod"
     return spec, None
+
+
+def _sentinel(spec: LockSpec) -> bool:
+    return any(
+        url.startswith(tuple(f"{s}://" for s in SENTINEL_SCHEMES)) for url in spec.target.urls
+    )
+
+
+def allowed_masters(lock: LockLookup) -> tuple[str, ...]:
+    """For a Sentinel lock whose credentials Secret lists allowed nodes: the masters it allows
+    (``--allowed-master``: the injected sidecar gets its credentials from its environment and
+    never reads the Secret, so it is told which masters a Sentinel may name); none otherwise."""
+    spec = lock.spec
+    if spec is None or spec.secret_ref is None or not _sentinel(spec):
+        return ()
+    secret = lock.secrets.get(spec.secret_ref.name)
+    if secret is None:
+        return ()
+    try:
+        consent = check_consent(secret, spec.secret_ref, spec.target.urls)
+    except ConfigError:
+        return ()
+    return consent.masters() if consent is not None else ()
 
 
 def pinned_urls(spec: LockSpec | None) -> tuple[str, ...]:

@@ -34,7 +34,12 @@ from redlease.operator.injection.container import (
     pod_volumes,
     sidecar_container,
 )
-from redlease.operator.injection.lookup import LockLookup, pinned_urls, usable_spec
+from redlease.operator.injection.lookup import (
+    LockLookup,
+    allowed_masters,
+    pinned_urls,
+    usable_spec,
+)
 
 # The service-account admission plugin runs before webhooks and adds this volume (and mounts it
 # into every container) unless the pod or its ServiceAccount turned automount off.
@@ -236,7 +241,9 @@ def plan(
     warnings += _mount_state(new)
     tls = lock_spec.tls_refs if lock_spec is not None else TlsRefs()
     credentials = lock_spec.secret_ref if lock_spec is not None else None
-    sidecar = sidecar_container(options, config, credentials, tls, pinned_urls(lock_spec))
+    masters = allowed_masters(lock) if lock_spec is not None else ()
+    pinned = pinned_urls(lock_spec)
+    sidecar = sidecar_container(options, config, credentials, tls, pinned, masters)
     kind = "initContainers" if config.native else "containers"
     new[kind] = [*_list(new, kind), sidecar]
     new["volumes"] = [*_list(new, "volumes"), *pod_volumes(tls)]
