@@ -1,0 +1,166 @@
+"""The elector's state machine: when to acquire, when to renew, when leadership ends. Pure.
+
+client-go's ``tryAcquireOrRenew`` loop with the decisions taken out of the I/O: the driver
+gives :class:`Election` the monotonic ``now`` and the outcome of each attempt, and asks it what
+to do next and when. The backend behind the driver (a Redis lease, a Kubernetes Lease) only
+implements :class:`LockBackend`. The rules, one place for every surface:
+
+- a leader renews ``renew_every`` after the last successful attempt was *sent*, and retries a
+  failed one every ``retry_every``, never after its deadline;
+- the deadline is set from the send time of the successful attempt (``sent_at +
+  renew_deadline``, capped by the lease's own local deadline: send time plus TTL minus drift);
+- at the deadline the term ends; a success that arrives after it does not resurrect it;
+- a refusal (the lock is not ours, the server clock stepped) ends the term at once, with its
+  reason; a transient error is retried until the deadline.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol, TypeVar
+
+from redlease.errors import ClockStepped, LockError, LockUnavailable, NotOwned
+
+T = TypeVar("T")
+
+DEADLINE_PASSED = "local deadline passed before a renewal succeeded"
+
+
+class Action(Enum):
+    """What the driver does next."""
+
+    ACQUIRE = "acquire"
+    RENEW = "renew"
+    LOST = "lost"
+    RELEASED = "released"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The next thing to do: ``action`` at monotonic ``at``; ``reason`` when it is a loss."""
+
+    action: Action
+    at: float
+    reason: str = ""
+
+
+class LockBackend(Protocol[T]):
+    """The lock an elector runs over: acquire, extend and release one lease (``T``: the
+    backend's handle of a granted term). Errors follow :func:`classify`."""
+
+    async def acquire(self) -> T | None:
+        """Take the lock if free (None while someone else holds it)."""
+        ...
+
+    async def extend(self, held: T) -> T:
+        """Renew the term held; raises :class:`~redlease.errors.NotOwned` once it is gone."""
+        ...
+
+    async def release(self, held: T) -> None:
+        """Give the lock up (best effort)."""
+        ...
+
+
+def classify(exc: BaseException) -> str | None:
+    """The loss reason an attempt's error means, or None for a transient one (retry)."""
+    if isinstance(exc, ClockStepped):
+        return exc.message
+    if isinstance(exc, NotOwned):
+        return "renewal refused: lease expired or taken over"
+    if isinstance(exc, LockUnavailable | TimeoutError):
+        return None
+    if isinstance(exc, LockError):
+        return f"renewal failed: {exc.message}"
+    return f"renewal failed: {exc!r}"
+
+
+class Election:
+    """One candidate's term: idle (acquiring) or leading until :attr:`deadline`.
+
+    ``renew_every``: delay from a successful attempt's send time to the next renewal;
+    ``retry_every``: delay after a failed attempt (also the acquire period);
+    ``renew_deadline``: how long after a successful send the term lasts (None: only the
+    lease's own local deadline given to :meth:`succeeded` bounds it).
+    """
+
+    def __init__(
+        self, renew_every: float, retry_every: float, renew_deadline: float | None = None
+    ) -> None:
+        self.renew_every = renew_every
+        self.retry_every = retry_every
+        self.renew_deadline = renew_deadline
+        self.deadline = -math.inf  # monotonic: leader strictly before this instant
+        self.last_sent = -math.inf  # send time of the last successful attempt
+        self.next_at = -math.inf  # when the next attempt is due
+        self.term = False  # a term began and has not ended
+        self.reason = ""
+
+    def leading(self, now: float) -> bool:
+        """True while the term runs: leader strictly before the deadline."""
+        return self.term and now < self.deadline
+
+    def next(self, now: float) -> Step:
+        """What to do at or after ``now``."""
+        if self.term and now >= self.deadline:
+            self.lose(DEADLINE_PASSED)
+        if self.reason:
+            return Step(Action.LOST, now, self.reason)
+        if not self.term:
+            return Step(Action.ACQUIRE, max(now, self.next_at))
+        return Step(Action.RENEW, min(max(now, self.next_at), self.deadline))
+
+    def budget(self, now: float) -> float | None:
+        """How long an attempt sent at ``now`` may take: up to the deadline while leading
+        (None once it passed), ``retry_every`` while acquiring."""
+        if not self.term:
+            return self.retry_every
+        return self.deadline - now if now < self.deadline else None
+
+    def succeeded(self, sent_at: float, now: float, lease_deadline: float = math.inf) -> bool:
+        """An attempt sent at ``sent_at`` was granted (``lease_deadline``: the lease's local
+        deadline, from :func:`~redlease.core.protocol.local_deadline`). False when it came
+        too late: the term already ended, or the grant is void by ``now``."""
+        if self.reason or (self.term and now >= self.deadline):
+            self.next(now)
+            return False
+        deadline = lease_deadline
+        if self.renew_deadline is not None:
+            deadline = min(deadline, sent_at + self.renew_deadline)
+        if now >= deadline:
+            if self.term:
+                self.lose(DEADLINE_PASSED)
+            return False
+        self.term = True
+        self.deadline = deadline
+        self.last_sent = sent_at
+        self.next_at = sent_at + self.renew_every
+        return True
+
+    def failed(self, now: float, reason: str | None) -> Step:
+        """An attempt failed: ``reason`` None for a transient error (retry), else why the
+        lock is gone (see :func:`classify`)."""
+        if reason is not None and self.term:
+            self.lose(reason)
+        self.next_at = now + self.retry_every
+        return self.next(now)
+
+    def lose(self, reason: str) -> None:
+        """End the term now (idempotent: the first reason stays)."""
+        if self.term and not self.reason:
+            self.reason = reason
+        self.deadline = -math.inf
+
+    def release(self, now: float) -> Step:
+        """Stop: RELEASED when a running term should be given back, else what ended it."""
+        if self.leading(now):
+            self.reset()
+            return Step(Action.RELEASED, now)
+        return self.next(now)
+
+    def reset(self) -> None:
+        """After a loss was handled, run for the lock again."""
+        self.term = False
+        self.reason = ""
+        self.deadline = -math.inf
