@@ -1,7 +1,9 @@
 """The operator elects its active replica through a ``coordination.k8s.io/v1`` Lease.
 
-client-go's leader election, written once: :class:`Leadership` decides (pure, clock passed in),
-:class:`LeaseElector` does the I/O through the one Lease writer
+client-go's leader election over the one elector state machine
+(:class:`~redlease.core.election.Election`: when to renew, when leading ends); :class:`Leadership`
+decides whether this replica may write the Lease (pure, clock passed in); :class:`LeaseElector`
+does the I/O through the one Lease writer
 (:class:`~redlease.kube.leasewriter.LeaseWriter` over :class:`~redlease.kube.client.KubeClient`,
 every call bounded). A candidate reads the Lease every retry period; it takes the Lease
 when nobody holds it, or when the holder has not renewed it for ``leaseDurationSeconds`` as
@@ -27,6 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
+from redlease.core.election import Action, Election
 from redlease.core.timing import Timing
 from redlease.errors import KubeError
 from redlease.kube.client import KubeClient
@@ -48,16 +51,13 @@ class ElectionConfig:
 
 
 class Leadership:
-    """What one replica knows about the Lease and decides from it (no I/O)."""
+    """Whether this replica may write the Lease, from what it has seen of it (no I/O); how
+    long it leads is :class:`~redlease.core.election.Election`'s."""
 
     def __init__(self, config: ElectionConfig) -> None:
         self.config = config
         self.observed: LeaseRecord | None = None
         self.observed_at = 0.0  # monotonic time the observed record last changed
-        self.renew_by = 0.0  # monotonic: leader strictly before this instant
-
-    def leading(self, now: float) -> bool:
-        return now < self.renew_by
 
     def observe(self, record: LeaseRecord | None, now: float) -> None:
         if record != self.observed:
@@ -79,14 +79,6 @@ class Leadership:
             return replace(record, duration=duration, renew_time=wall)
         return LeaseRecord(me, duration, wall, wall, record.transitions + 1)
 
-    def written(self, record: LeaseRecord, sent_at: float) -> None:
-        """Our write of ``record`` (sent at monotonic ``sent_at``) succeeded."""
-        self.observe(record, sent_at)
-        self.renew_by = sent_at + self.config.timing.renew_deadline
-
-    def lost(self) -> None:
-        self.renew_by = 0.0
-
 
 Hook = Callable[[], Awaitable[None]]
 
@@ -102,6 +94,8 @@ class LeaseElector:
         timeout = max(1.0, config.timing.retry_period)
         self.writer = LeaseWriter(client, config.namespace, config.name, LABELS, timeout)
         self.state = Leadership(config)
+        timing = config.timing
+        self.election = Election(timing.retry_period, timing.retry_period, timing.renew_deadline)
         self.on_started = on_started
         self.on_stopped = on_stopped
         self.is_leader = False  # what the hooks were told
@@ -110,14 +104,15 @@ class LeaseElector:
 
     def leading(self) -> bool:
         """True while this replica may act as the active one (before its renew deadline)."""
-        return self.state.leading(time.monotonic())
+        return self.election.leading(time.monotonic())
 
     async def run(self, stop: asyncio.Event) -> None:
         timing = self.config.timing
         try:
             while not stop.is_set():
                 await self._round()
-                if self.is_leader and not self.leading():
+                step = self.election.next(time.monotonic())
+                if self.is_leader and step.action is Action.LOST:
                     log.warning(
                         "operator lease %s/%s lost: no renewal within %gs (%s)",
                         self.config.namespace,
@@ -139,7 +134,7 @@ class LeaseElector:
         """One try to acquire or renew, bounded by the renew deadline while leading."""
         budget = self.config.timing.retry_period * 2
         if self.is_leader:
-            budget = max(0.05, self.state.renew_by - time.monotonic())
+            budget = max(0.05, self.election.budget(time.monotonic()) or 0.0)
         try:
             async with asyncio.timeout(budget):
                 await self._try()
@@ -159,7 +154,9 @@ class LeaseElector:
         if claim is None:
             return
         await self.writer.write(lease, claim)
-        self.state.written(claim, now)
+        self.state.observe(claim, now)
+        if not self.election.succeeded(now, time.monotonic()):
+            return
         if not self.is_leader:
             self.transitions += 1
             log.info(
@@ -173,7 +170,7 @@ class LeaseElector:
             await self.on_started()
 
     async def _stopped(self) -> None:
-        self.state.lost()
+        self.election.reset()
         self.is_leader = False
         await self.on_stopped()
 
