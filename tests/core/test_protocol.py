@@ -6,6 +6,7 @@ import pytest
 
 from redlease import ConfigError, ProtocolError
 from redlease.core import protocol, scripts
+from redlease.core.election import Election
 from redlease.core.handles import make_options
 from redlease.core.keys import LockKeys
 from redlease.core.lease import RenewSchedule
@@ -47,8 +48,10 @@ def test_bad_replies_raise_protocol_error_naming_the_lock(reply: object) -> None
 
 def test_renew_schedule_never_passes_the_deadline() -> None:
     s = RenewSchedule(ttl=9.0)
-    assert s.next_attempt(last_sent=0.0, now=1.0, deadline=8.8, failed=False) == 3.0
-    assert s.next_attempt(last_sent=0.0, now=8.7, deadline=8.8, failed=True) == 8.8
+    election = Election(s.interval, s.retry)
+    election.start(0.0, 8.8)
+    assert election.next(1.0).at == 3.0
+    assert election.failed(8.7, None).at == 8.8
 
 
 @pytest.mark.parametrize(

@@ -146,6 +146,14 @@ class Election:
         self.next_at = now + self.retry_every
         return self.next(now)
 
+    def start(self, sent_at: float, deadline: float) -> None:
+        """Begin a term from a grant taken elsewhere (an acquire before the renewer started);
+        :meth:`next` reports it lost at once if ``deadline`` has already passed."""
+        self.term, self.reason = True, ""
+        self.deadline = deadline
+        self.last_sent = sent_at
+        self.next_at = sent_at + self.renew_every
+
     def lose(self, reason: str) -> None:
         """End the term now (idempotent: the first reason stays)."""
         if self.term and not self.reason:

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redlease.core import _log as log
+from redlease.core.election import DEADLINE_PASSED, Action, Election, classify
 from redlease.core.protocol import Grant, ServerTime
-from redlease.errors import ClockStepped, LeaseLost, LockError, LockUnavailable, NotOwned
+from redlease.errors import LeaseLost, NotOwned
 
 
 @dataclass
@@ -58,9 +59,8 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class RenewSchedule:
-    """When to renew: at ``fraction`` of the TTL after the last successful renewal was sent,
-    retrying failed attempts every ``retry`` seconds until the local deadline.
-    """
+    """How often to renew: at ``fraction`` of the TTL after the last successful renewal was
+    sent, retrying failed attempts every ``retry`` seconds (until the local deadline)."""
 
     ttl: float
     fraction: float = 1 / 3
@@ -73,14 +73,10 @@ class RenewSchedule:
     def retry(self) -> float:
         return max(0.01, self.interval / 4)
 
-    def next_attempt(self, last_sent: float, now: float, deadline: float, failed: bool) -> float:
-        """Monotonic time of the next extend attempt (never after ``deadline``)."""
-        due = now + self.retry if failed else last_sent + self.interval
-        return min(due, deadline)
-
 
 class RenewLoop:
-    """The renewal state machine, the one renewer behaviour of the thread and asyncio renewers.
+    """The library renewer over the elector state machine
+    (:class:`~redlease.core.election.Election`), shared by the thread and asyncio renewers.
 
     The driver sleeps :meth:`next_wait` seconds, calls :meth:`begin` (how long the extend may
     take: never past the local deadline), runs the extend bounded by that, and reports to
@@ -95,45 +91,32 @@ class RenewLoop:
         self.lease = lease
         self.schedule = RenewSchedule(lease.ttl, fraction)
         self.clock = clock
-        self.last_sent = clock()
-        self.sent = self.last_sent
-        self.retrying = False
+        self.election = Election(self.schedule.interval, self.schedule.retry)
+        self.sent = clock()
+        self.election.start(self.sent, lease.deadline)
 
     def next_wait(self) -> float:
         now = self.clock()
-        at = self.schedule.next_attempt(self.last_sent, now, self.lease.deadline, self.retrying)
-        return max(0.0, at - now)
+        return max(0.0, self.election.next(now).at - now)
 
     def begin(self) -> float | None:
         """Start an attempt: the seconds its extend may take, None if the deadline has passed."""
-        now = self.clock()
-        if now >= self.lease.deadline:
-            return None
-        self.sent = now
-        return self.lease.deadline - now
+        self.sent = self.clock()
+        return self.election.budget(self.sent)
 
     def end(self, budget: float | None, error: BaseException | None) -> str | None:
         """After an attempt (``error`` None: extended): None to go on, else the loss reason."""
-        if budget is None:
-            return "local deadline passed before a renewal succeeded"
-        if error is None:
-            self.last_sent, self.retrying = self.sent, False
-            return None
-        return self.failed(error)
-
-    def failed(self, exc: BaseException) -> str | None:
-        """Classify an extend error: ``None`` to retry (outage), else the loss reason."""
-        if isinstance(exc, ClockStepped):
-            return exc.message
-        if isinstance(exc, NotOwned):
-            return "renewal refused: lease expired or taken over"
-        if isinstance(exc, LockUnavailable | TimeoutError):
-            log.warning("renewal failed, retrying", lock=self.lock, error=str(exc))
-            self.retrying = True
-            return None
-        if isinstance(exc, LockError):
-            return f"renewal failed: {exc.message}"
-        return f"renewal failed: {exc!r}"
+        now = self.clock()
+        if budget is not None and error is None:
+            if self.election.succeeded(self.sent, now, self.lease.deadline):
+                return None
+        elif budget is not None and error is not None:
+            reason = classify(error)
+            if reason is None:
+                log.warning("renewal failed, retrying", lock=self.lock, error=str(error))
+            self.election.failed(now, reason)
+        step = self.election.next(now)
+        return step.reason or DEADLINE_PASSED if step.action is Action.LOST else None
 
     def lose(self, why: str, on_lost: Callable[[LeaseLost], None] | None) -> LeaseLost:
         """Mark the lease lost, write the log line and call ``on_lost`` (errors are logged)."""
