@@ -206,7 +206,7 @@ class HandleCore:
         held = self._holds.get(key)
         if held is not None and held.token == token and grant.reentered:
             held.count += 1
-            held.lease.deadline = grant.deadline
+            held.lease.deadline, held.lease.sent_at = grant.deadline, grant.sent_at
             held.lease.count = grant.count
             held.lease.lost = False
             return held.lease
@@ -251,6 +251,7 @@ class HandleCore:
     @staticmethod
     def finish_extend(held: Held, result: tuple[float, ServerTime], ttl: float | None) -> Lease:
         held.lease.deadline, held.lease.server_time = result
+        held.lease.sent_at, held.lease.renewed_ms = result[1].sent, result[1].server_ms
         if ttl is not None:
             held.lease.ttl = float(ttl)
         return held.lease

@@ -31,6 +31,9 @@ class Lease:
     count: int = 1
     transitions: int = 0
     lost: bool = field(default=False)
+    # monotonic send time of the request that set ``deadline``, and its server time (Redis TIME)
+    sent_at: float = 0.0
+    renewed_ms: int = 0
     # the last reading of the server's clock (one server only): renewals detect clock steps
     server_time: ServerTime | None = field(default=None, repr=False)
 
@@ -45,6 +48,8 @@ class Lease:
             count=grant.count,
             transitions=max(grant.transitions, 0),
             server_time=grant.server_time(),
+            sent_at=grant.sent_at,
+            renewed_ms=grant.server_ms,
         )
 
     def remaining(self) -> float:

@@ -23,7 +23,6 @@ from redlease.core.connect import connect_target
 from redlease.core.durability import read_config, restart_loss
 from redlease.core.keys import LockKeys
 from redlease.core.observe import Notices, node_drivers, read_view
-from redlease.core.protocol import drift
 from redlease.core.rules import OPERATOR
 from redlease.core.state import heartbeat_flow
 from redlease.core.view import LockView
@@ -183,14 +182,13 @@ class Elector:
             self._outage(exc)
             return
         self._lock = lock
-        ttl = cfg.timing.ttl
         self._recovered()
         self._emit(
             self.election.acquired(
                 fencing_token=lease.fencing_token,
                 server_ms=lease.acquired_at_ms,
                 transitions=lease.transitions,
-                sent_at=lease.deadline - ttl + drift(ttl),
+                sent_at=lease.sent_at,
                 lease_deadline=lease.deadline,
                 received_at=time.monotonic(),
             )
@@ -221,8 +219,8 @@ class Elector:
         self._recovered()
         self.election.renewed(
             term,
-            sent_at=now,
-            server_ms=lease.server_time.server_ms if lease.server_time else int(time.time() * 1000),
+            sent_at=lease.sent_at,
+            server_ms=lease.renewed_ms,
             lease_deadline=lease.deadline,
         )
 
