@@ -2,8 +2,8 @@
 
 client-go's ``tryAcquireOrRenew`` loop with the decisions taken out of the I/O: the driver
 gives :class:`Election` the monotonic ``now`` and the outcome of each attempt, and asks it what
-to do next and when. The backend behind the driver (a Redis lease, a Kubernetes Lease) only
-implements :class:`LockBackend`. The rules, one place for every surface:
+to do next and when; the driver does the I/O against its backend (a Redis lease, a Kubernetes
+Lease). The rules, one place for every surface:
 
 - a leader renews ``renew_every`` after the last successful attempt was *sent*, and retries a
   failed one every ``retry_every``, never after its deadline;
@@ -19,11 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol, TypeVar
 
 from redlease.errors import ClockStepped, LockError, LockUnavailable, NotOwned
-
-T = TypeVar("T")
 
 DEADLINE_PASSED = "local deadline passed before a renewal succeeded"
 
@@ -44,23 +41,6 @@ class Step:
     action: Action
     at: float
     reason: str = ""
-
-
-class LockBackend(Protocol[T]):
-    """The lock an elector runs over: acquire, extend and release one lease (``T``: the
-    backend's handle of a granted term). Errors follow :func:`classify`."""
-
-    async def acquire(self) -> T | None:
-        """Take the lock if free (None while someone else holds it)."""
-        ...
-
-    async def extend(self, held: T) -> T:
-        """Renew the term held; raises :class:`~redlease.errors.NotOwned` once it is gone."""
-        ...
-
-    async def release(self, held: T) -> None:
-        """Give the lock up (best effort)."""
-        ...
 
 
 def classify(exc: BaseException) -> str | None:
