@@ -347,7 +347,6 @@ class Elector:
         if view.nodes.total != 1 or getattr(self._client, "clients", None):
             return
         loss = restart_loss(await read_config(self._client, 1.0))
-        log.debug("persistence checked", lock=self.config.lock, loses=loss)
         if loss is not None:
             log.warning(
                 "the Redis node does not keep leases across a restart",
@@ -358,6 +357,7 @@ class Elector:
                 "leads until its next renewal; fencing tokens still only grow",
                 remedy="appendonly yes + appendfsync always, or a RedLock set of 3+ nodes",
             )
+        log.debug("persistence checked", lock=self.config.lock, loses=loss)  # after the warning
 
     # -- helpers ------------------------------------------------------------------------------
 
