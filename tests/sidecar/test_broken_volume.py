@@ -190,8 +190,12 @@ def test_planned_handoff_on_a_read_only_volume_waits_for_the_published_claim_the
     wait_until(lambda: failing_health(a, "EROFS"), timeout=15)
     until = published_claim(a)
     b = start(sidecars, "b", lock_name, redis_server.url)  # the preferred holder shows up
-    assert granted_at(b) >= until - drift(TTL)
-    assert "holding the lease until the published claim runs out" in a.log()
+    granted = granted_at(b)
+    assert granted >= until - drift(TTL)
+    if "holding the lease until the published claim runs out" not in a.log():
+        # A stepped down only after its claim had run out (B was slow to start on a loaded
+        # machine): nothing to outwait, and B was granted after the claim, not before
+        assert granted >= until - 0.01  # both times are printed to the millisecond
     assert failing_health(a, "EROFS")  # still failing: A keeps saying so
     volume.remount("rw")
     wait_until(lambda: a.get("/healthz")[0] == 200, timeout=15)
