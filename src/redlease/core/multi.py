@@ -47,10 +47,9 @@ from redlease.core.protocol import (
     Request,
     ServerTime,
     Wait,
-    as_int,
-    as_list,
     confirm_replicas,
     decode_acquire,
+    decode_raise,
     local_deadline,
 )
 from redlease.core.state import LockState, read_state_flow
@@ -154,7 +153,7 @@ def _seal(
     for part, got in zip(parts, grants, strict=True):
         if got.fence < fence:
             reply = yield part.raise_fence(token, fence)
-            if as_int(as_list(reply, part.name, 2)[1], part.name, "raise") != 1:
+            if not decode_raise(reply, part.name).confirmed:
                 raise LockUnavailable(
                     name, f"the lease on {part.name!r} ended before fencing token {fence} was set"
                 )

@@ -16,6 +16,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from redlease.core import scripts
+from redlease.core.intents import (
+    Acquire,
+    Extend,
+    Extended,
+    FenceRaised,
+    Intent,
+    Leave,
+    RaiseFence,
+    Release,
+    Released,
+)
 from redlease.core.keys import LockKeys
 from redlease.errors import (
     AlreadyHeld,
@@ -42,7 +53,8 @@ class Call:
     ``owner``: the owner token the request acts for. A driver writes a request of an owner behind
     that owner's earlier requests to the same node that are still unanswered (same connection),
     so an undo can never overtake the request it undoes. ``timeout``: the longest to wait for
-    the reply (``None``: the client's socket timeout).
+    the reply (``None``: the client's socket timeout). ``intent``: what the call means, for a
+    layer that runs it on several nodes (:mod:`redlease.core.intents`).
     """
 
     script: scripts.Script
@@ -50,6 +62,7 @@ class Call:
     args: Sequence[str | int]
     owner: str = ""
     timeout: float | None = None
+    intent: Intent | None = None
 
     def evalsha(self) -> tuple[str | int, ...]:
         """The Redis command that runs the script by its SHA1 (the usual case)."""
@@ -363,8 +376,8 @@ class Outcome:
 
 def decode_acquire(reply: object, lock: str) -> Outcome:
     """An acquire reply: a grant is the string 'fence count now_ms transitions' (the scripts
-    build it from strings, cheaper for Redis than a table), anything else a list (or, from a
-    quorum flow, the :class:`Outcome` it decided)."""
+    build it from strings, cheaper for Redis than a table), anything else a list; a node set
+    answers with the :class:`Outcome` it decided (:mod:`redlease.core.intents`)."""
     if isinstance(reply, bytes | str):
         return _decode_grant(reply, lock)
     if type(reply) is Outcome:  # a quorum flow's reply, decoded already
@@ -417,9 +430,30 @@ def decode_handed(value: object, lock: str) -> Outcome:
 
 
 def decode_release(reply: object, lock: str) -> int | None:
-    """A release reply: the reentrant count left (0: the lease is gone), None if not the owner."""
+    """A release reply: the reentrant count left (0: the lease is gone), None if not the owner;
+    a node set answers with :class:`~redlease.core.intents.Released`."""
+    if type(reply) is Released:
+        return reply.count
     count = as_int(reply, lock, "release count")
     return None if count < 0 else count
+
+
+def decode_raise(reply: object, lock: str) -> FenceRaised:
+    """A RAISE_FENCE reply ``{fence, confirmed}``; a node set answers with
+    :class:`~redlease.core.intents.FenceRaised`."""
+    if type(reply) is FenceRaised:
+        return reply
+    items = as_list(reply, lock, 2)
+    return FenceRaised(as_int(items[0], lock, "fence"), as_int(items[1], lock, "raise") == 1)
+
+
+def decode_extend(reply: object, lock: str) -> Extended:
+    """An extend reply ``{status, ttl, now_ms}`` (status 1: extended); a node set answers
+    with :class:`~redlease.core.intents.Extended`."""
+    if type(reply) is Extended:
+        return reply
+    items = as_list(reply, lock, 3)
+    return Extended(as_int(items[0], lock, "status") == 1, as_int(items[2], lock, "time"))
 
 
 # --- primitives ----------------------------------------------------------------------------------
@@ -543,6 +577,7 @@ class Primitive:
                 (k.lease, k.readers, k.writers_waiting, k.waiters, k.handoff, k.fence),
                 (token, o.ttl_ms, wait_ms),
                 token,
+                intent=Acquire(token, o.ttl_ms),
             )
         if self.kind == "write":
             return Call(
@@ -558,6 +593,7 @@ class Primitive:
                 ),
                 (token, o.ttl_ms, o.identity, wait_ms),
                 token,
+                intent=Acquire(token, o.ttl_ms),
             )
         reentrant = "1" if self.kind == "reentrant" else "0"
         keys = self.each(lambda k: (k.lease, k.fence, k.history, k.waiters, k.handoff))
@@ -574,7 +610,7 @@ class Primitive:
             keys += (k.direct, k.grants(token))
             if self.mailbox:
                 args += (self.mailbox,)
-        return Call(scripts.ACQUIRE, keys, args, token)
+        return Call(scripts.ACQUIRE, keys, args, token, intent=Acquire(token, o.ttl_ms))
 
     def release(self, token: str, full: bool = True) -> Call:
         k, o = self.keys, self.options
@@ -584,6 +620,7 @@ class Primitive:
                 (k.readers, k.waiters, k.handoff, k.wake),
                 (token, o.handoff_ms),
                 token,
+                intent=Release(),
             )
         wake_all = "1" if self.kind == "write" else "0"
         keys = self.each(lambda k: (k.lease, k.waiters, k.handoff, k.wake))
@@ -594,13 +631,21 @@ class Primitive:
             keys,
             (token, "1" if full else "0", o.handoff_ms, wake_all),
             token,
+            intent=Release(),
         )
 
     def extend(self, token: str, ttl_ms: int, timeout: float | None = None) -> Call:
         if self.kind == "read":
-            return Call(scripts.EXTEND_READ, (self.keys.readers,), (token, ttl_ms), token, timeout)
+            return Call(
+                scripts.EXTEND_READ,
+                (self.keys.readers,),
+                (token, ttl_ms),
+                token,
+                timeout,
+                Extend(ttl_ms),
+            )
         leases = self.each(lambda k: (k.lease,))
-        return Call(scripts.EXTEND, leases, (token, ttl_ms), token, timeout)
+        return Call(scripts.EXTEND, leases, (token, ttl_ms), token, timeout, Extend(ttl_ms))
 
     def leave(self, token: str) -> Call:
         k = self.keys
@@ -612,11 +657,18 @@ class Primitive:
             keys,
             (token, self.options.handoff_ms),
             token,
+            intent=Leave(),
         )
 
     def raise_fence(self, token: str, fence: int) -> Call:
         """Raise this lock's fence counter, and the owner's lease record, to ``fence``."""
-        return Call(scripts.RAISE_FENCE, (self.keys.fence, self.keys.lease), (fence, token), token)
+        return Call(
+            scripts.RAISE_FENCE,
+            (self.keys.fence, self.keys.lease),
+            (fence, token),
+            token,
+            intent=RaiseFence(fence),
+        )
 
 
 @dataclass(slots=True)
@@ -845,9 +897,9 @@ def extend(
     ttl = opts.ttl if ttl is None else ttl
     sent_at = clock()
     reply = yield prim.extend(token, max(1, round(ttl * 1000)), timeout)
-    items = as_list(reply, prim.name, 3)
-    extended = as_int(items[0], prim.name, "status") == 1
-    reading = ServerTime(as_int(items[2], prim.name, "time"), sent_at, clock())
+    result = decode_extend(reply, prim.name)
+    extended = result.ok
+    reading = ServerTime(result.server_ms, sent_at, clock())
     step = 0.0 if since is None else clock_step(since, reading, opts.ttl)
     if step:
         if extended:
