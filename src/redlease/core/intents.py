@@ -4,8 +4,8 @@ A :class:`~redlease.core.protocol.Call` carries its :data:`Intent`: a layer that
 on several nodes (:mod:`redlease.core.quorum.flows`) decides from the intent, never from which
 Lua script the call names, and answers with the intent's typed outcome (:class:`Extended`,
 :class:`Released`, :class:`FenceRaised`; an acquire answers with
-:class:`~redlease.core.protocol.Outcome`) instead of a reply shaped like one node's. The
-protocol flows decode a node's raw reply into the same types (``protocol.decode_*``).
+:class:`~redlease.core.replies.Outcome`) instead of a reply shaped like one node's. The
+protocol flows decode a node's raw reply into the same types (``replies.decode_*``).
 """
 
 from __future__ import annotations

@@ -41,17 +41,15 @@ from redlease.core.protocol import (
     Flow,
     Grant,
     Options,
-    Outcome,
     Pacing,
     Primitive,
     Request,
     ServerTime,
     Wait,
     confirm_replicas,
-    decode_acquire,
-    decode_raise,
     local_deadline,
 )
+from redlease.core.replies import Outcome, decode_acquire, decode_raise
 from redlease.core.state import LockState, read_state_flow
 from redlease.core.view import lock_view
 from redlease.errors import AlreadyHeld, ConfigError, LockError, LockUnavailable, NotOwned

@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 from redlease.core import scripts
-from redlease.core.protocol import Call, Clock, as_str
+from redlease.core.protocol import Call, Clock
+from redlease.core.replies import as_str
 
 # the one command that reads the library loaded under redlease's name, with its code
 LIBRARY_CHECK: tuple[str, ...] = (

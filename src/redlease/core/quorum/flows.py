@@ -28,17 +28,9 @@ from redlease.core.intents import (
     Release,
     Released,
 )
-from redlease.core.protocol import (
-    Call,
-    Outcome,
-    Primitive,
-    Replicate,
-    Request,
-    decode_acquire,
-    decode_extend,
-    decode_release,
-)
+from redlease.core.protocol import Call, Primitive, Replicate, Request
 from redlease.core.quorum import _probe
+from redlease.core.replies import Outcome, decode_acquire, decode_extend, decode_release
 from redlease.core.rules import (
     LATE,
     AcquireDecision,
