@@ -59,7 +59,7 @@ from redlease.core.rules import (
 )
 from redlease.core.state import LockState, decode_state
 from redlease.core.view import key_view
-from redlease.errors import LockError, ProtocolError, QuorumUnavailable
+from redlease.errors import ProtocolError, QuorumUnavailable
 
 FENCE_PATTERN = "redlease:{*}:fence"
 
@@ -623,11 +623,3 @@ def _any(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
         failed = [i for i in range(cfg.n) if not isinstance(results.get(i, LATE), Reply)]
         raise unavailable(cfg, f"{call.script.name} failed", failed, results)
     return good[0]
-
-
-def first_error(results: Mapping[int, Result]) -> LockError | None:
-    """The first node error in ``results`` (for messages that need the cause)."""
-    for r in results.values():
-        if isinstance(r, Down):
-            return r.error
-    return None
