@@ -14,6 +14,7 @@ import redlease
 import redlease.aio
 from redlease import LockContention
 from redlease.core import protocol, scripts
+from redlease.core import scripting as policy
 from redlease.core.client import scripting
 from redlease.devtools.localredis import RedisServer
 from redlease.quorum import NodeSet
@@ -166,10 +167,10 @@ def test_library_verdict_reads_both_protocols() -> None:
         ]
     ]
     resp3 = [{b"library_name": scripts.LIBRARY_NAME.encode(), b"library_code": EVIL.encode()}]
-    assert protocol.library_verdict(resp2) is True
-    assert protocol.library_verdict(resp3) is False
-    assert protocol.library_verdict([]) is None
-    assert protocol.library_verdict(redis.ResponseError("NOPERM no permissions")) is False
+    assert policy.library_verdict(resp2) is True
+    assert policy.library_verdict(resp3) is False
+    assert policy.library_verdict([]) is None
+    assert policy.library_verdict(redis.ResponseError("NOPERM no permissions")) is False
 
 
 def test_library_replaced_after_verification_is_rechecked(shared_bob: RedisServer) -> None:
@@ -183,7 +184,7 @@ def test_library_replaced_after_verification_is_rechecked(shared_bob: RedisServe
     assert all(r.functions and r.verified for r in runs)
     _evil(server)
     for run in runs:
-        run.checked -= protocol.RECHECK
+        run.checked -= policy.RECHECK
     first = redlease.Lock(one, "b-leader", ttl=30).acquire(blocking=False)
     with pytest.raises(LockContention):
         redlease.Lock(two, "b-leader", ttl=30).acquire(blocking=False)
@@ -205,7 +206,7 @@ def test_squatted_function_name_is_refused(shared_bob: RedisServer) -> None:
     alice.execute_command("FUNCTION", "DELETE", scripts.LIBRARY_NAME)
     alice.execute_command("FUNCTION", "LOAD", EVIL.replace(scripts.LIBRARY_NAME, "squatter", 1))
     alice.close()
-    run.checked -= protocol.RECHECK
+    run.checked -= policy.RECHECK
     first = redlease.Lock(one, "b-leader", ttl=30).acquire(blocking=False)
     with pytest.raises(LockContention):
         redlease.Lock(two, "b-leader", ttl=30).acquire(blocking=False)
@@ -218,21 +219,21 @@ def test_scripting_checks_before_fcall_and_again_after_recheck() -> None:
     """The pure rule, on a clock of our own: check, load where none is, FCALL while verified,
     check again after RECHECK seconds; other code under our name means EVALSHA for good."""
     now = [100.0]
-    run = protocol.Scripting(clock=lambda: now[0])
+    run = policy.Scripting(clock=lambda: now[0])
     call = protocol.Call(scripts.STATUS, ("k",), ())
-    assert run.command(call) == protocol.LIBRARY_CHECK
+    assert run.command(call) == policy.LIBRARY_CHECK
     load = ("FUNCTION", "LOAD", "REPLACE", scripts.LIBRARY)
-    assert run.recover(call, protocol.LIBRARY_CHECK, []) == (load,)  # none loaded
+    assert run.recover(call, policy.LIBRARY_CHECK, []) == (load,)  # none loaded
     assert run.recover(call, load, scripts.LIBRARY_NAME.encode()) == (call.fcall(),)
     assert run.recover(call, call.fcall(), [b"reply"]) == ()
-    now[0] += protocol.RECHECK - 0.1
+    now[0] += policy.RECHECK - 0.1
     assert run.command(call) == call.fcall() and run.settled
     now[0] += 0.1
-    assert run.command(call) == protocol.LIBRARY_CHECK and not run.settled
+    assert run.command(call) == policy.LIBRARY_CHECK and not run.settled
     busy = redis.ResponseError("BUSY Redis is busy running a script")
-    assert run.recover(call, protocol.LIBRARY_CHECK, busy) == ()  # it stands; checked again
-    assert run.command(call) == protocol.LIBRARY_CHECK
+    assert run.recover(call, policy.LIBRARY_CHECK, busy) == ()  # it stands; checked again
+    assert run.command(call) == policy.LIBRARY_CHECK
     evil = [{b"library_name": scripts.LIBRARY_NAME.encode(), b"library_code": EVIL.encode()}]
-    assert run.recover(call, protocol.LIBRARY_CHECK, evil) == (call.evalsha(),)
+    assert run.recover(call, policy.LIBRARY_CHECK, evil) == (call.evalsha(),)
     now[0] += 3600
     assert run.command(call) == call.evalsha() and run.settled

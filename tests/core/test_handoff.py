@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 import redlease
 from redlease import aio
 from redlease.core import _sync, protocol, scripts
+from redlease.core import scripting as policy
 from redlease.core.client import scripting
 from redlease.core.keys import LockKeys
 from redlease.devtools.localredis import RedisServer
@@ -234,11 +235,11 @@ def test_functions_are_loaded_once_and_again_after_a_flush(redis_server: RedisSe
 def test_scripting_falls_back_to_evalsha_without_functions() -> None:
     """Redis 6 says FUNCTION and FCALL are unknown commands: EVALSHA from then on, SCRIPT LOAD
     after NOSCRIPT."""
-    run = protocol.Scripting()
+    run = policy.Scripting()
     call = protocol.Call(scripts.STATUS, ("k",), ())
-    assert run.command(call) == protocol.LIBRARY_CHECK and not run.settled
+    assert run.command(call) == policy.LIBRARY_CHECK and not run.settled
     unknown = redis.ResponseError("unknown command `FUNCTION`, with args beginning with: ...")
-    assert run.recover(call, protocol.LIBRARY_CHECK, unknown) == (call.evalsha(),)
+    assert run.recover(call, policy.LIBRARY_CHECK, unknown) == (call.evalsha(),)
     assert run.command(call)[0] == "EVALSHA" and run.settled
     # another request sent FCALL before the first answer came: it falls back the same way
     assert run.recover(call, call.fcall(), unknown) == (call.evalsha(),)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from redlease import ConfigError, ProtocolError
-from redlease.core import protocol, scripts
+from redlease.core import protocol, replies, scripts
 from redlease.core.election import Election
 from redlease.core.handles import make_options
 from redlease.core.keys import LockKeys
@@ -31,18 +31,18 @@ def test_drift_and_deadline() -> None:
 
 
 def test_decode_acquire_variants() -> None:
-    granted = protocol.decode_acquire([1, 7, 1, 1000, 3], "l")
+    granted = replies.decode_acquire([1, 7, 1, 1000, 3], "l")
     assert (granted.status, granted.fence, granted.count, granted.transitions) == (1, 7, 1, 3)
-    held = protocol.decode_acquire([0, 1500, b"pod-a"], "l")
+    held = replies.decode_acquire([0, 1500, b"pod-a"], "l")
     assert (held.status, held.wait_hint_ms, held.holder) == (0, 1500, "pod-a")
-    reserved = protocol.decode_acquire([3, 20, ""], "l")
+    reserved = replies.decode_acquire([3, 20, ""], "l")
     assert reserved.status == scripts.RESERVED and reserved.holder is None
 
 
 @pytest.mark.parametrize("reply", [None, [], [9, 1], "x", [1, "nope", 1, 2]])
 def test_bad_replies_raise_protocol_error_naming_the_lock(reply: object) -> None:
     with pytest.raises(ProtocolError) as err:
-        protocol.decode_acquire(reply, "mylock")
+        replies.decode_acquire(reply, "mylock")
     assert err.value.lock == "mylock"
 
 

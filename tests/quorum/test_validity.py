@@ -7,7 +7,8 @@ import random
 import pytest
 
 from redlease import ConfigError, errors
-from redlease.core.protocol import Outcome, drift
+from redlease.core.protocol import drift
+from redlease.core.replies import Outcome
 from redlease.core.rules import (
     LATE,
     OPERATOR,

@@ -16,7 +16,8 @@ import redis.asyncio.sentinel as aio_sentinel
 import redis.exceptions as rex
 import redis.sentinel as sentinel
 
-from redlease.core.protocol import Request, Scripting
+from redlease.core.protocol import Request
+from redlease.core.scripting import Scripting
 from redlease.errors import ConnectionLimit, LockError, LockUnavailable, ProtocolError
 
 PIN_HOLD = 30.0  # a pinned connection nobody came back for is closed after this many seconds

@@ -41,18 +41,15 @@ from redlease.core.protocol import (
     Flow,
     Grant,
     Options,
-    Outcome,
     Pacing,
     Primitive,
     Request,
     ServerTime,
     Wait,
-    as_int,
-    as_list,
     confirm_replicas,
-    decode_acquire,
     local_deadline,
 )
+from redlease.core.replies import Outcome, decode_acquire, decode_raise
 from redlease.core.state import LockState, read_state_flow
 from redlease.core.view import lock_view
 from redlease.errors import AlreadyHeld, ConfigError, LockError, LockUnavailable, NotOwned
@@ -154,7 +151,7 @@ def _seal(
     for part, got in zip(parts, grants, strict=True):
         if got.fence < fence:
             reply = yield part.raise_fence(token, fence)
-            if as_int(as_list(reply, part.name, 2)[1], part.name, "raise") != 1:
+            if not decode_raise(reply, part.name).confirmed:
                 raise LockUnavailable(
                     name, f"the lease on {part.name!r} ended before fencing token {fence} was set"
                 )

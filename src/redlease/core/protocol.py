@@ -8,7 +8,6 @@ two APIs cannot drift apart. Nothing here touches a socket or sleeps.
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -16,7 +15,24 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from redlease.core import scripts
+from redlease.core.intents import (
+    Acquire,
+    Extend,
+    Intent,
+    Leave,
+    RaiseFence,
+    Release,
+)
 from redlease.core.keys import LockKeys
+from redlease.core.replies import (
+    Outcome,
+    as_int,
+    as_str,
+    decode_acquire,
+    decode_extend,
+    decode_handed,
+    decode_release,
+)
 from redlease.errors import (
     AlreadyHeld,
     ClockStepped,
@@ -24,7 +40,6 @@ from redlease.errors import (
     LockContention,
     LockTimeout,
     NotOwned,
-    ProtocolError,
     ReplicationError,
 )
 
@@ -42,7 +57,8 @@ class Call:
     ``owner``: the owner token the request acts for. A driver writes a request of an owner behind
     that owner's earlier requests to the same node that are still unanswered (same connection),
     so an undo can never overtake the request it undoes. ``timeout``: the longest to wait for
-    the reply (``None``: the client's socket timeout).
+    the reply (``None``: the client's socket timeout). ``intent``: what the call means, for a
+    layer that runs it on several nodes (:mod:`redlease.core.intents`).
     """
 
     script: scripts.Script
@@ -50,6 +66,7 @@ class Call:
     args: Sequence[str | int]
     owner: str = ""
     timeout: float | None = None
+    intent: Intent | None = None
 
     def evalsha(self) -> tuple[str | int, ...]:
         """The Redis command that runs the script by its SHA1 (the usual case)."""
@@ -67,146 +84,6 @@ class Call:
         """FCALL where the server has the redlease library loaded (``functions``), else
         EVALSHA: the one rule for which of the two to send."""
         return self.fcall() if functions else self.evalsha()
-
-
-# the one command that reads the library loaded under redlease's name, with its code
-LIBRARY_CHECK: tuple[str, ...] = (
-    "FUNCTION",
-    "LIST",
-    "LIBRARYNAME",
-    scripts.LIBRARY_NAME,
-    "WITHCODE",
-)
-_LIBRARY_CODE = scripts.LIBRARY.encode()
-# seconds a verified library is trusted before it is checked again: another ACL user's
-# ``FUNCTION LOAD REPLACE`` is run by a client for at most this long (plus a round trip)
-RECHECK = 10.0
-
-
-def library_verdict(reply: object) -> bool | None:
-    """What a reply to :data:`LIBRARY_CHECK` says: True when the library loaded under
-    redlease's name is byte for byte redlease's code, None when none is loaded, False for
-    anything else (other code under that name, an error reply: no Functions, or refused).
-
-    Anyone allowed ``FUNCTION LOAD REPLACE`` can put any code under any library name, and a
-    function runs with its caller's rights on its caller's keys: only verified code is called.
-    """
-    if isinstance(reply, BaseException) or not isinstance(reply, list):
-        return False
-    found: bool | None = None
-    for library in reply:
-        if isinstance(library, list):  # RESP2: name, value, name, value...
-            library = dict(zip(library[::2], library[1::2], strict=False))
-        if not isinstance(library, dict):
-            return False
-        fields = {as_str(k): v for k, v in library.items()}
-        if as_str(fields.get("library_name")) != scripts.LIBRARY_NAME:
-            continue  # the name is a pattern: ours has no wildcard, but say so exactly
-        code = fields.get("library_code")
-        code = code.encode() if isinstance(code, str) else code
-        if code != _LIBRARY_CODE:
-            return False
-        found = True
-    return found
-
-
-def _refused(error: BaseException) -> bool:
-    """The server has no Functions (Redis 6: unknown command) or the ACL refuses them."""
-    text = str(error).lower()
-    return "unknown command" in text or "permission" in text
-
-
-class Scripting:
-    """How one server runs :class:`Call` s: ``FCALL`` of the redlease Functions library where
-    the server has Functions (Redis 7+, Valkey; the helpers are built once, at load) and the
-    library loaded under redlease's name was verified to be redlease's code, else ``EVALSHA``
-    (Redis 6.2; an ACL that refuses Functions; other code under redlease's library name), with
-    ``SCRIPT LOAD`` after a ``NOSCRIPT`` reply. ``EVALSHA`` names a script by the hash of its
-    code, so nobody can swap what it runs.
-
-    Verification (:data:`LIBRARY_CHECK`, one round trip) comes before the first ``FCALL`` of a
-    server, again :data:`RECHECK` seconds after the last one (a library replaced meanwhile is
-    called for at most that long) and after any ``FCALL`` that says its function is missing; a
-    library loaded here (``FUNCTION LOAD REPLACE`` answered with its name) counts as verified.
-
-    Every transport asks :meth:`command` for what to send and, after each reply,
-    :meth:`recover` for what to send next; one instance per server (see
-    ``client.scripting``) remembers what the server supports.
-    """
-
-    __slots__ = ("checked", "clock", "functions", "loaded")
-
-    def __init__(self, clock: Clock = time.monotonic) -> None:
-        self.clock = clock
-        self.functions = True  # Functions may be used, until the server says otherwise
-        self.checked = -math.inf  # when the library's code was last verified (``clock``)
-        self.loaded = False  # this client loaded the library (a second miss: give up on it)
-
-    @property
-    def verified(self) -> bool:
-        """The library's code was verified less than :data:`RECHECK` seconds ago."""
-        return self.clock() - self.checked < RECHECK
-
-    @property
-    def settled(self) -> bool:
-        """:meth:`command` sends the script itself (no library check due): requests may be
-        pipelined."""
-        return not self.functions or self.verified
-
-    def command(self, call: Call) -> tuple[str | int, ...]:
-        """What to send first for ``call``: the library check when one is due, then FCALL."""
-        if not self.functions:
-            return call.evalsha()
-        if not self.verified:
-            return LIBRARY_CHECK
-        return call.fcall()
-
-    def recover(self, call: Call, sent: tuple[str | int, ...], reply: Any) -> tuple[Any, ...]:
-        """The commands to send after ``reply`` answered ``sent`` (a command for ``call``), in
-        order (the reply to the last is the script's or needs :meth:`recover` again); ``()``
-        when ``reply`` is the script's result or an error that stands. A refused script did
-        not run, so sending it again is safe."""
-        head = sent[0]
-        if head == "FUNCTION":
-            return self._library(call, sent, reply)
-        if not isinstance(reply, BaseException):
-            if head == "FCALL":
-                self.loaded = False
-            return ()
-        text = str(reply).lower()
-        if head == "FCALL":
-            if "function not found" in text and not self.loaded:  # new, emptied or replaced
-                self.checked = -math.inf
-                return (LIBRARY_CHECK,)
-            if "function not found" in text or _refused(reply):
-                # no Functions here (Redis 6), not allowed to use them, or loading did not
-                # take: EVALSHA from now on
-                self.functions = False
-                return (call.evalsha(),)
-        elif head == "EVALSHA" and text.startswith(("noscript", "no matching script")):
-            # loaded scripts stay cached (an EVAL'd one can be evicted, see docs/servers.md)
-            return (("SCRIPT", "LOAD", call.script.lua), call.evalsha())
-        return ()
-
-    def _library(self, call: Call, sent: tuple[str | int, ...], reply: Any) -> tuple[Any, ...]:
-        """After the library check or load: FCALL if the library is ours, a load if none is
-        there (once), else EVALSHA from now on."""
-        if sent[1] == "LIST":
-            if isinstance(reply, BaseException) and not _refused(reply):
-                return ()  # a passing error (busy, loading): it stands, the next call checks
-            verdict = library_verdict(reply)
-            if verdict is None and not self.loaded:
-                self.loaded = True
-                return (("FUNCTION", "LOAD", "REPLACE", scripts.LIBRARY),)
-            ours = bool(verdict)
-        else:  # our load: answered with the library's name (a function of another library
-            # with one of our names, an ACL refusal: an error)
-            ours = not isinstance(reply, BaseException) and as_str(reply) == scripts.LIBRARY_NAME
-        if ours:
-            self.checked = self.clock()
-            return (call.fcall(),)
-        self.functions = False
-        return (call.evalsha(),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,113 +190,6 @@ def local_deadline(sent_at: float, ttl: float) -> float:
     after that), minus the drift allowance.
     """
     return sent_at + ttl - drift(ttl)
-
-
-# --- reply decoding ------------------------------------------------------------------------------
-
-
-def as_int(value: object, lock: str, what: str) -> int:
-    """Decode an integer from a Redis reply (int, bytes or str)."""
-    if type(value) is int:  # the common case, kept cheap: this runs on every reply
-        return value
-    try:
-        if isinstance(value, bytes):
-            return int(value.decode())
-        return int(value)  # type: ignore[call-overload,no-any-return]
-    except (TypeError, ValueError):
-        raise ProtocolError(lock, f"unexpected {what} in Redis reply: {value!r}") from None
-
-
-def as_str(value: object) -> str:
-    """Decode a string from a Redis reply (bytes or str); ``None``/``False`` give ``''``."""
-    if value is None or value is False:
-        return ""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
-def as_list(value: object, lock: str, length: int) -> list[Any]:
-    """Check that a script reply is a list of at least ``length`` items."""
-    if not isinstance(value, list) or len(value) < length:
-        raise ProtocolError(lock, f"unexpected Redis reply: {value!r}")
-    return value
-
-
-# not frozen: one is made for every request, and a frozen dataclass's __init__ costs 4x
-@dataclass(slots=True)
-class Outcome:
-    """A decoded acquire reply."""
-
-    status: int
-    fence: int = 0
-    count: int = 0
-    server_ms: int = 0
-    transitions: int = 0
-    wait_hint_ms: int = -1
-    holder: str | None = None
-    blocked: tuple[int, ...] = ()  # 1-based positions of the locks that refused (multi-key)
-
-
-def decode_acquire(reply: object, lock: str) -> Outcome:
-    """An acquire reply: a grant is the string 'fence count now_ms transitions' (the scripts
-    build it from strings, cheaper for Redis than a table), anything else a list (or, from a
-    quorum flow, the :class:`Outcome` it decided)."""
-    if isinstance(reply, bytes | str):
-        return _decode_grant(reply, lock)
-    if type(reply) is Outcome:  # a quorum flow's reply, decoded already
-        return reply
-    items = as_list(reply, lock, 2)
-    status = as_int(items[0], lock, "status")
-    if status == scripts.GRANTED:
-        if len(items) < 4:
-            raise ProtocolError(lock, f"unexpected Redis reply: {reply!r}")
-        transitions = as_int(items[4], lock, "transitions") if len(items) > 4 else 0
-        return Outcome(
-            status,
-            fence=as_int(items[1], lock, "fence"),
-            count=as_int(items[2], lock, "count"),
-            server_ms=as_int(items[3], lock, "time"),
-            transitions=transitions,
-        )
-    if status == scripts.ALREADY:
-        return Outcome(status, fence=as_int(items[1], lock, "fence"))
-    if status in (scripts.HELD, scripts.RESERVED):
-        holder = as_str(items[2]) if len(items) > 2 else ""
-        return Outcome(
-            status,
-            wait_hint_ms=as_int(items[1], lock, "ttl"),
-            holder=holder or None,
-            blocked=tuple(as_int(i, lock, "position") for i in items[3:]),
-        )
-    raise ProtocolError(lock, f"unknown acquire status {status}")
-
-
-def _decode_grant(reply: bytes | str, lock: str) -> Outcome:
-    try:
-        fence, count, server_ms, transitions = map(int, reply.split())
-    except ValueError:
-        raise ProtocolError(lock, f"unexpected Redis reply: {reply!r}") from None
-    return Outcome(
-        scripts.GRANTED, fence=fence, count=count, server_ms=server_ms, transitions=transitions
-    )
-
-
-def decode_handed(value: object, lock: str) -> Outcome:
-    """Decode a lease handed over directly: 'fence now_ms transitions' (see scripts.pass_on)."""
-    parts = as_str(value).split()
-    if len(parts) != 3:
-        raise ProtocolError(lock, f"unexpected hand-off grant: {value!r}")
-    fence, server_ms, transitions = (as_int(p, lock, "grant") for p in parts)
-    return Outcome(
-        scripts.GRANTED, fence=fence, count=1, server_ms=server_ms, transitions=transitions
-    )
-
-
-def decode_release(reply: object, lock: str) -> int | None:
-    """A release reply: the reentrant count left (0: the lease is gone), None if not the owner."""
-    count = as_int(reply, lock, "release count")
-    return None if count < 0 else count
 
 
 # --- primitives ----------------------------------------------------------------------------------
@@ -543,6 +313,7 @@ class Primitive:
                 (k.lease, k.readers, k.writers_waiting, k.waiters, k.handoff, k.fence),
                 (token, o.ttl_ms, wait_ms),
                 token,
+                intent=Acquire(token, o.ttl_ms),
             )
         if self.kind == "write":
             return Call(
@@ -558,6 +329,7 @@ class Primitive:
                 ),
                 (token, o.ttl_ms, o.identity, wait_ms),
                 token,
+                intent=Acquire(token, o.ttl_ms),
             )
         reentrant = "1" if self.kind == "reentrant" else "0"
         keys = self.each(lambda k: (k.lease, k.fence, k.history, k.waiters, k.handoff))
@@ -574,7 +346,7 @@ class Primitive:
             keys += (k.direct, k.grants(token))
             if self.mailbox:
                 args += (self.mailbox,)
-        return Call(scripts.ACQUIRE, keys, args, token)
+        return Call(scripts.ACQUIRE, keys, args, token, intent=Acquire(token, o.ttl_ms))
 
     def release(self, token: str, full: bool = True) -> Call:
         k, o = self.keys, self.options
@@ -584,6 +356,7 @@ class Primitive:
                 (k.readers, k.waiters, k.handoff, k.wake),
                 (token, o.handoff_ms),
                 token,
+                intent=Release(),
             )
         wake_all = "1" if self.kind == "write" else "0"
         keys = self.each(lambda k: (k.lease, k.waiters, k.handoff, k.wake))
@@ -594,13 +367,21 @@ class Primitive:
             keys,
             (token, "1" if full else "0", o.handoff_ms, wake_all),
             token,
+            intent=Release(),
         )
 
     def extend(self, token: str, ttl_ms: int, timeout: float | None = None) -> Call:
         if self.kind == "read":
-            return Call(scripts.EXTEND_READ, (self.keys.readers,), (token, ttl_ms), token, timeout)
+            return Call(
+                scripts.EXTEND_READ,
+                (self.keys.readers,),
+                (token, ttl_ms),
+                token,
+                timeout,
+                Extend(ttl_ms),
+            )
         leases = self.each(lambda k: (k.lease,))
-        return Call(scripts.EXTEND, leases, (token, ttl_ms), token, timeout)
+        return Call(scripts.EXTEND, leases, (token, ttl_ms), token, timeout, Extend(ttl_ms))
 
     def leave(self, token: str) -> Call:
         k = self.keys
@@ -612,11 +393,18 @@ class Primitive:
             keys,
             (token, self.options.handoff_ms),
             token,
+            intent=Leave(),
         )
 
     def raise_fence(self, token: str, fence: int) -> Call:
         """Raise this lock's fence counter, and the owner's lease record, to ``fence``."""
-        return Call(scripts.RAISE_FENCE, (self.keys.fence, self.keys.lease), (fence, token), token)
+        return Call(
+            scripts.RAISE_FENCE,
+            (self.keys.fence, self.keys.lease),
+            (fence, token),
+            token,
+            intent=RaiseFence(fence),
+        )
 
 
 @dataclass(slots=True)
@@ -845,9 +633,9 @@ def extend(
     ttl = opts.ttl if ttl is None else ttl
     sent_at = clock()
     reply = yield prim.extend(token, max(1, round(ttl * 1000)), timeout)
-    items = as_list(reply, prim.name, 3)
-    extended = as_int(items[0], prim.name, "status") == 1
-    reading = ServerTime(as_int(items[2], prim.name, "time"), sent_at, clock())
+    result = decode_extend(reply, prim.name)
+    extended = result.ok
+    reading = ServerTime(result.server_ms, sent_at, clock())
     step = 0.0 if since is None else clock_step(since, reading, opts.ttl)
     if step:
         if extended:

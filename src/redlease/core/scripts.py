@@ -752,5 +752,5 @@ def _library(all_scripts: tuple[Script, ...]) -> tuple[str, str]:
     return f"redlease_{version}", "".join(parts)
 
 
-# loaded where none is, FCALL'd only where the code under LIBRARY_NAME is this (protocol.Scripting)
+# loaded where none is, FCALL'd only where the code under LIBRARY_NAME is this (scripting.Scripting)
 LIBRARY_NAME, LIBRARY = _library(ALL_SCRIPTS)

@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redlease.core import scripts
+from redlease.core.intents import ReadState
 from redlease.core.keys import LockKeys
-from redlease.core.protocol import Call, Request, as_int, as_list, as_str
+from redlease.core.protocol import Call, Request
+from redlease.core.replies import as_int, as_list, as_str
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,7 @@ def status_call(keys: LockKeys) -> Call:
         scripts.STATUS,
         (keys.lease, keys.fence, keys.history, keys.readers, keys.candidates, keys.waiters),
         (),
+        intent=ReadState(),
     )
 
 
@@ -51,7 +54,10 @@ def _pairs(value: Any) -> dict[str, str]:
 
 
 def decode_state(keys: LockKeys, reply: object) -> LockState:
-    """Decode a STATUS reply into a :class:`LockState`."""
+    """Decode a STATUS reply into a :class:`LockState` (a node set answers with the
+    :class:`LockState` its quorum rule names)."""
+    if type(reply) is LockState:
+        return reply
     name = keys.name
     items = as_list(reply, name, 8)
     lease = _pairs(items[2])

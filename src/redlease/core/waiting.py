@@ -26,7 +26,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from redlease.core.protocol import GaveUp, Wait, as_str
+from redlease.core.protocol import GaveUp, Wait
+from redlease.core.replies import as_str
 
 LISTEN_STEP = 5.0  # longest single BLPOP of a listener (seconds): a bounded fallback
 LISTEN_SLACK = 0.25  # a listener's BLPOP outlasts the latest waiter's deadline by this much

@@ -5,7 +5,7 @@ Scripts are loaded up front so that requests can be pipelined: the redlease Func
 call) where the server has Functions, and every script (``SCRIPT LOAD``, for ``EVALSHA``) for
 the servers that do not (Redis 6.2): a retry after ``NOSCRIPT`` would break the order of an
 acquire and its undo. ``FCALL`` is used on a connection only when the library under
-redlease's name is byte for byte redlease's code (``protocol.LIBRARY_CHECK``, in the same
+redlease's name is byte for byte redlease's code (``scripting.LIBRARY_CHECK``, in the same
 pipeline: no extra round trip); other code there (another ACL user's ``FUNCTION LOAD
 REPLACE``) means ``EVALSHA``. The probe reads the server's ``run_id`` and uptime, the node's
 redlease marker and its persistence mode, which :func:`redlease.core.rules.membership` turns
@@ -19,8 +19,8 @@ from dataclasses import replace
 
 from redlease.core import scripts
 from redlease.core.durability import durable as is_durable
-from redlease.core.protocol import LIBRARY_CHECK, library_verdict
 from redlease.core.rules import Probe
+from redlease.core.scripting import LIBRARY_CHECK, library_verdict
 
 # hash on every node: ``run_id`` of the server whose data is intact; ``born``: the birth list
 # (the run ids of every server of the set, seen fresh together when the set was first marked)

@@ -17,16 +17,20 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redlease.core import scripts
-from redlease.core.protocol import (
-    Call,
-    Outcome,
-    Primitive,
-    Replicate,
-    Request,
-    decode_acquire,
-    decode_release,
+from redlease.core.intents import (
+    Acquire,
+    Extend,
+    Extended,
+    FenceRaised,
+    Leave,
+    RaiseFence,
+    ReadState,
+    Release,
+    Released,
 )
+from redlease.core.protocol import Call, Primitive, Replicate, Request
 from redlease.core.quorum import _probe
+from redlease.core.replies import Outcome, decode_acquire, decode_extend, decode_release
 from redlease.core.rules import (
     LATE,
     AcquireDecision,
@@ -53,9 +57,9 @@ from redlease.core.rules import (
     tally,
     validity,
 )
-from redlease.core.state import decode_state
+from redlease.core.state import LockState, decode_state
 from redlease.core.view import key_view
-from redlease.errors import LockError, ProtocolError, QuorumUnavailable
+from redlease.errors import ProtocolError, QuorumUnavailable
 
 FENCE_PATTERN = "redlease:{*}:fence"
 
@@ -149,20 +153,20 @@ def run(cfg: Settings, req: Request) -> QFlow:
         return (yield from _replicate(cfg, members, req))
     if not isinstance(req, Call):
         raise TypeError(f"not a quorum request: {req!r}")
-    script = req.script
-    if script in (scripts.ACQUIRE, scripts.ACQUIRE_READ, scripts.ACQUIRE_WRITE):
-        return (yield from acquire(cfg, members, req))
-    if script in (scripts.EXTEND, scripts.EXTEND_READ):
-        return (yield from extend(cfg, members, req))
-    if script in (scripts.RELEASE, scripts.RELEASE_READ):
+    intent = req.intent
+    if type(intent) is Acquire:
+        return (yield from acquire(cfg, members, req, intent))
+    if type(intent) is Extend:
+        return (yield from extend(cfg, members, req, intent))
+    if type(intent) is Release:
         return (yield from release(cfg, req))
-    if script is scripts.LEAVE:
+    if type(intent) is Leave:
         yield FanOut(dict.fromkeys(range(cfg.n), req), 0.0, pinned=False)
-        return [0]
-    if script is scripts.STATUS:
+        return None  # sent only: nobody waits for a LEAVE's reply
+    if type(intent) is ReadState:
         return (yield from read_status(cfg, members, req))
-    if script is scripts.RAISE_FENCE:
-        return (yield from raise_fence(cfg, members, req))
+    if type(intent) is RaiseFence:
+        return (yield from raise_fence(cfg, members, req, intent))
     return (yield from _any(cfg, members, req))
 
 
@@ -252,7 +256,12 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
         probe = probes[i]
         assert probe is not None
         raises: Batch = tuple(
-            Call(scripts.RAISE_FENCE, (key, key[: -len(":fence")]), (value, ""))
+            Call(
+                scripts.RAISE_FENCE,
+                (key, key[: -len(":fence")]),
+                (value, ""),
+                intent=RaiseFence(value),
+            )
             for key, value in sorted(maxima.items())
         )
         batch = (*raises, Command(_probe.mark(probe.run_id)))
@@ -383,10 +392,12 @@ def _decode(cfg: Settings, result: Result) -> Outcome | Down | Late:
     return result
 
 
-def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
+def acquire(
+    cfg: Settings, members: Sequence[int], call: Call, intent: Acquire
+) -> Generator[QRequest, Any, Outcome]:
     """RedLock acquire: fan out, decide, raise the fence on a quorum, check validity, or undo."""
-    token = str(call.args[0])
-    ttl = int(call.args[1]) / 1000
+    token = intent.token
+    ttl = intent.ttl_ms / 1000
     fresh = cfg.fresh(token)
     outside = [i for i in range(cfg.n) if i not in members]
     if len(members) < cfg.quorum:
@@ -398,7 +409,7 @@ def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
     d = decide_acquire(outcomes, cfg.quorum, members)
     cfg.wait_on = wait_nodes(outcomes)
     if d.already:
-        return [scripts.ALREADY, d.fence, 1]
+        return Outcome(scripts.ALREADY, fence=d.fence)
     if d.granted:
         confirmed = True
         if d.raise_on:
@@ -418,7 +429,7 @@ def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
         if not confirmed:
             bad = [i for i in d.raise_on if not isinstance(raised.get(i), Reply)]
             raise unavailable(cfg, "fencing token not raised on a quorum", [*bad, *outside], raised)
-        return [scripts.HELD, _retry_ms(cfg), ""]  # too slow to be worth anything: retry
+        return Outcome(scripts.HELD, wait_hint_ms=_retry_ms(cfg))  # too slow to count: retry
     if fresh and d.undo:
         yield from _undo(cfg, token, d.undo)
     if d.unavailable:
@@ -427,7 +438,7 @@ def acquire(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
     if hint < 0:
         retry_ms = _retry_ms(cfg)
         hint = retry_ms if d.undo else busy_hint(outcomes.values(), retry_ms)
-    return [scripts.HELD, hint, d.holder or ""]
+    return Outcome(scripts.HELD, wait_hint_ms=hint, holder=d.holder or None)
 
 
 def _retry_ms(cfg: Settings) -> int:
@@ -488,24 +499,27 @@ def _undo(cfg: Settings, token: str, nodes: Sequence[int]) -> QFlow:
         yield FanOut(dict.fromkeys(nodes, cfg.prim.release(token)), 0.0, pinned=False)
 
 
-def extend(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
-    """Extend on a quorum within the validity; ``{0, ...}`` (NotOwned) when that is impossible."""
-    ttl = int(call.args[1]) / 1000
+def extend(
+    cfg: Settings, members: Sequence[int], call: Call, intent: Extend
+) -> Generator[QRequest, Any, Extended]:
+    """Extend on a quorum within the validity (the first node's clock reading stands for it);
+    not extended (NotOwned) when that is impossible."""
+    ttl = intent.ttl_ms / 1000
     outside = [i for i in range(cfg.n) if i not in members]
     start = cfg.clock()
     results = yield FanOut(dict.fromkeys(members, call), cfg.node_timeout)
     t = tally(results, members)
     verdict = extend_verdict(t, cfg.quorum, cfg.clock() - start, ttl)
     if verdict == "ok":
-        return t.values[t.ok[0]]
+        return decode_extend(t.values[t.ok[0]], cfg.prim.name)
     if verdict == "lost":
-        return [0, 0, 0]
+        return Extended(False)
     raise unavailable(cfg, "cannot extend", [*t.failed, *outside], results)
 
 
-def release(cfg: Settings, call: Call) -> QFlow:
-    """Release on every node (fresh ones too: they may carry a late write). The reply is one
-    node's: the reentrant count left, -1 when not the owner."""
+def release(cfg: Settings, call: Call) -> Generator[QRequest, Any, Released]:
+    """Release on every node (fresh ones too: they may carry a late write): the reentrant
+    count left (the highest a node reports), None when not the owner."""
     everyone = range(cfg.n)
     results = yield FanOut(dict.fromkeys(everyone, call), cfg.node_timeout, pinned=False)
     ok: list[int] = []
@@ -523,9 +537,9 @@ def release(cfg: Settings, call: Call) -> QFlow:
             left = max(left, count)
     verdict = release_verdict(Tally(tuple(ok), tuple(refused), tuple(failed)), cfg.quorum)
     if verdict == "ok":
-        return left
+        return Released(left)
     if verdict == "not_owned":
-        return -1
+        return Released(None)
     raise unavailable(cfg, "cannot release", failed, results)
 
 
@@ -540,7 +554,9 @@ def _release_count(cfg: Settings, result: Result) -> int | None:
     return -1 if count is None else count
 
 
-def read_status(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
+def read_status(
+    cfg: Settings, members: Sequence[int], call: Call
+) -> Generator[QRequest, Any, LockState]:
     """The state the lock view's quorum rule names (:func:`redlease.core.view.key_view`):
     the lease a quorum of nodes agrees on, else no holder."""
     results = yield FanOut(dict.fromkeys(members, call), cfg.node_timeout)
@@ -555,26 +571,39 @@ def read_status(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
         i for i, s in states.items() if (s.holder, s.fencing_token) == (kv.holder, kv.fencing_token)
     ]
     if kv.holder is not None and holding:
-        reply = list(good[holding[0]])  # type: ignore[call-overload]
-        reply[1] = kv.expires_in_ms
-    else:
-        reply = list(good[next(iter(good))])  # type: ignore[call-overload]
-        reply[1], reply[2] = -2, []
-    reply[3] = kv.last_fence
-    return reply
+        expires = kv.expires_in_ms
+        return replace(
+            states[holding[0]],
+            expires_in_ms=expires if expires is not None and expires >= 0 else None,
+            last_fence=kv.last_fence,
+        )
+    return replace(
+        states[next(iter(good))],
+        holder=None,
+        fencing_token=None,
+        expires_in_ms=None,
+        acquired_ms=None,
+        renewed_ms=None,
+        ttl_ms=None,
+        mode=None,
+        count=0,
+        last_fence=kv.last_fence,
+    )
 
 
-def raise_fence(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
+def raise_fence(
+    cfg: Settings, members: Sequence[int], call: Call, intent: RaiseFence
+) -> Generator[QRequest, Any, FenceRaised]:
     """A multi-key lease puts its token on a lock (counter and lease record) before the grant:
-    ``[fence, 1]`` once a quorum confirms it, ``[fence, 0]`` if a quorum answered but the lease
-    was gone, else QuorumUnavailable."""
-    fence = int(call.args[0])
+    confirmed once a quorum confirms it, not confirmed if a quorum answered but the lease was
+    gone, else QuorumUnavailable."""
+    fence = intent.fence
     results = yield FanOut(dict.fromkeys(members, call), cfg.node_timeout)
     everyone = AcquireDecision(True, raise_on=tuple(members), granted_nodes=tuple(members))
     if raise_confirmed(everyone, results, fence, cfg.quorum):
-        return [fence, 1]
+        return FenceRaised(fence, True)
     if sum(isinstance(r, Reply) for r in results.values()) >= cfg.quorum:
-        return [fence, 0]
+        return FenceRaised(fence, False)
     failed = [i for i in range(cfg.n) if not isinstance(results.get(i, LATE), Reply)]
     raise unavailable(cfg, "cannot raise the fencing token", failed, results)
 
@@ -594,11 +623,3 @@ def _any(cfg: Settings, members: Sequence[int], call: Call) -> QFlow:
         failed = [i for i in range(cfg.n) if not isinstance(results.get(i, LATE), Reply)]
         raise unavailable(cfg, f"{call.script.name} failed", failed, results)
     return good[0]
-
-
-def first_error(results: Mapping[int, Result]) -> LockError | None:
-    """The first node error in ``results`` (for messages that need the cause)."""
-    for r in results.values():
-        if isinstance(r, Down):
-            return r.error
-    return None
