@@ -43,11 +43,14 @@ class ConfigError(RedleaseError, ValueError):
 
 class KubeError(RedleaseError):
     """The Kubernetes API refused or could not be reached; names the object. ``status`` is the
-    HTTP status of a refusal (None: no answer)."""
+    HTTP status of a refusal (None: no answer); ``reason`` the message without the request
+    (``HTTP 403: forbidden``, ``no answer within 2s``), for an error that names the request
+    its own way."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, reason: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.reason = reason if reason is not None else message
 
 
 class KubeConflict(KubeError):

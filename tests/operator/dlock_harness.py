@@ -25,10 +25,11 @@ import aiohttp.web
 import jsonpatch
 import kmock
 import kopf
-import kubernetes.client
 import pytest
 
 from redlease.core.times import format_time
+from redlease.kube.client import KubeClient
+from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.spec import CREDENTIALS_LABEL, GROUP, PLURAL, SHARED_KEYS_LABEL, VERSION
 from redlease.operator.handlers import (
     OperatorConfig,
@@ -324,10 +325,10 @@ async def cluster() -> AsyncIterator[Cluster]:
     async with Emulator() as api, kmock.Server(api) as server:
         declare(api)
         url = str(server.url).rstrip("/")
-        conf = kubernetes.client.Configuration(host=url)
+        kube = KubeClient(ClusterAuth(url))
         runtime = Runtime(
             OperatorConfig(namespaces=(NAMESPACE,), refresh=REFRESH, node_timeout=1.0),
-            secrets=SecretSource(conf, ttl=0.0),
+            secrets=SecretSource(kube, ttl=0.0),
         )
         registry = build_registry(runtime, kopf.OperatorRegistry())  # fresh, no client login
         async with KopfThread(registry, url, NAMESPACE) as kopf_thread:

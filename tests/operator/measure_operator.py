@@ -27,6 +27,7 @@ from dlock_harness import (  # noqa: E402
 )
 
 from redlease.devtools.localredis import RedisServer  # noqa: E402
+from redlease.kube.kubeconfig import ClusterAuth  # noqa: E402
 from redlease.operator.handlers import OperatorConfig, Runtime, build_registry  # noqa: E402
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
@@ -39,7 +40,8 @@ async def main() -> None:
         async with Emulator() as api, kmock.Server(api) as srv:
             declare(api)
             url = str(srv.url).rstrip("/")
-            runtime = Runtime(OperatorConfig(namespaces=(NAMESPACE,), refresh=REFRESH))
+            config = OperatorConfig(namespaces=(NAMESPACE,), refresh=REFRESH, kube=ClusterAuth(url))
+            runtime = Runtime(config)
             async with KopfThread(build_registry(runtime, kopf.OperatorRegistry()), url, NAMESPACE):
                 await until(lambda: watching(api), what="watch")
                 cluster = Cluster(api, runtime, url)

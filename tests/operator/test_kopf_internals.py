@@ -1,5 +1,6 @@
-"""The kopf internals redlease hooks into are where it expects them (pyproject pins kopf's minor
-version for this; a kopf upgrade that moves them fails here, not in a cluster)."""
+"""The kopf internals redlease hooks into (operator/kopfint.py) are where it expects them
+(pyproject pins kopf's minor version for this; a kopf upgrade that moves them fails here, not in
+a cluster)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,7 @@ import importlib
 
 import pytest
 
-INTERNALS = [
-    ("kopf._cogs.clients.watching", "watch_objs"),  # operator/watchgone.py: HTTP 410 -> relist
-    ("kopf._cogs.clients.errors", "APIClientError"),
-    ("kopf._cogs.clients.api", "post"),  # operator/events.py: Events named when decided
-    ("kopf._cogs.structs.bodies", "build_object_reference"),
-    ("kopf._cogs.structs.references", "Resource"),
-    ("kopf._core.engines.posting", "settings_var"),
-]
+from redlease.operator.kopfint import INTERNALS
 
 
 @pytest.mark.parametrize(("module", "name"), INTERNALS)

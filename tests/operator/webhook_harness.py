@@ -21,11 +21,12 @@ from typing import Any
 import aiohttp
 import kmock
 import kopf
-import kubernetes.client
 import trustme
 from dlock_harness import NAMESPACE, RESOURCE, Emulator, KopfThread, declare, until, watching
 
 from redlease.devtools.localredis import free_port
+from redlease.kube.client import KubeClient
+from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.spec import CREDENTIALS_LABEL
 from redlease.operator.handlers import OperatorConfig, Runtime, build_registry
 from redlease.operator.injection import InjectConfig
@@ -178,10 +179,10 @@ async def running_webhook(
     async with Emulator() as api, kmock.Server(api) as server:
         declare(api)
         url = str(server.url).rstrip("/")
-        conf = kubernetes.client.Configuration(host=url)
+        kube = KubeClient(ClusterAuth(url))
         config = OperatorConfig(namespaces=(NAMESPACE,), refresh=0.3, webhook=hook)
         runtime = Runtime(
-            config, secrets=SecretSource(conf, ttl=0.0), locks=locks(conf, timeout=lookup_timeout)
+            config, secrets=SecretSource(kube, ttl=0.0), locks=locks(kube, timeout=lookup_timeout)
         )
         registry = build_registry(runtime, kopf.OperatorRegistry())
         async with KopfThread(registry, url, NAMESPACE, config) as kopf_thread:

@@ -15,7 +15,6 @@ from typing import Any
 
 import kmock
 import kopf
-import kubernetes.client
 import pytest
 import redis
 from dlock_harness import RESOURCE, Emulator, KopfThread, declare, events, until, watching
@@ -25,6 +24,7 @@ from redlease.core.keys import LockKeys, scoped_name
 from redlease.devtools.localredis import RedisServer
 from redlease.errors import KubeError
 from redlease.kube.client import KubeClient, KubeSettings
+from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.spec import CREDENTIALS_LABEL, FORCE_RELEASE_ANNOTATION, SHARED_KEYS_LABEL
 from redlease.operator.handlers import OperatorConfig, Runtime, build_registry
 from redlease.operator.secrets import SecretSource
@@ -106,10 +106,10 @@ async def world() -> AsyncIterator[tuple[World, RedisServer]]:
             w = World(api, url)
             for ns in (A, B):
                 await w.create(ns, server)
-            conf = kubernetes.client.Configuration(host=url)
+            kube = KubeClient(ClusterAuth(url))
             runtime = Runtime(
                 OperatorConfig(namespaces=(A, B), refresh=0.3, node_timeout=1.0),
-                secrets=SecretSource(conf, ttl=0.0),
+                secrets=SecretSource(kube, ttl=0.0),
             )
             registry = build_registry(runtime, kopf.OperatorRegistry())
             async with KopfThread(registry, url, A, namespaces=(A, B)) as kopf_thread:

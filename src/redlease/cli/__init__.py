@@ -7,12 +7,13 @@ User mistakes end with one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
 import textwrap
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from redlease import __version__
 from redlease.cli import inject as inject_cli
@@ -163,8 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from redlease.operator.runner import run_operator
 
             config = _operator_config(args, parser)
-            _kube_login_source()
-            return run_operator(config)
+            election = config.election
+            kube = _operator_kube(election.identity if election else None)
+            return run_operator(dataclasses.replace(config, kube=kube))
         if args.command == "validate":
             from redlease.cli import validate
 
@@ -198,7 +200,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 # optional dependencies -> the extra that installs them (pyproject.toml)
 _EXTRAS = {
     "kopf": "operator",
-    "kubernetes": "operator",
     "yaml": "operator",
     "jsonpatch": "operator",
     "aiohttp": "sidecar",
@@ -304,16 +305,36 @@ def _operator_config(
     )
 
 
-def _kube_login_source() -> str:
-    """Where the operator's Kubernetes login comes from (in-cluster or a kubeconfig), checked
-    before kopf starts: kopf itself retries a missing login for ever."""
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists(os.path.join(SA_DIR, "token")):
-        return "in-cluster"
-    paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-    paths = paths or [os.path.expanduser("~/.kube/config")]
-    for path in paths:
-        if os.path.isfile(path):
-            return path
+def _in_cluster_api() -> str | None:
+    """The API server a pod reaches (KUBERNETES_SERVICE_HOST/PORT), None outside a cluster."""
+    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+    if not host:
+        return None
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
+def _operator_kube(identity: str | None) -> Any:
+    """The operator's Kubernetes login (in-cluster, else the kubeconfig's current context),
+    read before kopf starts: kopf itself retries a missing login for ever."""
+    from pathlib import Path
+
+    from redlease.kube import kubeconfig
+
+    api = _in_cluster_api()
+    if api and os.path.exists(os.path.join(SA_DIR, "token")):
+        auth = kubeconfig.in_cluster(api, Path(SA_DIR))
+    else:
+        paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+        paths = paths or [os.path.expanduser("~/.kube/config")]
+        found = [Path(p) for p in paths if os.path.isfile(p)]
+        if not found:
+            _no_kube_api(paths)
+        auth = kubeconfig.from_kubeconfig(found)
+    return dataclasses.replace(auth, identity=identity) if identity else auth
+
+
+def _no_kube_api(paths: list[str]) -> NoReturn:
     raise ConfigError(
         "KUBECONFIG",
         "no Kubernetes API: not in a pod (no KUBERNETES_SERVICE_HOST and service account token) "
@@ -655,11 +676,7 @@ def _kube_settings(api: str | None) -> Any:
     ns_file = Path(SA_DIR, "namespace")
     if not namespace and ns_file.exists():
         namespace = ns_file.read_text().strip()
-    if not api:
-        host = os.environ.get("KUBERNETES_SERVICE_HOST")
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        if host:
-            api = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    api = api or _in_cluster_api()
     if api:
         check_api_url(api)
     return KubeSettings(

@@ -5,8 +5,12 @@ Events), so this talks to the API directly instead of pulling in a full client. 
 is and how to authenticate come from a :class:`KubeAuth`, asked again for every request:
 :class:`KubeSettings` is the sidecar's (the pod's service-account token, read again on every
 request because bound tokens rotate, and CA; ``--kube-api`` points it elsewhere: tests,
-``kubectl proxy``); the operator adapts the ``kubernetes`` client's configuration (in-cluster
-or kubeconfig, as kopf logs in).
+``kubectl proxy``); the operator's is a :class:`~redlease.kube.kubeconfig.ClusterAuth`
+(in-cluster or a kubeconfig's current context, the one kopf logs in with too).
+
+One attempt per call, bounded by its ``timeout`` (connecting included): the caller decides
+whether to try again. One client may serve several event loops (the operator runs kopf in
+threads): each loop gets its own connection pool, closed by :meth:`KubeClient.close` on it.
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ class KubeClient:
     def __init__(self, auth: KubeAuth) -> None:
         self.auth = auth
         self.base = auth.base_url()
-        self._session: aiohttp.ClientSession | None = None
+        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": self.auth.user_agent()}
@@ -102,14 +106,21 @@ class KubeClient:
         return headers
 
     def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
+        """The running loop's connection pool (made on first use)."""
+        loop = asyncio.get_running_loop()
+        session = self._sessions.get(loop)
+        if session is None or session.closed:
+            for gone in [lp for lp in self._sessions if lp.is_closed()]:
+                del self._sessions[gone]
             connector = aiohttp.TCPConnector(ssl=self.auth.ssl_context())
-            self._session = aiohttp.ClientSession(connector=connector)
-        return self._session
+            session = self._sessions[loop] = aiohttp.ClientSession(connector=connector)
+        return session
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        """Close the running loop's connection pool."""
+        session = self._sessions.pop(asyncio.get_running_loop(), None)
+        if session is not None:
+            await session.close()
 
     async def request(
         self,
@@ -135,12 +146,15 @@ class KubeClient:
             ) as resp:
                 text = await resp.text()
                 if resp.status >= 400:
-                    raise KubeError(
-                        f"{method} {path}: HTTP {resp.status}: {_reason(text)}", resp.status
-                    )
+                    reason = f"HTTP {resp.status}: {_reason(text)}"
+                    raise KubeError(f"{method} {path}: {reason}", resp.status, reason)
                 return json.loads(text) if text else None
-        except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
-            raise KubeError(f"{method} {path}: {type(exc).__name__}: {exc}") from None
+        except TimeoutError:
+            reason = f"no answer within {timeout:g}s"
+            raise KubeError(f"{method} {path}: {reason}", None, reason) from None
+        except (aiohttp.ClientError, json.JSONDecodeError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            raise KubeError(f"{method} {path}: {reason}", None, reason) from None
 
     async def stream(self, path: str, timeout: float) -> AsyncIterator[dict[str, Any]]:
         """Watch events of ``path`` (``?watch=true`` already in it) for at most ``timeout``."""

@@ -29,12 +29,11 @@ class EventPoster:
 
     def post(self, body: Any, *, type: str, reason: str, message: str) -> None:
         """Queue an Event about ``body``; call it from a kopf handler (it uses kopf's login)."""
-        from kopf._cogs.structs import bodies
-        from kopf._core.engines.posting import settings_var
+        from redlease.operator import kopfint
 
-        ref = dict(bodies.build_object_reference(body))
+        ref = kopfint.object_reference(body)
         ref.setdefault("namespace", "default")
-        posting = settings_var.get().posting
+        posting = kopfint.posting_settings().posting
         payload = event_body(
             ref,
             type=type,
@@ -55,27 +54,18 @@ class EventPoster:
 
     async def _post(self, previous: asyncio.Task[None] | None, payload: dict[str, Any]) -> None:
         import aiohttp
-        from kopf._cogs.clients import api, errors
-        from kopf._cogs.structs import references
-        from kopf._core.engines.posting import settings_var
+
+        from redlease.operator import kopfint
 
         if previous is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(previous)  # in order (a posting never raises: see below)
-        resource = references.Resource(group="", version="v1", plural="events", namespaced=True)
-        namespace = payload["metadata"]["namespace"]
+        url = kopfint.events_url(payload["metadata"]["namespace"])
         try:
-            await api.post(
-                url=resource.get_url(namespace=namespace),
-                headers={"Content-Type": "application/json"},
-                payload=payload,
-                settings=settings_var.get(),
-                logger=log,
-                backoffs=EndlessBackoff(),
-            )
-        except errors.APIConflictError:
+            await kopfint.post(url, payload, log, EndlessBackoff())
+        except kopfint.APIConflictError:
             pass  # stored already: the answer to an earlier attempt was lost
-        except (errors.APIError, aiohttp.ClientError) as exc:
+        except (kopfint.APIError, aiohttp.ClientError) as exc:
             log.warning("Event %s not posted: %s", payload["reason"], exc)
         except Exception as exc:  # noqa: BLE001 - an Event is auxiliary: log, never fail
             log.warning("Event %s not posted: %s: %s", payload["reason"], type(exc).__name__, exc)

@@ -23,6 +23,8 @@ from typing import Any
 import kopf
 
 from redlease.errors import ConfigError
+from redlease.kube.client import KubeClient
+from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.spec import (
     FORCE_RELEASE_ANNOTATION,
     GROUP,
@@ -57,6 +59,15 @@ class OperatorConfig:
     metrics: tuple[str, int] | None = None  # (host, port) of /metrics; None: not served
     webhook: webhook.WebhookConfig | None = None  # sidecar injection; None: not served
     election: ElectionConfig | None = None  # several replicas, one active; None: just one
+    kube: ClusterAuth | None = None  # the API server and credentials (kopf's login too)
+
+
+def api_client(config: OperatorConfig) -> KubeClient:
+    """The operator's Kubernetes API client (the Secret, Namespace, DistributedLock and Lease
+    reads and writes that are not kopf's own)."""
+    if config.kube is None:
+        raise ConfigError("KUBECONFIG", "no Kubernetes API configured")
+    return KubeClient(config.kube)
 
 
 def _always() -> bool:
@@ -85,9 +96,9 @@ class Runtime:
         self.failures = 0  # reconcile ticks that failed (kopf retries them)
         self.reader = NodeReader(concurrency=config.concurrency, timeout=config.node_timeout)
         self.refresher = Refresher(self.reader.read, config.refresh)
-        self.secrets = secrets or SecretSource()
-        timeout = config.webhook.lock_timeout if config.webhook else 2.0
-        self.locks = locks or webhook.LockSource(timeout=timeout)
+        kube = secrets.kube if secrets is not None else api_client(config)
+        self.secrets = secrets or SecretSource(kube)
+        self.locks = locks or webhook.LockSource(kube, timeout=lock_timeout(config))
         self.written: dict[str, dict[str, Any]] = {}  # uid -> the status we last wrote
         self.names: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name)
         self.seen: dict[str, float] = {}  # uid -> monotonic time of its last timer tick
@@ -143,6 +154,7 @@ class Runtime:
                 await self._task
             self._task = None
         await self.reader.aclose()
+        await close_clients(self.locks, self.secrets)
 
     def health(self) -> dict[str, Any]:
         if self._task is None or self._task.done() or self.refresher.stale():
@@ -284,14 +296,43 @@ def operator_settings(
     return settings
 
 
-def client_login(registry: kopf.OperatorRegistry) -> None:
-    """Log in with the kubernetes client's configuration (in-cluster service account, then
-    $KUBECONFIG), which also configures the client that reads Secrets and Leases."""
+def lock_timeout(config: OperatorConfig) -> float:
+    """Seconds for the webhook's DistributedLock GET."""
+    return config.webhook.lock_timeout if config.webhook else 2.0
+
+
+async def close_clients(locks: webhook.LockSource, secrets: SecretSource) -> None:
+    """Close the connections this loop opened (a kopf stopping in its thread)."""
+    await locks.kube.close()
+    await secrets.kube.close()
+
+
+def connection_info(auth: ClusterAuth) -> kopf.ConnectionInfo:
+    """kopf's login from the operator's own credentials: one source for kopf and the API
+    client. kopf logs in again after an HTTP 401, which reads a rotated token."""
+    return kopf.ConnectionInfo(
+        server=auth.base_url(),
+        ca_path=auth.ca_file,
+        ca_data=auth.ca_data,
+        insecure=auth.insecure,
+        token=auth.current_token(),
+        certificate_path=auth.cert_file,
+        certificate_data=auth.cert_data,
+        private_key_path=auth.key_file,
+        private_key_data=auth.key_data,
+        default_namespace=auth.namespace,
+    )
+
+
+def client_login(registry: kopf.OperatorRegistry, auth: ClusterAuth | None) -> None:
+    """Log kopf in with ``auth`` (in-cluster service account or a kubeconfig's context, as
+    the command line found it)."""
+    if auth is None:
+        return
 
     @kopf.on.login(registry=registry, id="login")
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
-        return info
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(auth)
 
 
 def serving_registry(
@@ -303,9 +344,13 @@ def serving_registry(
     """What every replica serves, active or standby: the injection webhook (stateless) and the
     liveness probe. It has no DistributedLock handler, so it watches and writes nothing."""
     reg = kopf.OperatorRegistry()
-    client_login(reg)
+    client_login(reg, config.kube)
     if config.webhook is not None:
         webhook.register(reg, config.webhook, locks, secrets)
+
+    @kopf.on.cleanup(registry=reg, id="redlease-cleanup")
+    async def cleanup(**_: Any) -> None:
+        await close_clients(locks, secrets)
 
     if config.liveness:
         ports.liveness(reg, config.liveness, health)
@@ -323,7 +368,7 @@ def build_registry(
     with leader election only the active replica runs this registry)."""
     reg = registry if registry is not None else kopf.OperatorRegistry()
     if registry is None:
-        client_login(reg)
+        client_login(reg, runtime.config.kube)
     config = runtime.config
     if serving and config.webhook is not None:
         webhook.register(reg, config.webhook, runtime.locks, runtime.secrets)

@@ -23,11 +23,9 @@ import asyncio
 import contextlib
 import logging
 import signal
-import ssl
 import threading
 from typing import Any
 
-from redlease import __version__
 from redlease.operator.handlers import (
     OperatorConfig,
     Runtime,
@@ -121,9 +119,7 @@ class Replica:
     """One operator replica under leader election (see the module docstring)."""
 
     def __init__(self, config: OperatorConfig) -> None:
-        import kubernetes
-
-        from redlease.kube.client import KubeClient
+        from redlease.operator.handlers import api_client, lock_timeout
         from redlease.operator.leadership import LeaseElector
         from redlease.operator.secrets import SecretSource
         from redlease.operator.webhook import LockSource
@@ -131,12 +127,10 @@ class Replica:
         assert config.election is not None
         self.config = config
         election = config.election
-        configuration = load_client_configuration(kubernetes)
-        self.kube = KubeClient(ClientAuth(configuration, election.identity))
+        self.kube = api_client(config)
         self.elector = LeaseElector(election, self.kube, self._started, self._stopped)
-        self.secrets = SecretSource(configuration)
-        timeout = config.webhook.lock_timeout if config.webhook else 2.0
-        self.locks = LockSource(configuration, timeout=timeout)
+        self.secrets = SecretSource(self.kube)
+        self.locks = LockSource(self.kube, timeout=lock_timeout(config))
         self.term: tuple[Runtime, KopfThread] | None = None
         self.serving: KopfThread | None = None
         self._elector_task: asyncio.Task[None] | None = None
@@ -221,55 +215,6 @@ class Replica:
                 await server.close()
             await self.kube.close()
         return 0
-
-
-class ClientAuth:
-    """:class:`~redlease.kube.client.KubeAuth` from the ``kubernetes`` client's configuration
-    (:func:`load_client_configuration`): its server, its credentials (the token asked for again
-    on every request, so a refreshed one is used) and its TLS settings."""
-
-    def __init__(self, configuration: Any, identity: str) -> None:
-        self.configuration = configuration
-        self.identity = identity
-
-    def base_url(self) -> str:
-        return str(self.configuration.host).rstrip("/")
-
-    def credentials(self) -> dict[str, str]:
-        value = self.configuration.get_api_key_with_prefix("authorization")
-        return {"Authorization": str(value)} if value else {}
-
-    def ssl_context(self) -> ssl.SSLContext | bool:
-        conf = self.configuration
-        if not self.base_url().startswith("https://"):
-            return False
-        context = ssl.create_default_context(cafile=conf.ssl_ca_cert or None)
-        if conf.cert_file:
-            context.load_cert_chain(conf.cert_file, conf.key_file or None)
-        if not conf.verify_ssl:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        return context
-
-    def user_agent(self) -> str:
-        return f"redlease-operator/{__version__} ({self.identity})"
-
-
-def load_client_configuration(kubernetes: Any) -> Any:
-    """The ``kubernetes`` client's configuration as kopf's login builds it: in-cluster service
-    account, else $KUBECONFIG / ~/.kube/config (neither: one line naming the flag)."""
-    from redlease.errors import ConfigError
-
-    try:
-        kubernetes.config.load_incluster_config()
-    except kubernetes.config.ConfigException:
-        try:
-            kubernetes.config.load_kube_config()
-        except (kubernetes.config.ConfigException, OSError) as exc:
-            raise ConfigError(
-                "--leader-election", f"no Kubernetes API to hold the Lease in: {exc}"
-            ) from None
-    return kubernetes.client.Configuration.get_default_copy()
 
 
 async def run_replica(config: OperatorConfig) -> int:

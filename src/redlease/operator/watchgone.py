@@ -20,8 +20,9 @@ _INSTALLED = "_redlease_relists_http_gone"
 
 def install() -> bool:
     """Wrap kopf's ``watch_objs`` once per process; False (and a warning) if kopf has none."""
-    from kopf._cogs.clients import errors, watching
+    from redlease.operator import kopfint
 
+    watching = kopfint.watch_module()
     original = getattr(watching, "watch_objs", None)
     if original is None:
         log.warning("kopf has no watch_objs: an HTTP 410 on a watch stops the operator")
@@ -33,7 +34,7 @@ def install() -> bool:
         try:
             async for event in original(**kwargs):
                 yield event
-        except errors.APIClientError as exc:
+        except kopfint.APIClientError as exc:
             if exc.status != GONE:
                 raise
             log.info("the watch of %s is gone (HTTP 410): relisting", kwargs.get("resource"))

@@ -1,7 +1,7 @@
 """The sidecar-injection admission webhook: kopf's ``@kopf.on.mutate`` on pods, over HTTPS.
 
 Thin on purpose: read the pod's annotations (:func:`injection.read_options`), GET the named
-DistributedLock (:class:`LockSource`, in a worker thread so kopf's loop never blocks), then
+DistributedLock (:class:`LockSource`, on kopf's loop with the operator's API client), then
 :func:`injection.plan` -- the same code ``redlease inject`` runs -- whose planned pod kopf
 turns into the JSON patch. Every operator replica serves it (no state, no leadership needed).
 The chart owns the MutatingWebhookConfiguration and the certificate (kopf's "managed" mode,
@@ -25,7 +25,8 @@ from typing import Any
 import aiohttp.web
 import kopf
 
-from redlease.errors import ConfigError
+from redlease.errors import ConfigError, KubeError
+from redlease.kube.client import KubeClient
 from redlease.kube.spec import GROUP, PLURAL, VERSION, SecretRef
 from redlease.operator import injection, ports
 from redlease.operator.secrets import SecretSource
@@ -49,44 +50,22 @@ class WebhookConfig:
 
 
 class LockSource:
-    """GET one DistributedLock with the ``kubernetes`` client (one connection pool, no retries:
-    the API server's webhook timeout is the budget)."""
+    """GET one DistributedLock, one attempt within ``timeout`` (the API server's webhook
+    timeout is the budget); a failure is reported in the lookup, never raised."""
 
-    def __init__(self, configuration: Any = None, timeout: float = 2.0) -> None:
-        self._configuration = configuration
+    def __init__(self, kube: KubeClient, timeout: float = 2.0) -> None:
+        self.kube = kube
         self.timeout = timeout
-        self._api: Any = None
-
-    def _client(self) -> Any:
-        import kubernetes.client
-
-        if self._api is None:
-            conf = self._configuration or kubernetes.client.Configuration.get_default_copy()
-            conf.retries = False
-            self._api = kubernetes.client.CustomObjectsApi(kubernetes.client.ApiClient(conf))
-        return self._api
-
-    def _fetch(self, namespace: str, name: str) -> injection.LockLookup:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            obj = self._client().get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self.timeout
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return injection.NOT_FOUND
-            return injection.LockLookup(error=f"HTTP {exc.status} {exc.reason}")
-        except Exception as exc:  # noqa: BLE001 - urllib3/socket errors: reported, not raised
-            return injection.LockLookup(error=f"{type(exc).__name__}: {exc}")
-        return injection.LockLookup(obj=obj)
 
     async def get(self, namespace: str, name: str) -> injection.LockLookup:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
         try:
-            async with asyncio.timeout(self.timeout + 0.5):
-                return await asyncio.to_thread(self._fetch, namespace, name)
-        except TimeoutError:
-            return injection.LockLookup(error=f"no answer within {self.timeout:g}s")
+            obj = await self.kube.request("GET", path, timeout=self.timeout)
+        except KubeError as exc:
+            if exc.status == 404:
+                return injection.NOT_FOUND
+            return injection.LockLookup(error=exc.reason)
+        return injection.LockLookup(obj=obj)
 
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"  # the chart's admissionReviewVersions: ["v1"]
