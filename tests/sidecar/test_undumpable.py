@@ -17,7 +17,10 @@ from tests.sidecar.procs import ROOT, Sidecar, as_one_user, env, read_environ, w
 SECRET = "dump-s3cret"
 
 # the command `redlease run` starts: reads its parent's environ and lists its own credentials
-CHILD = "cat /proc/$PPID/environ; echo; env | grep -c '^REDLEASE_\\(PASSWORD\\|REDIS\\)='"
+CHILD = (
+    "PATH=/usr/bin:/bin; cat /proc/$PPID/environ; echo; "
+    "env | grep -c '^REDLEASE_\\(PASSWORD\\|REDIS\\)='"
+)
 
 
 @pytest.fixture
