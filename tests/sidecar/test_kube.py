@@ -128,6 +128,18 @@ async def run_steps(
     assert "pw-from-secret" not in log and '"configuration applied"' in log
 
 
+def sentinel_lock(api: kmock.KubernetesEmulator, port: int) -> str:
+    """Declare DistributedLock ``orders`` on the Sentinel at ``port`` with Secret
+    ``redis-auth``; its node URL."""
+    url = f"redis+sentinel://127.0.0.1:{port}/mymaster"
+    api.objects[DLOCKS, NS, "orders"] = {
+        "metadata": {"name": "orders", "namespace": NS, "generation": 1},
+        "spec": {"keys": ["orders"], "nodes": [{"url": url}],
+                 "auth": {"secretRef": {"name": "redis-auth"}}},
+    }  # fmt: skip
+    return url
+
+
 @pytest.mark.parametrize(
     ("allowed", "refusal"),
     [
@@ -161,12 +173,7 @@ async def test_lock_ref_sends_the_password_only_where_the_secret_consents(
                          "annotations": {"redlease.dev/allowed-nodes": note}},
             "data": {"password": base64.b64encode(password).decode()},
         }  # fmt: skip
-        url = f"redis+sentinel://127.0.0.1:{sentinel.port}/mymaster"
-        api.objects[DLOCKS, NS, "orders"] = {
-            "metadata": {"name": "orders", "namespace": NS, "generation": 1},
-            "spec": {"keys": ["orders"], "nodes": [{"url": url}],
-                     "auth": {"secretRef": {"name": "redis-auth"}}},
-        }  # fmt: skip
+        sentinel_lock(api, sentinel.port)
         extra = ["--lock-ref", "orders", "--kube-api", f"http://127.0.0.1:{srv.port}"]
         sc = Sidecar("pod-a", "", [], environ=env(POD_NAME="pod-a", POD_NAMESPACE=NS), extra=extra)
         sc.start()
@@ -192,12 +199,7 @@ async def test_an_injected_sidecar_checks_the_master_a_sentinel_names() -> None:
         kmock.Server(api) as srv,
     ):
         api.resources[DLOCKS] = kmock.ResourceInfo(kind="DistributedLock", namespaced=True)
-        url = f"redis+sentinel://127.0.0.1:{sentinel.port}/mymaster"
-        api.objects[DLOCKS, NS, "orders"] = {
-            "metadata": {"name": "orders", "namespace": NS, "generation": 1},
-            "spec": {"keys": ["orders"], "nodes": [{"url": url}],
-                     "auth": {"secretRef": {"name": "redis-auth"}}},
-        }  # fmt: skip
+        url = sentinel_lock(api, sentinel.port)
         extra = ["--lock-ref", "orders", "--kube-api", f"http://127.0.0.1:{srv.port}",
                  f"--pinned-node={url}", "--allowed-master=redis://10.0.0.7:6379"]  # fmt: skip
         environ = env(POD_NAME="pod-a", POD_NAMESPACE=NS, REDLEASE_PASSWORD=password)
