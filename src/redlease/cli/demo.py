@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from redlease.cli.command import Command, Flag
-from redlease.devtools.localredis import RedisServer, free_port
 
 TTL, RENEW_DEADLINE, RETRY = 2.0, 1.4, 0.2
 LOCK = "demo"
@@ -131,6 +130,8 @@ def _watch(view: _View, seconds: float, note: str, until: Any = None) -> float |
 
 def run_demo(contenders: int = 3, rounds: int = 1) -> int:
     """Run the demo; returns the process exit code (``rounds`` is kept for compatibility)."""
+    from redlease.devtools.localredis import RedisServer, free_port
+
     del rounds
     workdir = Path(tempfile.mkdtemp(prefix="redlease-demo-"))
     pods: list[_Pod] = []

@@ -56,8 +56,6 @@ CONNECTION = (
     Flag(("--tls-insecure-skip-verify",), "no certificate check (testing)", kind="switch"),
 )
 
-IDENTITY = Flag(("--identity",), "candidate identity (default: $POD_NAME, else hostname:pid)")
-
 ELECTION = (
     Flag(("--ttl",), "lease duration", 15.0, positive_duration, metavar="DURATION"),
     Flag(
@@ -72,7 +70,7 @@ ELECTION = (
         parse=positive_duration,
         metavar="DURATION",
     ),
-    IDENTITY,
+    Flag(("--identity",), "candidate identity (default: $POD_NAME, else hostname:pid)"),
     Flag(("--paused",), "make no new acquisitions", kind="switch"),
     Flag(("--preferred-holder",), "planned hand-off to ID", metavar="ID"),
     Flag(
