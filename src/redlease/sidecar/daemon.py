@@ -23,6 +23,7 @@ from redlease.core.view import iso_ms
 from redlease.errors import ConfigError
 from redlease.kube.client import KubeClient
 from redlease.kube.httpguard import GuardedServer
+from redlease.kube.kubeconfig import required
 from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
 from redlease.sidecar.election import Transition
 from redlease.sidecar.elector import Elector, Hooks
@@ -184,13 +185,13 @@ class Sidecar(Hooks):
             election_cfg = cfg.election
             follower = None
             if cfg.lock_ref is not None or cfg.pod_label or cfg.lease_mirror or cfg.events:
-                kube = KubeClient(cfg.kube)
+                kube = KubeClient(required(cfg.kube))
             if cfg.pod_label:
-                if not cfg.kube.pod_name or not cfg.kube.namespace:
+                if not cfg.pod_name or not cfg.namespace:
                     raise ConfigError(
                         "--pod-label", "needs the POD_NAME and POD_NAMESPACE env vars"
                     )
-                self.labeller = PodLabeller(kube, cfg.kube.namespace, cfg.kube.pod_name)  # type: ignore[arg-type]
+                self.labeller = PodLabeller(kube, cfg.namespace, cfg.pod_name)  # type: ignore[arg-type]
             if cfg.lock_ref is not None:
                 assert kube is not None
                 follower = LockRefFollower(kube, cfg.lock_ref, cfg.identity, self._reconfigure)
@@ -262,7 +263,7 @@ class Sidecar(Hooks):
             self.mirror = LeaseMirror(kube, namespace, name, timing.retry_period, timing.ttl)
         if cfg.events and self.events is None:
             obj = (involved_lock if cfg.lock_ref is not None else involved_lease)(namespace, name)
-            self.events = LeaderEvents(kube, namespace, obj, cfg.kube.pod_name)
+            self.events = LeaderEvents(kube, namespace, obj, cfg.pod_name)
 
     def _reconfigure(self, config: ElectionConfig) -> None:
         if self.elector is not None:
