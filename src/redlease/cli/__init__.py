@@ -19,7 +19,7 @@ from redlease import __version__
 from redlease.cli import inject as inject_cli
 from redlease.cli.durations import parse_duration, positive_duration
 from redlease.cli.undumpable import make_undumpable
-from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
+from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.timing import TTL_RANGE
 from redlease.errors import ConfigError, RedleaseError
 from redlease.kube import sidecar_args as sa
@@ -758,7 +758,7 @@ def _election_config(args: argparse.Namespace) -> Any:
 
 def _replication(args: argparse.Namespace) -> dict[str, Any]:
     """``--replicas``/``--replica-timeout`` checked by the library's own rule."""
-    from redlease.core.protocol import validate_replication
+    from redlease.core.primitives import validate_replication
 
     names = ("--replicas", "--replica-timeout")
     replicas, timeout = validate_replication(args.replicas, args.replica_timeout, names)
