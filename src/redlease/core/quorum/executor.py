@@ -6,7 +6,7 @@
 :class:`~redlease.core.quorum.channel.Channel` from the caller (no reader threads or tasks),
 collect the replies under one deadline, and wait for wake-ups on one reachable node. Where it
 must block it yields an :data:`Step` (:class:`Settle`, :class:`Collect`, :class:`Blpop`,
-:class:`Sleep`); the blocking and asyncio drivers (:mod:`._blocking`, :mod:`._aio`) perform it
+:class:`Sleep`); the blocking and asyncio drivers (:mod:`._sync`, :mod:`._async`) perform it
 and send back the result.
 """
 
