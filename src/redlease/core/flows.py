@@ -99,7 +99,12 @@ def acquire(
         prim.options, blocking=blocking, timeout=timeout, clock=clock, socket_timeout=socket_timeout
     )
     while True:
-        sent_at, outcome = yield from _attempt(prim, token, pacing, state, min_fence)
+        wait_ms = _registration(prim, pacing, state)
+        sent_at = clock()
+        state.in_flight = True
+        reply = yield prim.acquire(token, wait_ms, min_fence, state.registered)
+        state.in_flight = False
+        outcome = _outcome(prim, reply, wait_ms, state)
         if outcome.status == scripts.GRANTED:
             state.granted = True
             state.registered = False
@@ -119,22 +124,22 @@ def acquire(
             return grant
 
 
-def _attempt(
-    prim: Primitive, token: str, pacing: Pacing, state: AcquireState, min_fence: int
-) -> Generator[Request, Any, tuple[float, Outcome]]:
-    """Send one acquire script; returns when it was sent and the decoded outcome. A waiter's
-    last attempt (direct hand-off, deadline reached) leaves the queue in the same call."""
+def _registration(prim: Primitive, pacing: Pacing, state: AcquireState) -> int:
+    """The waiter registration (ms) to send with the next attempt (0: none). A waiter's last
+    attempt (direct hand-off, deadline reached) sends :data:`LAST_ATTEMPT`: refused, it leaves
+    the queue in the same call."""
     wait_ms = pacing.attempt()
     if not wait_ms and pacing.blocking and state.registered and prim.direct:
-        wait_ms = LAST_ATTEMPT
-    sent_at = pacing.clock()
-    state.in_flight = True
-    reply = yield prim.acquire(token, wait_ms, min_fence, state.registered)
-    state.in_flight = False
+        return LAST_ATTEMPT
+    return wait_ms
+
+
+def _outcome(prim: Primitive, reply: object, wait_ms: int, state: AcquireState) -> Outcome:
+    """An attempt's decoded reply; a refused last attempt is no longer registered."""
     outcome = decode_acquire(reply, prim.name)
     if wait_ms == LAST_ATTEMPT and outcome.status == scripts.HELD:
         state.registered = False
-    return sent_at, outcome
+    return outcome
 
 
 def _granted(prim: Primitive, outcome: Outcome, sent_at: float, clock: Clock) -> Grant:
