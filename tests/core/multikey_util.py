@@ -9,7 +9,7 @@ from typing import Any
 import redis
 from redis.crc import key_slot
 
-from redlease.core.protocol import Call, Request
+from redlease.core.requests import Call, Request
 from redlease.devtools.localredis import RedisServer
 
 MASTERS = 3  # devtools.localredis.LocalCluster: slots split evenly, in server order

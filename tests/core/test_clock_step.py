@@ -11,7 +11,8 @@ import redis.asyncio as aioredis
 
 import redlease
 from redlease import ClockStepped, aio
-from redlease.core.protocol import ServerTime, clock_step, drift
+from redlease.core.clock import ServerTime, clock_step
+from redlease.core.timing import drift
 from redlease.devtools import clockstep
 
 # --- the rule (pure) ---------------------------------------------------------------------------

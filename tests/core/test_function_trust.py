@@ -13,7 +13,7 @@ import redis.asyncio
 import redlease
 import redlease.aio
 from redlease import LockContention
-from redlease.core import protocol, scripts
+from redlease.core import requests, scripts
 from redlease.core import scripting as policy
 from redlease.core.client import scripting
 from redlease.devtools.localredis import RedisServer
@@ -220,7 +220,7 @@ def test_scripting_checks_before_fcall_and_again_after_recheck() -> None:
     check again after RECHECK seconds; other code under our name means EVALSHA for good."""
     now = [100.0]
     run = policy.Scripting(clock=lambda: now[0])
-    call = protocol.Call(scripts.STATUS, ("k",), ())
+    call = requests.Call(scripts.STATUS, ("k",), ())
     assert run.command(call) == policy.LIBRARY_CHECK
     load = ("FUNCTION", "LOAD", "REPLACE", scripts.LIBRARY)
     assert run.recover(call, policy.LIBRARY_CHECK, []) == (load,)  # none loaded

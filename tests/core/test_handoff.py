@@ -2,7 +2,7 @@
 it) and how scripts run (Functions where the server has them, EVALSHA otherwise).
 
 A waiter that died or gave up must never strand a grant: the lease it was handed expires or is
-passed on. The worst moments are forced through the protocol flows, step by step, and with a
+passed on. The worst moments are forced through the lock flows, step by step, and with a
 real process killed while it waits.
 """
 
@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 
 import redlease
 from redlease import aio
-from redlease.core import _sync, protocol, scripts
+from redlease.core import _sync, flows, requests, scripts
 from redlease.core import scripting as policy
 from redlease.core.client import scripting
 from redlease.core.keys import LockKeys
@@ -43,7 +43,7 @@ class Counting:
         self.name, self.lock, self.socket_timeout = inner.name, inner.lock, inner.socket_timeout
 
     def execute(self, req: Any) -> Any:
-        if isinstance(req, protocol.Call):
+        if isinstance(req, requests.Call):
             self.calls.append(req.script.name)
         return self.inner.execute(req)
 
@@ -80,14 +80,14 @@ def _blocked(client: Any, name: str, who: str) -> tuple[Any, Any, Any, Any, str]
     holder = redlease.Lock(client, name, ttl=5, identity="holder")
     lock = redlease.Lock(client, name, ttl=5, identity=who)
     holder.acquire()
-    token, state = who[0] * 32, protocol.AcquireState()
+    token, state = who[0] * 32, flows.AcquireState()
     # a registration of a minute: it must not lapse while a busy machine runs the test (the
     # flow is driven by hand and its BLPOP never sent, so no socket timeout bounds it)
     prim = replace(lock.prim, options=replace(lock.prim.options, max_wait_step=60.0))
-    flow = protocol.acquire(prim, token, blocking=True, timeout=120, state=state)
-    req, _ = protocol.resume(flow)
-    req, _ = protocol.resume(flow, lock._node.execute(req))
-    assert isinstance(req, protocol.Wait) and req.grants
+    flow = flows.acquire(prim, token, blocking=True, timeout=120, state=state)
+    req, _ = requests.resume(flow)
+    req, _ = requests.resume(flow, lock._node.execute(req))
+    assert isinstance(req, requests.Wait) and req.grants
     return holder, lock, flow, state, token
 
 
@@ -103,7 +103,7 @@ def test_waiter_that_gives_up_as_the_grant_arrives_passes_it_on(
     waiter.start()
     wait_until(lambda: _enlisted(any_client, lock_name, 1))  # the quitter's enlistment is gone
     flow.close()
-    _sync.drive(quitter._node, protocol.abort_acquire(quitter.prim, token, state))
+    _sync.drive(quitter._node, flows.abort_acquire(quitter.prim, token, state))
     waiter.join(30)
     assert got and got[0].valid  # passed on to the next waiter, directly
     assert nxt.state().holder == "next"
@@ -117,8 +117,8 @@ def test_grant_that_arrived_after_the_wait_ended_is_taken_by_the_next_attempt(
     holder, late, flow, _, token = _blocked(any_client, lock_name, "late")
     held = holder.lease().fencing_token  # type: ignore[union-attr]
     holder.release()  # the grant is pushed while the waiter is not listening
-    req, _ = protocol.resume(flow, False)  # its wait timed out: it tries again
-    req, grant = protocol.resume(flow, late._node.execute(req))
+    req, _ = requests.resume(flow, False)  # its wait timed out: it tries again
+    req, grant = requests.resume(flow, late._node.execute(req))
     assert req is None and grant.fence > held and not grant.reentered
     assert late.state().holder == "late" and late.state().expires_in_ms > 4500
     assert not any_client.exists(LockKeys.for_name(lock_name).grants(token))
@@ -131,11 +131,9 @@ def test_release_drops_enlistments_of_lapsed_registrations(any_client: Any, lock
     holder.acquire()
     gone = redlease.Lock(any_client, lock_name, ttl=5, identity="gone")
     prim = replace(gone.prim, options=replace(gone.prim.options, registration_grace=0.05))
-    flow = protocol.acquire(
-        prim, "g" * 32, blocking=True, timeout=0.05, state=protocol.AcquireState()
-    )
-    req, _ = protocol.resume(flow)
-    protocol.resume(flow, gone._node.execute(req))  # refused and enlisted, then never again
+    flow = flows.acquire(prim, "g" * 32, blocking=True, timeout=0.05, state=flows.AcquireState())
+    req, _ = requests.resume(flow)
+    requests.resume(flow, gone._node.execute(req))  # refused and enlisted, then never again
     assert _enlisted(any_client, lock_name)
     wait_until(lambda: holder.state().waiters == 0)  # its registration lapsed (100 ms)
     holder.release()
@@ -236,7 +234,7 @@ def test_scripting_falls_back_to_evalsha_without_functions() -> None:
     """Redis 6 says FUNCTION and FCALL are unknown commands: EVALSHA from then on, SCRIPT LOAD
     after NOSCRIPT."""
     run = policy.Scripting()
-    call = protocol.Call(scripts.STATUS, ("k",), ())
+    call = requests.Call(scripts.STATUS, ("k",), ())
     assert run.command(call) == policy.LIBRARY_CHECK and not run.settled
     unknown = redis.ResponseError("unknown command `FUNCTION`, with args beginning with: ...")
     assert run.recover(call, policy.LIBRARY_CHECK, unknown) == (call.evalsha(),)

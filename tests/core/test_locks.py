@@ -16,7 +16,7 @@ from redlease import (
     LockTimeout,
     NotOwned,
 )
-from redlease.core import _sync, protocol
+from redlease.core import _sync, flows
 
 from .util import wait_until
 
@@ -59,9 +59,9 @@ def test_release_and_extend_by_non_owner_are_refused(any_client: Any, lock_name:
     # a forged owner token is refused by the scripts themselves, not only locally
     node = _sync.SyncNode(any_client, lock_name)
     with pytest.raises(NotOwned):
-        _sync.drive(node, protocol.release(b.prim, "f" * 32))
+        _sync.drive(node, flows.release(b.prim, "f" * 32))
     with pytest.raises(NotOwned):
-        _sync.drive(node, protocol.extend(b.prim, "f" * 32, 60))
+        _sync.drive(node, flows.extend(b.prim, "f" * 32, 60))
     state = b.state()
     assert state.holder == "b" and state.fencing_token == b_lease.fencing_token
 

@@ -13,7 +13,7 @@ import pytest
 
 import redlease
 from redlease import ConfigError, LockContention, LockTimeout, LockUnavailable, NotOwned, aio
-from redlease.core import protocol
+from redlease.core import flows, primitives
 from redlease.core.keys import LockKeys
 from redlease.core.multi import OrderedState, abort
 
@@ -28,7 +28,7 @@ def held_by(lock: Any, name: str) -> str | None:
 def test_one_name_is_exactly_a_lock(any_client: Any, lock_name: str) -> None:
     multi = redlease.MultiLock(any_client, [lock_name], ttl=5, identity="m")
     single = redlease.Lock(any_client, lock_name, ttl=5, identity="m")
-    token = protocol.new_token()
+    token = flows.new_token()
     assert multi.prim == single.prim and multi.name == single.name
     for make in ("acquire", "release", "leave"):
         args: tuple[Any, ...] = (token, 0) if make == "acquire" else (token,)
@@ -220,7 +220,9 @@ async def test_async_hold_renews_every_name(any_aclient: Any, lock_name: str) ->
 
 
 def test_abort_undoes_every_name_the_unanswered_one_last() -> None:
-    a, b, c = (protocol.Primitive(LockKeys.for_name(n), protocol.Options(), "mutex") for n in "abc")
+    a, b, c = (
+        primitives.Primitive(LockKeys.for_name(n), primitives.Options(), "mutex") for n in "abc"
+    )
     state = OrderedState(taken=[a, b], in_flight=c, registered=[b])
     flow = abort("tok", state)
     sent = [next(flow)]

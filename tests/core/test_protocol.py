@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from redlease import ConfigError, ProtocolError
-from redlease.core import protocol, replies, scripts
+from redlease.core import replies, scripts, timing
 from redlease.core.election import Election
 from redlease.core.handles import make_options
 from redlease.core.keys import LockKeys
@@ -26,8 +26,8 @@ def test_bad_lock_names_are_refused_naming_the_field(bad: str) -> None:
 
 
 def test_drift_and_deadline() -> None:
-    assert protocol.drift(10.0) == pytest.approx(0.102)
-    assert protocol.local_deadline(100.0, 10.0) == pytest.approx(109.898)
+    assert timing.drift(10.0) == pytest.approx(0.102)
+    assert timing.local_deadline(100.0, 10.0) == pytest.approx(109.898)
 
 
 def test_decode_acquire_variants() -> None:

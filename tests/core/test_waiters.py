@@ -21,7 +21,7 @@ import redlease
 from redlease import aio
 from redlease.core import gate, waiting
 from redlease.core.keys import LockKeys
-from redlease.core.protocol import Call, GaveUp, Wait
+from redlease.core.requests import Call, GaveUp, Wait
 from redlease.core.scripts import LEAVE
 from redlease.devtools.localredis import RedisServer
 

@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 import redlease
 import redlease.aio
 from redlease import LockContention, LockTimeout, NotOwned, QuorumUnavailable
-from redlease.core.quorum import _aio, _blocking
+from redlease.core.quorum import _async, _sync
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.netfault import DelayProxy as Proxy
 from redlease.quorum import NodeSet
@@ -228,14 +228,14 @@ def caught_up(ns: NodeSet) -> None:
     node's one connection has been answered (a slow node toggles between held and free while it
     catches up, so "no key now" alone proves nothing)."""
     barrier = [(ch, ch.submit(("PING",))) for ch in ns.channels()]
-    _blocking.collect(barrier, time.monotonic() + 10)
+    _sync.collect(barrier, time.monotonic() + 10)
     assert all(slot.value is True or slot.value == b"PONG" for _, slot in barrier), barrier
 
 
 async def caught_up_asyncio(ns: NodeSet) -> None:
     """:func:`caught_up` for an asyncio node set."""
     barrier = [(ch, ch.submit(("PING",))) for ch in ns.channels()]
-    await _aio.collect(barrier, time.monotonic() + 10)
+    await _async.collect(barrier, time.monotonic() + 10)
     assert all(slot.value is True or slot.value == b"PONG" for _, slot in barrier), barrier
 
 

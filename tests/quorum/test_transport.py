@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 
 import redlease
 import redlease.aio
-from redlease.core.quorum import _aio, _blocking, channel
+from redlease.core.quorum import _async, _sync, channel
 from redlease.devtools.localredis import RedisServer, free_port
 from redlease.devtools.netfault import DelayProxy
 from redlease.quorum import NodeSet
@@ -41,36 +41,36 @@ def far() -> float:
 
 
 def test_late_reply_is_consumed_in_order(redis_server: RedisServer) -> None:
-    ch = _blocking.Channel(redis_server.client(), "slow", dead_after=10)
+    ch = _sync.Channel(redis_server.client(), "slow", dead_after=10)
     warm = ch.submit(("PING",))
-    _blocking.collect([(ch, warm)], far())
+    _sync.collect([(ch, warm)], far())
     redis_server.pause()  # SIGSTOP: the request waits in the socket
     try:
         first = ch.submit(("ECHO", "first"))
-        _blocking.collect([(ch, first)], time.monotonic() + 0.01)  # the caller gives up
+        _sync.collect([(ch, first)], time.monotonic() + 0.01)  # the caller gives up
         assert not first.done and ch.queued == 1
         second = ch.submit(("ECHO", "second"))
     finally:
         redis_server.resume()
-    _blocking.collect([(ch, second)], far())  # reads the late reply first, into its own slot
+    _sync.collect([(ch, second)], far())  # reads the late reply first, into its own slot
     assert (first.value, second.value) == (b"first", b"second")
     ch._close()
 
 
 async def test_late_reply_is_consumed_in_order_asyncio(redis_server: RedisServer) -> None:
     client = aioredis.Redis(port=redis_server.port)
-    ch = _aio.Channel(client, "slow", dead_after=10)
+    ch = _async.Channel(client, "slow", dead_after=10)
     warm = ch.submit(("PING",))
-    await _aio.collect([(ch, warm)], far())
+    await _async.collect([(ch, warm)], far())
     redis_server.pause()
     try:
         first = ch.submit(("ECHO", "first"))
-        await _aio.collect([(ch, first)], time.monotonic() + 0.01)
+        await _async.collect([(ch, first)], time.monotonic() + 0.01)
         assert not first.done and ch.queued == 1
         second = ch.submit(("ECHO", "second"))
     finally:
         redis_server.resume()
-    await _aio.collect([(ch, second)], far())
+    await _async.collect([(ch, second)], far())
     assert (first.value, second.value) == (b"first", b"second")
     await ch.close()
     await client.aclose()
@@ -86,14 +86,14 @@ def _caller_rounds(who: int, rng: random.Random) -> list[tuple[str, float]]:
 
 def test_threads_share_a_channel(proxy: DelayProxy) -> None:
     proxy.delay = 0.002
-    ch = _blocking.Channel(redis.Redis(port=proxy.port), "shared", dead_after=10)
+    ch = _sync.Channel(redis.Redis(port=proxy.port), "shared", dead_after=10)
     given_up: list[channel.Slot] = []
     wrong: list[str] = []
 
     def caller(who: int) -> None:
         for value, patience in _caller_rounds(who, random.Random(who)):
             slot = ch.submit(("ECHO", value))
-            _blocking.collect([(ch, slot)], time.monotonic() + patience)
+            _sync.collect([(ch, slot)], time.monotonic() + patience)
             if not slot.done:
                 given_up.append(slot)  # its reply must still land here, in order
             elif slot.value != value.encode():
@@ -106,7 +106,7 @@ def test_threads_share_a_channel(proxy: DelayProxy) -> None:
         t.join(60)
     assert not wrong
     last = ch.submit(("PING",))
-    _blocking.collect(
+    _sync.collect(
         [(ch, last)], far()
     )  # reading up to this reply also fills every slot given up before it
     assert all(s.done and not isinstance(s.value, BaseException) for s in given_up)
@@ -116,13 +116,13 @@ def test_threads_share_a_channel(proxy: DelayProxy) -> None:
 async def test_tasks_share_a_channel(proxy: DelayProxy) -> None:
     proxy.delay = 0.002
     client = aioredis.Redis(port=proxy.port)
-    ch = _aio.Channel(client, "shared", dead_after=10)
+    ch = _async.Channel(client, "shared", dead_after=10)
     given_up: list[tuple[channel.Slot, str]] = []
 
     async def caller(who: int) -> None:
         for value, patience in _caller_rounds(who, random.Random(who)):
             slot = ch.submit(("ECHO", value))
-            await _aio.collect([(ch, slot)], time.monotonic() + patience)
+            await _async.collect([(ch, slot)], time.monotonic() + patience)
             if not slot.done:
                 given_up.append((slot, value))
             else:
@@ -130,7 +130,7 @@ async def test_tasks_share_a_channel(proxy: DelayProxy) -> None:
 
     await asyncio.gather(*(caller(w) for w in range(8)))
     last = ch.submit(("PING",))
-    await _aio.collect([(ch, last)], far())
+    await _async.collect([(ch, last)], far())
     assert all(s.done and s.value == v.encode() for s, v in given_up)
     await ch.close()
     await client.aclose()
@@ -141,9 +141,9 @@ async def test_tasks_share_a_channel(proxy: DelayProxy) -> None:
 
 def test_failed_connect_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(channel, "RETRY_CONNECT", 60.0)  # no retry during this test
-    ch = _blocking.Channel(redis.Redis(port=free_port()), "down", dead_after=10)
+    ch = _sync.Channel(redis.Redis(port=free_port()), "down", dead_after=10)
     first = ch.submit(("PING",))
-    _blocking.collect([(ch, first)], far())
+    _sync.collect([(ch, first)], far())
     assert isinstance(first.value, redis.ConnectionError)
     again = ch.submit(("PING",))  # no new connect: the failure is reported at once
     assert again.done and again.value is first.value
@@ -152,9 +152,9 @@ def test_failed_connect_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_failed_connect_fails_fast_asyncio(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(channel, "RETRY_CONNECT", 60.0)
-    ch = _aio.Channel(aioredis.Redis(port=free_port()), "down", dead_after=10)
+    ch = _async.Channel(aioredis.Redis(port=free_port()), "down", dead_after=10)
     first = ch.submit(("PING",))
-    await _aio.collect([(ch, first)], far())
+    await _async.collect([(ch, first)], far())
     assert isinstance(first.value, redis.ConnectionError)
     again = ch.submit(("PING",))
     assert again.done and again.value is first.value
@@ -165,17 +165,17 @@ async def test_failed_connect_fails_fast_asyncio(monkeypatch: pytest.MonkeyPatch
 def test_pinned_request_never_reaches_a_new_server(redis_server: RedisServer) -> None:
     """A request pinned to the connection a decision was made on fails once the node was
     reconnected (to a server that restarted without its data, here) instead of running there."""
-    ch = _blocking.Channel(redis_server.client(), "node", dead_after=10)
+    ch = _sync.Channel(redis_server.client(), "node", dead_after=10)
     first = ch.submit(("PING",))
-    _blocking.collect([(ch, first)], far())
+    _sync.collect([(ch, first)], far())
     probe, epoch = ch.view
     assert probe is not None
     redis_server.restart()
     lost = ch.submit(("PING",), epoch=epoch)  # the old connection is gone: fails, no reconnect
-    _blocking.collect([(ch, lost)], far())
+    _sync.collect([(ch, lost)], far())
     assert isinstance(lost.value, redis.ConnectionError)
     again = ch.submit(("PING",))  # unpinned (a release, say): reconnects
-    _blocking.collect([(ch, again)], far())
+    _sync.collect([(ch, again)], far())
     assert again.value is True or again.value == b"PONG"
     new_probe, new_epoch = ch.view
     assert new_probe is not None and new_probe.run_id != probe.run_id and new_epoch != epoch

@@ -7,7 +7,6 @@ import random
 import pytest
 
 from redlease import ConfigError, errors
-from redlease.core.protocol import drift
 from redlease.core.replies import Outcome
 from redlease.core.rules import (
     LATE,
@@ -36,6 +35,7 @@ from redlease.core.rules import (
     tally,
     validity,
 )
+from redlease.core.timing import drift
 
 
 def granted(fence: int, count: int = 1, transitions: int = 1) -> Outcome:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from redlease.core.protocol import drift
+from redlease.core.timing import drift
 from redlease.devtools.localredis import RedisServer
 from redlease.kube.throttle import Throttle
 from redlease.sidecar.statefile import WriteHealth, until_epoch

@@ -129,7 +129,7 @@ def test_replicas_from_flags_env_and_spec(command: str, monkeypatch: pytest.Monk
     sidecar and `redlease run` hold; a DistributedLock's ``spec.replicas`` does the same."""
     from redlease import cli
     from redlease.cli import flags
-    from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
+    from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
     from redlease.kube.spec import parse_spec
     from redlease.sidecar.config import election_from_spec
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from redlease.cli.command import Flag
 from redlease.cli.durations import positive_duration
-from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
+from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args as sa
 
@@ -189,7 +189,7 @@ def lock_keys(args: argparse.Namespace) -> tuple[str, ...]:
 
 def replication(args: argparse.Namespace) -> tuple[int, float]:
     """``--replicas``/``--replica-timeout`` checked by the library's own rule."""
-    from redlease.core.protocol import validate_replication
+    from redlease.core.primitives import validate_replication
 
     names = ("--replicas", "--replica-timeout")
     return validate_replication(args.replicas, args.replica_timeout, names)

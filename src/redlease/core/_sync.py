@@ -1,4 +1,4 @@
-"""Drive :mod:`~redlease.core.protocol` flows with a blocking client (Redis or RedisCluster)."""
+"""Drive :mod:`~redlease.core.flows` with a blocking client (Redis or RedisCluster)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from redis.exceptions import RedisClusterException
 from redlease.core import _log as log
 from redlease.core import client as _redis
 from redlease.core import gate, idle, waiting, wire
-from redlease.core.protocol import Call, Flow, Replicate, Request, Wait, resume
+from redlease.core.requests import Call, Flow, Replicate, Request, Wait, resume
 from redlease.errors import LockError
 
 

@@ -15,8 +15,8 @@ from typing import Any
 from redlease.core import _async, scripts
 from redlease.core.keys import LockKeys
 from redlease.core.observe import node_drivers, read_view
-from redlease.core.protocol import Call
 from redlease.core.replies import as_int, as_list, as_str
+from redlease.core.requests import Call
 from redlease.errors import LockError, LockUnavailable
 
 

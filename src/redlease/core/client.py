@@ -16,7 +16,7 @@ import redis.asyncio.sentinel as aio_sentinel
 import redis.exceptions as rex
 import redis.sentinel as sentinel
 
-from redlease.core.protocol import Request
+from redlease.core.requests import Request
 from redlease.core.scripting import Scripting
 from redlease.errors import ConnectionLimit, LockError, LockUnavailable, ProtocolError
 

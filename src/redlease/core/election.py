@@ -100,7 +100,7 @@ class Election:
 
     def succeeded(self, sent_at: float, now: float, lease_deadline: float = math.inf) -> bool:
         """An attempt sent at ``sent_at`` was granted (``lease_deadline``: the lease's local
-        deadline, from :func:`~redlease.core.protocol.local_deadline`). False when it came
+        deadline, from :func:`~redlease.core.timing.local_deadline`). False when it came
         too late: the term already ended, or the grant is void by ``now``."""
         if self.reason or (self.term and now >= self.deadline):
             self.next(now)

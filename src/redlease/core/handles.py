@@ -1,6 +1,6 @@
 """Bookkeeping shared by the sync and asyncio lock handles (pure: no I/O here).
 
-A handle turns user calls into :mod:`redlease.core.protocol` flows and their results into
+A handle turns user calls into :mod:`redlease.core.flows` and their results into
 :class:`~redlease.core.lease.Lease` objects. :mod:`~redlease.core.locks` and
 :mod:`~redlease.core.aio` only add the thin "run this flow" layer on top.
 """
@@ -14,11 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from redlease.core import protocol, waiting
+from redlease.core import flows, primitives, waiting
 from redlease.core.client import Executor
+from redlease.core.clock import ServerTime
+from redlease.core.flows import AcquireState, Grant
 from redlease.core.keys import LockKeys, validate_identity
 from redlease.core.lease import Lease
-from redlease.core.protocol import AcquireState, Flow, Grant, Options, Primitive, ServerTime
+from redlease.core.primitives import Options, Primitive
+from redlease.core.requests import Flow
 from redlease.core.state import read_state_flow
 from redlease.core.timing import TTL_RANGE
 from redlease.errors import ConfigError, NotOwned
@@ -43,7 +46,7 @@ def make_options(
         raise ConfigError("ttl", f"must be between {lo:g} and {hi:g} seconds, got {ttl!r}")
     if not isinstance(handoff, int | float) or handoff < 0:
         raise ConfigError("handoff", f"must be >= 0 seconds, got {handoff!r}")
-    replicas, replica_timeout = protocol.validate_replication(replicas, replica_timeout)
+    replicas, replica_timeout = primitives.validate_replication(replicas, replica_timeout)
     ident = validate_identity(default_identity() if identity is None else identity)
     return Options(
         ttl=float(ttl),
@@ -75,7 +78,7 @@ class HandleCore:
 
     ``kind`` is ``mutex`` (one hold per handle), ``reentrant`` (one hold per owner object),
     ``read`` or ``write`` (a read-write lock's two sides; one hold per handle). The ``*_flow``
-    methods say which :mod:`~redlease.core.protocol` flows an operation runs; a multi-key lease
+    methods say which flows (:mod:`~redlease.core.flows`) an operation runs; a multi-key lease
     (:class:`redlease.core.multi.MultiCore`) swaps them.
     """
 
@@ -89,7 +92,7 @@ class HandleCore:
         identity: str | None = None,
         handoff: float = 0.25,
         replicas: int = 0,
-        replica_timeout: float = protocol.DEFAULT_REPLICA_TIMEOUT,
+        replica_timeout: float = primitives.DEFAULT_REPLICA_TIMEOUT,
     ) -> None:
         options = make_options(
             ttl=ttl,
@@ -155,7 +158,7 @@ class HandleCore:
     ) -> tuple[Flow, Callable[[], Flow]]:
         """The acquire flow and the clean-up that undoes it if it fails or is interrupted."""
         state = AcquireState()
-        flow = protocol.acquire(
+        flow = flows.acquire(
             self.prim,
             token,
             blocking=blocking,
@@ -163,15 +166,15 @@ class HandleCore:
             state=state,
             socket_timeout=socket_timeout,
         )
-        return flow, lambda: protocol.abort_acquire(self.prim, token, state)
+        return flow, lambda: flows.abort_acquire(self.prim, token, state)
 
     def release_flow(self, token: str, full: bool) -> Flow:
-        return protocol.release(self.prim, token, full=full)
+        return flows.release(self.prim, token, full=full)
 
     def extend_flow(
         self, token: str, ttl: float | None, timeout: float | None, since: ServerTime | None = None
     ) -> Flow:
-        return protocol.extend(
+        return flows.extend(
             self.prim, token, ttl, clock=time.monotonic, timeout=timeout, since=since
         )
 
@@ -194,7 +197,7 @@ class HandleCore:
     ) -> tuple[Flow, Callable[[], Flow], str]:
         check_timeout(blocking, timeout)
         held = self.held(owner)
-        token = held.token if held is not None else protocol.new_token()
+        token = held.token if held is not None else flows.new_token()
         flow, cleanup = self.acquire_flow(token, blocking, timeout, socket_timeout)
         if held is not None and self.kind == "reentrant":
             # never undo an outer hold when a re-entry is interrupted

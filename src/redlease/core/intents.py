@@ -1,11 +1,12 @@
 """What a script call means, and the typed result a node set reports for it.
 
-A :class:`~redlease.core.protocol.Call` carries its :data:`Intent`: a layer that runs one call
+A :class:`~redlease.core.requests.Call` carries its :data:`Intent`: a layer that runs one call
 on several nodes (:mod:`redlease.core.quorum.flows`) decides from the intent, never from which
 Lua script the call names, and answers with the intent's typed outcome (:class:`Extended`,
 :class:`Released`, :class:`FenceRaised`; an acquire answers with
-:class:`~redlease.core.replies.Outcome`) instead of a reply shaped like one node's. The
-protocol flows decode a node's raw reply into the same types (``replies.decode_*``).
+:class:`~redlease.core.replies.Outcome`) instead of a reply shaped like one node's. The lock
+flows (:mod:`redlease.core.flows`) decode a node's raw reply into the same types
+(``replies.decode_*``).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redlease.core import _log as log
+from redlease.core.clock import ServerTime
 from redlease.core.election import DEADLINE_PASSED, Action, Election, classify
-from redlease.core.protocol import Grant, ServerTime
+from redlease.core.flows import Grant
 from redlease.errors import LeaseLost, NotOwned
 
 
@@ -17,7 +18,7 @@ from redlease.errors import LeaseLost, NotOwned
 class Lease:
     """A held lease: what the holder knows locally.
 
-    ``deadline`` is on the monotonic clock (see :func:`redlease.core.protocol.local_deadline`); past
+    ``deadline`` is on the monotonic clock (see :func:`redlease.core.timing.local_deadline`); past
     it this process must act as if it no longer holds the lock, whatever Redis says later.
     ``fencing_token`` is strictly greater than every token issued before for this lock: pass it
     to the protected resource and let the resource refuse lower ones.

@@ -1,7 +1,7 @@
 """The blocking API: Lock, ReentrantLock, ReadWriteLock, MultiLock and Renewer.
 
 Works unchanged with ``redis.Redis``, ``redis.cluster.RedisCluster`` and a blocking
-:class:`redlease.quorum.NodeSet`. All logic lives in :mod:`redlease.core.protocol`,
+:class:`redlease.quorum.NodeSet`. All logic lives in :mod:`redlease.core.flows`,
 :mod:`redlease.core.handles` and :mod:`redlease.core.multi`; this module only runs it.
 """
 

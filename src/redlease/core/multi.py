@@ -1,9 +1,9 @@
 """Multi-key leases: several lock names held all-or-nothing as one lease, with one fencing token.
 
-Where the names live decides the flows (pure, like :mod:`~redlease.core.protocol`):
+Where the names live decides the flows (pure, like :mod:`~redlease.core.flows`):
 
 * **One Redis node**: one script per operation. The exclusive scripts take every name's keys at
-  once (a :class:`~redlease.core.protocol.Primitive` with a ``group``): all names are checked and
+  once (a :class:`~redlease.core.primitives.Primitive` with a ``group``): all names are checked and
   granted atomically; a blocked acquirer registers where it was refused and BLPOPs those wake
   lists (one node, one BLPOP on several lists).
 * **Redis Cluster** (each ``{NAME}`` is its own slot) and **RedLock node sets** (each
@@ -31,26 +31,18 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redlease.core import protocol, scripts
+from redlease.core import flows, scripts
 from redlease.core.client import Executor
+from redlease.core.clock import Clock, ServerTime
+from redlease.core.flows import Grant, confirm_replicas
 from redlease.core.handles import HandleCore
 from redlease.core.keys import LockKeys, name_of, validate_name
-from redlease.core.protocol import (
-    Call,
-    Clock,
-    Flow,
-    Grant,
-    Options,
-    Pacing,
-    Primitive,
-    Request,
-    ServerTime,
-    Wait,
-    confirm_replicas,
-    local_deadline,
-)
+from redlease.core.pacing import Pacing
+from redlease.core.primitives import Options, Primitive
 from redlease.core.replies import Outcome, decode_acquire, decode_raise
+from redlease.core.requests import Call, Flow, Request, Wait
 from redlease.core.state import LockState, read_state_flow
+from redlease.core.timing import local_deadline
 from redlease.core.view import lock_view
 from redlease.errors import AlreadyHeld, ConfigError, LockError, LockUnavailable, NotOwned
 
@@ -195,7 +187,7 @@ def release(name: str, parts: Sequence[Primitive], token: str) -> Generator[Requ
     lost: list[str] = []
     for part in reversed(parts):
         try:
-            yield from protocol.release(part, token)
+            yield from flows.release(part, token)
         except NotOwned:
             lost.append(part.name)
         except LockError as exc:
@@ -225,7 +217,7 @@ def extend(
     for part in parts:
         left = None if timeout is None else max(0.001, timeout - (clock() - start))
         try:
-            got = yield from protocol.extend(part, token, ttl, clock=clock, timeout=left)
+            got = yield from flows.extend(part, token, ttl, clock=clock, timeout=left)
         except NotOwned as exc:
             raise NotOwned(name, f"{part.name!r}: {exc.message}") from None
         first = first or got

@@ -14,8 +14,8 @@ import redis.exceptions as rex
 
 from redlease.core import _async
 from redlease.core.keys import LockKeys
-from redlease.core.protocol import Flow
 from redlease.core.quorum import _probe
+from redlease.core.requests import Flow
 from redlease.core.rules import OPERATOR, RESTART_DELAY, Outside, Probe
 from redlease.core.state import LockState, read_state_flow
 from redlease.core.view import LockView, NodeAnswer, lock_view

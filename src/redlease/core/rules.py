@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from redlease.core import scripts
-from redlease.core.protocol import drift
 from redlease.core.replies import Outcome
+from redlease.core.timing import drift
 from redlease.errors import ConfigError, LockError
 
 

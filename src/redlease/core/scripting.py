@@ -1,4 +1,4 @@
-"""How one server runs a :class:`~redlease.core.protocol.Call`: FCALL of the verified
+"""How one server runs a :class:`~redlease.core.requests.Call`: FCALL of the verified
 redlease Functions library, else EVALSHA (the policy every transport asks; sans-I/O).
 
 The library check (:data:`LIBRARY_CHECK`) and its verdict live here too: the quorum probe
@@ -12,8 +12,9 @@ import time
 from typing import Any
 
 from redlease.core import scripts
-from redlease.core.protocol import Call, Clock
+from redlease.core.clock import Clock
 from redlease.core.replies import as_str
+from redlease.core.requests import Call
 
 # the one command that reads the library loaded under redlease's name, with its code
 LIBRARY_CHECK: tuple[str, ...] = (

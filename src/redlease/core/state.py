@@ -9,8 +9,8 @@ from typing import Any
 from redlease.core import scripts
 from redlease.core.intents import ReadState
 from redlease.core.keys import LockKeys
-from redlease.core.protocol import Call, Request
 from redlease.core.replies import as_int, as_list, as_str
+from redlease.core.requests import Call, Request
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,11 @@
-"""Lease timing: the TTL, the renew deadline and the retry period, and the rules between them.
+"""Lease timing: the TTL, the renew deadline and the retry period, and the rules between them;
+the drift allowance and the local deadline of a granted lease.
 
 Pure. client-go's leader election names the three timings and its ratios give the defaults;
 every surface that takes them (the command-line flags, a DistributedLock's spec, the sidecar
 and the operator's own election) checks them with :func:`validate_timing`, naming its own
-fields. A lease, not Kubernetes: this is the core's.
+fields. A lease, not Kubernetes: this is the core's. :func:`local_deadline` is when a holder
+must stop trusting its lease (the flows, quorum validity, the sidecar).
 """
 
 from __future__ import annotations
@@ -68,3 +70,17 @@ def validate_timing(
             retry_name, f"must be > 0 and below {deadline_name} ({deadline:g}), got {retry:g}"
         )
     return Timing(float(ttl), float(deadline), float(retry))
+
+
+def drift(ttl: float) -> float:
+    """Clock-drift allowance for a lease of ``ttl`` seconds: 1% of the TTL plus 2 ms."""
+    return ttl * 0.01 + 0.002
+
+
+def local_deadline(sent_at: float, ttl: float) -> float:
+    """Monotonic time after which a lease granted to a request sent at ``sent_at`` is void.
+
+    Measured from when the request was *sent* (the server may have started the TTL any time
+    after that), minus the drift allowance.
+    """
+    return sent_at + ttl - drift(ttl)

@@ -14,7 +14,7 @@ owner, and its next attempt takes the lease or its LEAVE passes it on (see the s
 
 Waiters whose deadlines pass together give up together (asyncio): the listener reads the
 lease's owner once, at or after all their deadlines. A waiter whose lease another owner held
-then is told so (:class:`~redlease.core.protocol.GaveUp`, what its own last attempt would have
+then is told so (:class:`~redlease.core.requests.GaveUp`, what its own last attempt would have
 been told at that instant) and the listener runs their LEAVEs back to back afterwards; a free
 lease, or one granted to the waiter itself, sends it to its own last attempt.
 """
@@ -26,8 +26,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from redlease.core.protocol import GaveUp, Wait
 from redlease.core.replies import as_str
+from redlease.core.requests import GaveUp, Wait
 
 LISTEN_STEP = 5.0  # longest single BLPOP of a listener (seconds): a bounded fallback
 LISTEN_SLACK = 0.25  # a listener's BLPOP outlasts the latest waiter's deadline by this much

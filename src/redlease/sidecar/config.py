@@ -14,7 +14,7 @@ from pathlib import Path
 
 from redlease.core.connect import Target, Tls, digits
 from redlease.core.keys import scoped_name
-from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
+from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.timing import Timing, validate_timing
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args

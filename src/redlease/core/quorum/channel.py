@@ -10,7 +10,7 @@ on it fails; after a failed connect, requests fail fast for :data:`RETRY_CONNECT
 Because every write to a node goes down this one connection, an undo written behind an
 acquire that is still in flight runs after it on that node: no stale key is left behind.
 
-The drivers (:mod:`._blocking`: threads and a condition variable; :mod:`._aio`: asyncio futures)
+The drivers (:mod:`._sync`: threads and a condition variable; :mod:`._async`: asyncio futures)
 only do the I/O and the blocking: they connect in the background (hook :meth:`Channel._spawn`),
 write bytes (:meth:`Channel._write`), close a dropped connection (:meth:`Channel._dispose`),
 wake waiting callers (:meth:`Channel._notify`) and read replies. The blocking driver's callers

@@ -1,12 +1,12 @@
 """Run quorum flows over the node set's channels: the logic both drivers share.
 
-:class:`QuorumExecutor` turns one :mod:`redlease.core.protocol` request into the quorum flow of
+:class:`QuorumExecutor` turns one :mod:`redlease.core.requests` request into the quorum flow of
 :mod:`~redlease.core.quorum.flows` and carries it out: connect and probe every node
 (:class:`~redlease.core.quorum.flows.Ready`), write a fan-out to every node's
 :class:`~redlease.core.quorum.channel.Channel` from the caller (no reader threads or tasks),
 collect the replies under one deadline, and wait for wake-ups on one reachable node. Where it
 must block it yields an :data:`Step` (:class:`Settle`, :class:`Collect`, :class:`Blpop`,
-:class:`Sleep`); the blocking and asyncio drivers (:mod:`._blocking`, :mod:`._aio`) perform it
+:class:`Sleep`); the blocking and asyncio drivers (:mod:`._sync`, :mod:`._async`) perform it
 and send back the result.
 """
 
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from redlease.core import client as _redis
-from redlease.core.protocol import Request, Wait
 from redlease.core.quorum.channel import FIRST_CONTACT, Channel, Corked, Memo, Slot, flush
 from redlease.core.quorum.flows import Batch, Command, FanOut, QRequest, Ready, Settings, run
+from redlease.core.requests import Request, Wait
 from redlease.core.rules import LATE, Down, Probe, Reply, Result
 from redlease.errors import LockError, LockUnavailable
 
@@ -43,7 +43,7 @@ class Collect:
 
 @dataclass(slots=True)
 class Blpop:
-    """Run the :class:`~redlease.core.protocol.Wait` ``req`` on the single-node driver
+    """Run the :class:`~redlease.core.requests.Wait` ``req`` on the single-node driver
     ``node``; the reply is its result or the :class:`LockError` it raised."""
 
     node: Any

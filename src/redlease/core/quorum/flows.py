@@ -1,10 +1,11 @@
-"""Sans-I/O quorum flows: one single-node request of :mod:`~redlease.core.protocol` is fanned out.
+"""Sans-I/O quorum flows: one single-node request (:mod:`~redlease.core.requests`) fanned out.
 
-The lock handles run the same :mod:`redlease.core.protocol` flows on a node set as on one client.
+The lock handles run the same :mod:`redlease.core.flows` on a node set as on one client.
 Each request they yield (acquire, extend, release, ...) is handed to :func:`run`, a generator
 that yields :class:`Ready` (connect and probe every node) and :class:`FanOut` (send requests to
 several nodes in parallel, collect what answered within the per-node timeout) and finally
-returns a reply shaped like one node's, so :mod:`redlease.core.protocol` decodes it unchanged.
+returns the typed result of the call's intent (:mod:`redlease.core.intents`), which the
+``replies.decode_*`` of the lock flows accept as they accept one node's reply.
 Decisions come from the pure functions in :mod:`redlease.core.rules`.
 """
 
@@ -28,9 +29,10 @@ from redlease.core.intents import (
     Release,
     Released,
 )
-from redlease.core.protocol import Call, Primitive, Replicate, Request
+from redlease.core.primitives import Primitive
 from redlease.core.quorum import _probe
 from redlease.core.replies import Outcome, decode_acquire, decode_extend, decode_release
+from redlease.core.requests import Call, Replicate, Request
 from redlease.core.rules import (
     LATE,
     AcquireDecision,
@@ -146,7 +148,7 @@ class Settings:
 
 
 def run(cfg: Settings, req: Request) -> QFlow:
-    """Execute one :mod:`redlease.core.protocol` request over the node set; return its reply."""
+    """Execute one :mod:`redlease.core.requests` request over the node set; return its reply."""
     ready = yield Ready(cfg.node_timeout)
     members = yield from ensure_members(cfg, ready)
     if isinstance(req, Replicate):

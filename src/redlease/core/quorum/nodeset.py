@@ -23,7 +23,7 @@ from redlease.core.connect import (
     sentinel_hosts,
     url_options,
 )
-from redlease.core.quorum import _aio, _blocking
+from redlease.core.quorum import _async, _sync
 from redlease.core.quorum.channel import Channel
 from redlease.core.quorum.flows import Settings
 from redlease.core.rules import RESTART_DELAY, check_quorum, standing
@@ -122,8 +122,8 @@ class NodeSet:
 
         settings = self.settings(handle.prim, fresh)
         if self.asyncio:
-            return _aio.QuorumNode(self, settings)
-        return _blocking.QuorumNode(self, settings)
+            return _async.QuorumNode(self, settings)
+        return _sync.QuorumNode(self, settings)
 
     def channels(self) -> list[Channel]:
         """One channel per node: blocking, or asyncio (made again for a new event loop)."""
@@ -131,9 +131,9 @@ class NodeSet:
             loop = asyncio.get_running_loop()
             if self._channels is None or self._loop is not loop:
                 self._loop = loop
-                self._channels = self._make_channels(_aio.Channel)
+                self._channels = self._make_channels(_async.Channel)
         elif self._channels is None:
-            self._channels = self._make_channels(_blocking.Channel)
+            self._channels = self._make_channels(_sync.Channel)
         return self._channels
 
     def _make_channels(self, kind: Any) -> list[Channel]:
@@ -170,7 +170,7 @@ class NodeSet:
         """Drop the per-node connections (asyncio node sets); the clients stay open."""
         if self.asyncio:
             for ch in self._channels or []:
-                await cast(_aio.Channel, ch).close()
+                await cast(_async.Channel, ch).close()
 
     def __repr__(self) -> str:
         return f"NodeSet({self.description})"

@@ -25,9 +25,9 @@ import hiredis
 import redis.exceptions as rex
 
 from redlease.core import _async
-from redlease.core.protocol import Request
 from redlease.core.quorum import _probe, channel
 from redlease.core.quorum.executor import Blpop, Collect, QuorumExecutor, Settle, Step
+from redlease.core.requests import Request
 from redlease.errors import LockError
 
 _MORE = object()  # hiredis: no complete reply buffered yet

@@ -17,9 +17,9 @@ from typing import Any
 import redis.exceptions as rex
 
 from redlease.core import _sync
-from redlease.core.protocol import Request
 from redlease.core.quorum import _probe, channel
 from redlease.core.quorum.executor import Blpop, Collect, QuorumExecutor, Settle, Step
+from redlease.core.requests import Request
 from redlease.errors import LockError
 
 

@@ -1,0 +1,235 @@
+"""Lock primitives: a lock's settings and how each kind of lease maps to script calls.
+
+:class:`Primitive` builds the :class:`~redlease.core.requests.Call` of every step (acquire,
+release, extend, leave, raise the fence) for an exclusive (mutex, reentrant, writer) or shared
+(reader) lease, one lock or several on one node; :class:`Options` holds the per-lock settings.
+Pure: the flows (:mod:`redlease.core.flows`) yield these calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from redlease.core import scripts
+from redlease.core.intents import (
+    Acquire,
+    Extend,
+    Leave,
+    RaiseFence,
+    Release,
+)
+from redlease.core.keys import LockKeys
+from redlease.core.requests import Call
+from redlease.errors import ConfigError
+
+DEFAULT_REPLICA_TIMEOUT = 0.1  # seconds a WAIT may take before the write counts as unconfirmed
+
+
+def validate_replication(
+    replicas: object,
+    timeout: object,
+    names: tuple[str, str] = ("replicas", "replica_timeout"),
+) -> tuple[int, float]:
+    """``replicas`` (an integer >= 0: WAIT for that many replicas after every grant and
+    extension, fail closed if fewer confirm) and the WAIT timeout in seconds (> 0); errors
+    name ``names`` (the argument, the flag or the spec field)."""
+    replicas_name, timeout_name = names
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise ConfigError(replicas_name, f"must be an integer >= 0, got {replicas!r}")
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout < float("inf")
+    ):
+        raise ConfigError(timeout_name, f"must be > 0 seconds, got {timeout!r}")
+    return replicas, float(timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Per-lock settings shared by every primitive (seconds unless named otherwise)."""
+
+    ttl: float = 30.0
+    identity: str = ""
+    handoff: float = 0.25  # how long a released lock stays reserved for woken waiters
+    max_wait_step: float = 5.0  # longest single BLPOP; a bounded fallback, not a poll
+    registration_grace: float = 0.5  # a waiter's registration outlives its BLPOP by this much
+    replicas: int = 0  # WAIT for this many replicas after writes; fail closed if fewer
+    replica_timeout: float = DEFAULT_REPLICA_TIMEOUT
+
+    @property
+    def ttl_ms(self) -> int:
+        return max(1, round(self.ttl * 1000))
+
+    @property
+    def handoff_ms(self) -> int:
+        return max(1, round(min(self.handoff, self.ttl) * 1000))
+
+
+@dataclass(frozen=True, slots=True)
+class Primitive:
+    """How one kind of lease maps to scripts: exclusive (mutex, reentrant, writer) or shared.
+
+    ``group``: several locks held together as one lease, all on one node (a multi-key lease:
+    the exclusive scripts take each lock's keys in turn and act on all of them at once); empty
+    for a lease on ``keys`` alone. Every request carries its owner token (see :class:`Call`).
+    ``direct``: the direct hand-off (one exclusive lock on one node or cluster slot, see
+    :meth:`with_direct`): a waiter enlists, the release grants it the lease and pushes the grant
+    onto the waiter's own list, and the waiter returns without another acquire.
+    """
+
+    keys: LockKeys
+    options: Options
+    kind: str  # "mutex" | "reentrant" | "write" | "read"
+    group: tuple[LockKeys, ...] = ()
+    direct: bool = False  # a release hands the lease to the head waiter itself (one node)
+    mailbox: str = ""  # with ``direct``: the process's mailbox id for this lock ('': own lists)
+
+    def with_direct(self, mailbox: str = "") -> Primitive:
+        """This primitive with the direct hand-off, where it applies (mutex or reentrant, one
+        lock); RedLock quorums and read-write locks keep the wake-up hand-off. ``mailbox``: the
+        id of the list where this process's listener receives every grant of the lock."""
+        if self.group or self.kind not in ("mutex", "reentrant"):
+            return self
+        return replace(self, direct=True, mailbox=mailbox)
+
+    def grants(self, token: str) -> str:
+        """The list where ``token`` receives a lease handed over directly ('' : none): the
+        process's mailbox when there is one, else the waiter's own list."""
+        if not self.direct:
+            return ""
+        return self.keys.grants(self.mailbox or token)
+
+    @property
+    def name(self) -> str:
+        return ",".join(k.name for k in self.group) if self.group else self.keys.name
+
+    @property
+    def shared(self) -> bool:
+        return self.kind == "read"
+
+    def each(self, pick: Callable[[LockKeys], tuple[str, ...]]) -> tuple[str, ...]:
+        """``pick``'s keys of every lock of the lease, lock after lock."""
+        if not self.group:
+            return pick(self.keys)
+        return tuple(key for keys in self.group for key in pick(keys))
+
+    def names_at(self, positions: Sequence[int]) -> str:
+        """The names of the locks of a multi-key lease at 1-based ``positions`` (for messages);
+        ``''`` for a single lock."""
+        return ", ".join(repr(self.group[i - 1].name) for i in positions) if self.group else ""
+
+    def wake_keys(self, blocked: Sequence[int] = (), token: str = "") -> tuple[str, ...]:
+        """The wake lists to wait on: those of the locks at 1-based positions ``blocked``
+        (where the refused acquire registered), or of every lock; with the direct hand-off,
+        ``token``'s own grant list first."""
+        if self.direct and token:
+            return (self.grants(token), self.keys.wake)
+        locks = self.group or (self.keys,)
+        return tuple(locks[i - 1].wake for i in blocked) or tuple(k.wake for k in locks)
+
+    def acquire(
+        self, token: str, wait_ms: int, min_fence: int = 0, registered: bool = True
+    ) -> Call:
+        """``registered``: the owner may be registered as a waiter (False spares the script a
+        look at the waiters when the lock is not reserved)."""
+        k, o = self.keys, self.options
+        if self.kind == "read":
+            return Call(
+                scripts.ACQUIRE_READ,
+                (k.lease, k.readers, k.writers_waiting, k.waiters, k.handoff, k.fence),
+                (token, o.ttl_ms, wait_ms),
+                token,
+                intent=Acquire(token, o.ttl_ms),
+            )
+        if self.kind == "write":
+            return Call(
+                scripts.ACQUIRE_WRITE,
+                (
+                    k.lease,
+                    k.readers,
+                    k.writers_waiting,
+                    k.waiters,
+                    k.handoff,
+                    k.fence,
+                    k.history,
+                ),
+                (token, o.ttl_ms, o.identity, wait_ms),
+                token,
+                intent=Acquire(token, o.ttl_ms),
+            )
+        reentrant = "1" if self.kind == "reentrant" else "0"
+        keys = self.each(lambda k: (k.lease, k.fence, k.history, k.waiters, k.handoff))
+        args: tuple[str | int, ...] = (
+            token,
+            o.ttl_ms,
+            o.identity,
+            reentrant,
+            wait_ms,
+            min_fence,
+            "1" if registered else "0",
+        )
+        if self.direct:
+            keys += (k.direct, k.grants(token))
+            if self.mailbox:
+                args += (self.mailbox,)
+        return Call(scripts.ACQUIRE, keys, args, token, intent=Acquire(token, o.ttl_ms))
+
+    def release(self, token: str, full: bool = True) -> Call:
+        k, o = self.keys, self.options
+        if self.kind == "read":
+            return Call(
+                scripts.RELEASE_READ,
+                (k.readers, k.waiters, k.handoff, k.wake),
+                (token, o.handoff_ms),
+                token,
+                intent=Release(),
+            )
+        wake_all = "1" if self.kind == "write" else "0"
+        keys = self.each(lambda k: (k.lease, k.waiters, k.handoff, k.wake))
+        if self.direct:
+            keys += (k.fence, k.history, k.direct)
+        return Call(
+            scripts.RELEASE,
+            keys,
+            (token, "1" if full else "0", o.handoff_ms, wake_all),
+            token,
+            intent=Release(),
+        )
+
+    def extend(self, token: str, ttl_ms: int, timeout: float | None = None) -> Call:
+        if self.kind == "read":
+            return Call(
+                scripts.EXTEND_READ,
+                (self.keys.readers,),
+                (token, ttl_ms),
+                token,
+                timeout,
+                Extend(ttl_ms),
+            )
+        leases = self.each(lambda k: (k.lease,))
+        return Call(scripts.EXTEND, leases, (token, ttl_ms), token, timeout, Extend(ttl_ms))
+
+    def leave(self, token: str) -> Call:
+        k = self.keys
+        keys = self.each(lambda k: (k.lease, k.waiters, k.handoff, k.wake, k.writers_waiting))
+        if self.direct:
+            keys += (k.fence, k.history, k.direct, k.grants(token))
+        return Call(
+            scripts.LEAVE,
+            keys,
+            (token, self.options.handoff_ms),
+            token,
+            intent=Leave(),
+        )
+
+    def raise_fence(self, token: str, fence: int) -> Call:
+        """Raise this lock's fence counter, and the owner's lease record, to ``fence``."""
+        return Call(
+            scripts.RAISE_FENCE,
+            (self.keys.fence, self.keys.lease),
+            (fence, token),
+            token,
+            intent=RaiseFence(fence),
+        )
