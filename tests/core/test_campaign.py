@@ -130,6 +130,8 @@ async def test_a_redis_lease_is_one_backend(redis_server: RedisServer, lock_name
         async with asyncio.timeout(10):
             await leads.wait()
         assert campaign.leading() and (await lock.state()).holder == "me"
+        other = RedisLease(aio.Lock(client, lock_name, ttl=1, identity="other"))
+        assert await other.acquire() == Held()  # contention is an answer, not an error
         stop.set()
         await task
         assert told[1:] == [SHUTDOWN, True] and isinstance(told[0], int)
