@@ -27,7 +27,7 @@ def test_help_describes_shows_an_example_and_defaults(command: str) -> None:
     assert sub.description and len(sub.description) > 40
     assert "example:\n  redlease " in text
     for action in sub._actions:
-        default = getattr(action, "real_default", None)
+        default = None if action.dest in ("help", "version") else action.default
         if action.option_strings and default not in (None, False, "", []):
             shown = action.help or ""
             assert "default" in sub._get_formatter()._get_help_string(action), (

@@ -15,7 +15,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from k8s_helpers import render, validate_builtin
 
-from redlease.cli import _operator_config, build_parser
+from redlease.cli import parse_args
+from redlease.cli.login import this_pod
+from redlease.cli.operator import operator_config
 from redlease.operator.injection import INJECT_ANNOTATION, LOCK_ANNOTATION
 
 GENERATED: dict[str, Any] = {}
@@ -200,8 +202,7 @@ def test_chart_args_are_accepted_by_the_operator(
     for name in ("tls.crt", "tls.key"):
         (tmp_path / name).write_text("PEM")
     args = [a.replace("/etc/redlease/webhook", str(tmp_path)) for a in args]
-    parser = build_parser()
-    config = _operator_config(parser.parse_args(args), parser)
+    config = operator_config(parse_args(args), this_pod())
     hook = config.webhook
     assert hook is not None
     assert (hook.host, hook.port, hook.failure_policy) == ("0.0.0.0", 10443, "Fail")

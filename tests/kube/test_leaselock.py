@@ -9,7 +9,8 @@ import pytest
 
 from redlease.core.campaign import Granted, Held
 from redlease.core.timing import Timing
-from redlease.kube.client import KubeClient, KubeSettings
+from redlease.kube.client import KubeClient
+from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.leaselock import ElectionConfig, LeaseLock
 from redlease.kube.leasewriter import LeaseWriter
 from tests.operator.dlock_harness import Emulator, declare
@@ -22,7 +23,7 @@ TIMING = Timing(ttl=15.0, renew_deadline=10.0, retry_period=2.0)
 async def client() -> AsyncIterator[KubeClient]:
     async with Emulator() as emulator, kmock.Server(emulator) as server:
         declare(emulator)
-        client = KubeClient(KubeSettings(api=f"http://127.0.0.1:{server.port}"))
+        client = KubeClient(ClusterAuth(f"http://127.0.0.1:{server.port}"))
         try:
             yield client
         finally:

@@ -14,7 +14,8 @@ import kmock
 import pytest
 
 from redlease.errors import KubeConflict
-from redlease.kube.client import KubeClient, KubeSettings
+from redlease.kube.client import KubeClient
+from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.lease import LeaseRecord
 from redlease.kube.leasewriter import LeaseWriter
 from tests.operator.dlock_harness import LEASES, Emulator, declare
@@ -27,7 +28,7 @@ HELD = LeaseRecord("a", 5, 100.0, 100.0, 0)
 async def api() -> AsyncIterator[tuple[Emulator, KubeClient]]:
     async with Emulator() as emulator, kmock.Server(emulator) as server:
         declare(emulator)
-        client = KubeClient(KubeSettings(api=f"http://127.0.0.1:{server.port}"))
+        client = KubeClient(ClusterAuth(f"http://127.0.0.1:{server.port}"))
         try:
             yield emulator, client
         finally:

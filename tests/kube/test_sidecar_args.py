@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from redlease.cli import _fill_from_env, build_parser
+from redlease.cli import build_parser, parse_args
 from redlease.kube import sidecar_args as sa
 
 FLAGS = (
@@ -43,9 +43,7 @@ def test_argv_with_everything_uses_only_declared_flags() -> None:
 def test_env_names_are_the_cli_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(sa.env_name(sa.STATE_DIR_FLAG), "/tmp/elsewhere")
     monkeypatch.setenv(sa.env_name(sa.HTTP), "127.0.0.1:4242")
-    parser = build_parser()
-    args = parser.parse_args([sa.COMMAND])
-    _fill_from_env(parser, args)
+    args = parse_args([sa.COMMAND])
     assert (args.state_dir, args.http) == ("/tmp/elsewhere", "127.0.0.1:4242")
     assert sa.env_name("--password") == sa.PASSWORD_ENV
     assert sa.env_name("--username") == sa.USERNAME_ENV

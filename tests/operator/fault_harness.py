@@ -50,6 +50,7 @@ class FaultyEmulator(Emulator):
     gone_events = 0
     gone_http = 0
     lost_answers = 0
+    lists_at_gone: int | None = None  # DistributedLock lists seen when the last 410 was served
     slow: dict[str, float]
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
@@ -70,9 +71,11 @@ class FaultyEmulator(Emulator):
         if _is_lock(request) and request.action == kmock.action.WATCH:
             if self.gone_http > 0:
                 self.gone_http -= 1
+                self.lists_at_gone = self.lists()
                 return aiohttp.web.json_response(GONE, status=410)
             if self.gone_events > 0 and request._raw_request is not None:
                 self.gone_events -= 1
+                self.lists_at_gone = self.lists()
                 response = aiohttp.web.StreamResponse(
                     status=200, headers={"Content-Type": "application/json"}
                 )
@@ -95,6 +98,11 @@ class FaultyEmulator(Emulator):
             and r.resource is not None
             and r.resource.plural == "events"
         )
+
+    def relisted_after_gone(self) -> bool:
+        """Whether DistributedLocks were listed after the last 410 was served (kopf also lists
+        before the watch that is told it is gone, so a count taken earlier proves nothing)."""
+        return self.lists_at_gone is not None and self.lists() > self.lists_at_gone
 
     def lists(self) -> int:
         """How many times DistributedLocks were listed (kopf lists before every new watch)."""

@@ -12,7 +12,8 @@ import pytest
 import yaml
 from pods import pod_spec
 
-from redlease.cli import SA_DIR, build_parser
+from redlease.cli import build_parser, parse_args
+from redlease.cli.login import SA_DIR, Pod
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args
 from redlease.operator import injection
@@ -188,7 +189,7 @@ def test_opt_out_and_case() -> None:
 def test_constants_match_the_sidecar() -> None:
     assert injection.KUBE_API_DIR == SA_DIR == sidecar_args.SERVICE_ACCOUNT_DIR
     sub = build_parser()._subparsers._group_actions[0].choices["sidecar"]  # type: ignore[union-attr]
-    defaults = {a.dest: getattr(a, "real_default", a.default) for a in sub._actions}
+    defaults = {a.dest: a.default for a in sub._actions}
     assert defaults["state_dir"] == injection.STATE_DIR == sidecar_args.STATE_DIR
     assert defaults["http"] == sidecar_args.DEFAULT_HTTP
     assert f"USER {injection.SIDECAR_USER}:" in (ROOT / "Dockerfile").read_text()
@@ -223,8 +224,7 @@ def test_every_injected_argument_parses_into_the_config_the_pod_asked_for(
 ) -> None:
     """The sidecar's arguments as injected go through `redlease sidecar`'s own parser and
     config builder: every flag exists, and the config is what the annotations asked for."""
-    from redlease.cli import _fill_from_env, sidecar_config
-    from redlease.kube.client import KubeSettings
+    from redlease.cli.sidecar import sidecar_config
 
     out, result = run(pod(EVERY_OPTION), LockLookup(obj=TLS_LOCK))
     assert result.warnings == [LEADER_WARNING]
@@ -242,10 +242,7 @@ def test_every_injected_argument_parses_into_the_config_the_pod_asked_for(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("POD_NAME", "orders-0")
 
-    parser = build_parser()
-    parsed = parser.parse_args(args)
-    _fill_from_env(parser, parsed)
-    config = sidecar_config(parsed, KubeSettings(namespace="apps", pod_name="orders-0"))
+    config = sidecar_config(parse_args(args), Pod(name="orders-0", namespace="apps"))
 
     assert config.lock_ref is not None
     assert (config.lock_ref.namespace, config.lock_ref.name) == ("apps", "orders")
@@ -269,10 +266,16 @@ def test_a_plain_pod_gets_the_sidecars_defaults() -> None:
     """Nothing asked for: the injected flags equal the parser's defaults, and nothing more."""
     out, _ = run(pod(), LockLookup(obj={**LOCK, "spec": {**LOCK["spec"], "auth": None}}))
     sidecar = next(c for c in out["spec"]["initContainers"] if c["name"] == "redlease")
-    parsed = build_parser().parse_args(sidecar["args"])
-    defaults = build_parser().parse_args(["sidecar"])
-    given = {k for k, v in vars(parsed).items() if v != vars(defaults)[k]}
-    assert given == {"lock_ref", "ready", "http", "state_dir"}
+    written = {arg.partition("=")[0] for arg in sidecar["args"][1:]}
+    assert written == {
+        sidecar_args.LOCK_REF,
+        sidecar_args.READY,
+        sidecar_args.HTTP,
+        sidecar_args.STATE_DIR_FLAG,
+    }
+    parsed = vars(build_parser().parse_args(sidecar["args"]))
+    defaults = vars(build_parser().parse_args(["sidecar"]))
+    assert {k for k, v in parsed.items() if v != defaults[k]} == {"lock_ref"}
 
 
 def test_probe_script_is_plain_python() -> None:
@@ -340,8 +343,7 @@ def test_a_sentinel_lock_tells_the_sidecar_which_masters_it_may_use(
     """An injected sidecar gets its credentials from its environment and never reads the
     Secret, so the injector writes the masters the Secret allows (``--allowed-master``), and
     the CLI turns them into the sidecar's pin."""
-    from redlease.cli import _fill_from_env, sidecar_config
-    from redlease.kube.client import KubeSettings
+    from redlease.cli.sidecar import sidecar_config
 
     out, result = run(pod(), sentinel_lookup(allowed))
     args = sidecar(out)["args"]
@@ -350,20 +352,14 @@ def test_a_sentinel_lock_tells_the_sidecar_which_masters_it_may_use(
     assert (result.warnings == []) is wired
     for name in ("REDLEASE_ALLOWED_MASTER", "REDLEASE_PINNED_NODE"):
         monkeypatch.delenv(name, raising=False)
-    parser = build_parser()
-    parsed = parser.parse_args(args)
-    _fill_from_env(parser, parsed)
-    config = sidecar_config(parsed, KubeSettings(namespace="apps", pod_name="orders-0"))
+    config = sidecar_config(parse_args(args), Pod(name="orders-0", namespace="apps"))
     assert config.lock_ref is not None and config.lock_ref.allowed_masters == set(masters)
 
 
 def test_allowed_master_takes_node_urls_only() -> None:
-    from redlease.cli import _fill_from_env, sidecar_config
-    from redlease.kube.client import KubeSettings
+    from redlease.cli.sidecar import sidecar_config
 
-    parser = build_parser()
     for bad in ("sentinel:mymaster", "redis+sentinel://s1:26379/m"):
-        parsed = parser.parse_args(["sidecar", "--lock-ref=orders", f"--allowed-master={bad}"])
-        _fill_from_env(parser, parsed)
+        parsed = parse_args(["sidecar", "--lock-ref=orders", f"--allowed-master={bad}"])
         with pytest.raises(ConfigError, match="--allowed-master"):
-            sidecar_config(parsed, KubeSettings(namespace="apps", pod_name="orders-0"))
+            sidecar_config(parsed, Pod(name="orders-0", namespace="apps"))

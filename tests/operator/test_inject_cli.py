@@ -14,8 +14,10 @@ import pytest
 import yaml
 from pods import pod_spec
 
-from redlease.cli import _operator_config, build_parser, main
+from redlease.cli import main, parse_args
 from redlease.cli.inject import pod_templates
+from redlease.cli.login import this_pod
+from redlease.cli.operator import operator_config
 from redlease.errors import ConfigError
 from redlease.kube.spec import CREDENTIALS_LABEL
 from redlease.operator.injection import INJECTED_ANNOTATION, LOCK_ANNOTATION, SIDECAR_NAME
@@ -179,9 +181,8 @@ def test_operator_injection_flags_are_checked(
 ) -> None:
     for key in [k for k in os.environ if k.startswith("REDLEASE_")]:
         monkeypatch.delenv(key)
-    parser = build_parser()
     with pytest.raises(ConfigError) as bad:
-        _operator_config(parser.parse_args(["operator", "--namespace=apps", *args]), parser)
+        operator_config(parse_args(["operator", "--namespace=apps", *args]), this_pod())
     assert bad.value.field == flag
 
 

@@ -269,15 +269,8 @@ async def check_nodes_pinned(
     api: kmock.KubernetesEmulator, kube_api: str, started: dict[str, Started], server: RedisServer
 ) -> None:
     """Credentials given at admission are not sent to nodes the lock names later."""
-    spec = lock_spec(server)
-    spec["nodes"] = [*spec["nodes"], {"url": "redis://10.0.0.1:6379/0"}, {"url": "redis://x:1/0"}]
-    path = f"/apis/{RESOURCE.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/distributedlocks/orders"
-    headers = {"Content-Type": "application/merge-patch+json"}
-    async with (
-        aiohttp.ClientSession(kube_api) as http,
-        http.patch(path, json={"spec": spec}, headers=headers) as resp,
-    ):
-        assert resp.status == 200, await resp.text()
+    urls = [n["url"] for n in lock_spec(server)["nodes"]]
+    await _set_nodes(kube_api, [*urls, "redis://10.0.0.1:6379/0", "redis://x:1/0"], server)
     for name, sc in started.items():
         await until(
             lambda sc=sc: "not sending its credentials to" in sc.log.read_text(),

@@ -9,13 +9,14 @@ import aiohttp
 import pytest
 
 from redlease import cli
+from redlease.cli.login import this_pod
+from redlease.cli.operator import operator_config
 from redlease.devtools.localredis import free_port
 from redlease.operator import metrics, ports
 
 
 def config(*argv: str) -> object:
-    args = cli.build_parser().parse_args(["operator", *argv])
-    return cli._operator_config(args)
+    return operator_config(cli.parse_args(["operator", *argv]), this_pod())
 
 
 def test_flags_to_config(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ import pytest_asyncio
 from dlock_harness import NAMESPACE
 from webhook_harness import Webhook, parse_answer, review, running_webhook
 
-from redlease.cli import SA_DIR
+from redlease.cli.login import SA_DIR
 from redlease.kube.spec import ALLOWED_NODES_ANNOTATION, LEADER_LABEL
 from redlease.operator import injection
 from redlease.operator.injection import (

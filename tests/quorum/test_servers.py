@@ -55,8 +55,20 @@ def test_mixed_servers_lock_fence_and_outages(mixed_nodes: list[RedisServer]) ->
     ns = NodeSet(clients, node_timeout=0.5, restart_delay=1.0)
     lock = redlease.Lock(ns, "mixed", ttl=1)
     other = redlease.Lock(ns, "mixed", ttl=1)
+
+    def all_three_grant() -> bool:
+        try:
+            lock.acquire(blocking=False)
+        except QuorumUnavailable:
+            return False
+        granted = all(lease_keys(s, "mixed") for s in mixed_nodes)
+        lock.release()
+        return granted
+
+    # every flavour runs the scripts (a node that answered after node_timeout, first contact on
+    # a busy machine, is asked again)
+    wait_until(all_three_grant, timeout=10)
     last = lock.acquire(blocking=False).fencing_token
-    assert all(lease_keys(s, "mixed") for s in mixed_nodes)  # granted by all three
     with pytest.raises(LockContention):
         other.acquire(blocking=False)
     lock.release()
@@ -69,19 +81,10 @@ def test_mixed_servers_lock_fence_and_outages(mixed_nodes: list[RedisServer]) ->
         last = token
         lock.release()
         down.start()  # AOF: back with its data, counted again after restart_delay (re-seeded)
-
-        def all_three_grant() -> bool:
-            try:
-                lock.acquire(blocking=False)
-            except QuorumUnavailable:
-                return False
-            granted = all(lease_keys(s, "mixed") for s in mixed_nodes)
-            lock.release()
-            return granted
-
         wait_until(all_three_grant, timeout=10)
 
     test_quorum.test_sync_primitives(mixed_nodes, "mixed-primitives")  # the same API checks
+    test_quorum.caught_up(ns)
     assert not any(lease_keys(s, "mixed") for s in mixed_nodes)
     ns.close()
 

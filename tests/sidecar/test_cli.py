@@ -117,9 +117,7 @@ def test_env_vars_fill_flags_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("REDLEASE_TTL", "30")
     monkeypatch.setenv("REDLEASE_REDIS", "redis://a:1/0, redis://b:2/0,redis://c:3/0")
     monkeypatch.setenv("REDLEASE_PAUSED", "true")
-    parser = cli.build_parser()
-    args = parser.parse_args(["sidecar", "--lock", "x", "--ttl", "9"])
-    cli._fill_from_env(parser, args)
+    args = cli.parse_args(["sidecar", "--lock", "x", "--ttl", "9"])
     assert args.ttl == 9.0 and args.paused is True
     assert args.redis == ["redis://a:1/0", "redis://b:2/0", "redis://c:3/0"]
     assert args.http == "127.0.0.1:4040" and args.state_dir == "/var/run/redlease"
@@ -130,25 +128,20 @@ def test_replicas_from_flags_env_and_spec(command: str, monkeypatch: pytest.Monk
     """``--replicas``/``--replica-timeout`` (or REDLEASE_REPLICAS) reach the election the
     sidecar and `redlease run` hold; a DistributedLock's ``spec.replicas`` does the same."""
     from redlease import cli
+    from redlease.cli import flags
     from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
     from redlease.kube.spec import parse_spec
     from redlease.sidecar.config import election_from_spec
 
-    parser = cli.build_parser()
     argv = [command, "--lock", "x", "--redis", "redis+sentinel://s1:1,s2:2/m"]
-    args = parser.parse_args(argv)
-    cli._fill_from_env(parser, args)
-    default = cli._election_config(args)
+    default = flags.election_config(cli.parse_args(argv))
     assert (default.replicas, default.replica_timeout) == (0, DEFAULT_REPLICA_TIMEOUT)
 
     monkeypatch.setenv("REDLEASE_REPLICAS", "2")
-    args = parser.parse_args([*argv, "--replica-timeout", "0.5"])
-    cli._fill_from_env(parser, args)
-    election = cli._election_config(args)
+    election = flags.election_config(cli.parse_args([*argv, "--replica-timeout", "0.5"]))
     assert (election.replicas, election.replica_timeout) == (2, 0.5)
-    args = parser.parse_args([*argv, "--replicas", "1"])  # the flag wins over the env var
-    cli._fill_from_env(parser, args)
-    assert cli._election_config(args).replicas == 1
+    args = cli.parse_args([*argv, "--replicas", "1"])  # the flag wins over the env var
+    assert flags.election_config(args).replicas == 1
 
     spec = parse_spec({"keys": ["x"], "nodes": [{"url": "redis://r:1"}], "replicas": 1})
     from_spec = election_from_spec(spec, "pod-0", replica_timeout=0.3)

@@ -200,10 +200,11 @@ def test_the_cronjob_example_skips_while_another_run_holds(
 
 
 def test_default_identity_is_unique_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    from redlease.cli import _identity, build_parser
+    from redlease.cli import build_parser
+    from redlease.cli.flags import identity
     from redlease.core.handles import default_identity
 
     monkeypatch.delenv("POD_NAME", raising=False)
     args = build_parser().parse_args(["run", "--lock", "x", "--redis", "redis://h", "--", "true"])
     args.identity = None
-    assert _identity(args) == default_identity() and str(os.getpid()) in _identity(args)
+    assert identity(args) == default_identity() and str(os.getpid()) in identity(args)

@@ -23,7 +23,7 @@ import redlease
 from redlease.core.keys import LockKeys, scoped_name
 from redlease.devtools.localredis import RedisServer
 from redlease.errors import KubeError
-from redlease.kube.client import KubeClient, KubeSettings
+from redlease.kube.client import KubeClient
 from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.spec import CREDENTIALS_LABEL, FORCE_RELEASE_ANNOTATION, SHARED_KEYS_LABEL
 from redlease.operator.handlers import OperatorConfig, Runtime, build_registry
@@ -222,7 +222,7 @@ async def test_the_sidecar_takes_the_scope_from_the_namespace_and_never_guesses(
             "metadata": {"name": "shared", "labels": {SHARED_KEYS_LABEL: "true"}}
         }
         api["get /api/v1/namespaces/forbidden"] << 403 << {"kind": "Status", "code": 403}
-        client = KubeClient(KubeSettings(api=str(srv.url).rstrip("/")))
+        client = KubeClient(ClusterAuth(str(srv.url).rstrip("/")))
         try:
 
             async def read(ns: str) -> ElectionConfig:

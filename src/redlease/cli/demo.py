@@ -10,6 +10,7 @@ process behind.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import http.client
 import itertools
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from redlease.devtools.localredis import RedisServer, free_port
+from redlease.cli.command import Command, Flag
 
 TTL, RENEW_DEADLINE, RETRY = 2.0, 1.4, 0.2
 LOCK = "demo"
@@ -129,6 +130,8 @@ def _watch(view: _View, seconds: float, note: str, until: Any = None) -> float |
 
 def run_demo(contenders: int = 3, rounds: int = 1) -> int:
     """Run the demo; returns the process exit code (``rounds`` is kept for compatibility)."""
+    from redlease.devtools.localredis import RedisServer, free_port
+
     del rounds
     workdir = Path(tempfile.mkdtemp(prefix="redlease-demo-"))
     pods: list[_Pod] = []
@@ -218,3 +221,38 @@ def _scenario(view: _View, pods: list[_Pod], started: float) -> int:
     print(f"sidecar exit codes: {codes}; all stopped, redis-server stopped")
     print(f"demo finished in {time.monotonic() - started:.1f} s")
     return 0 if increasing else 1
+
+
+def _contenders(value: str) -> int:
+    from redlease.core.connect import digits
+
+    number = digits(value)
+    if number is None or not 3 <= number <= 10:
+        raise ValueError(value)
+    return number
+
+
+_contenders.__name__ = "number of contenders (3 to 10)"
+
+
+def main(args: argparse.Namespace) -> int:
+    return run_demo(contenders=args.contenders, rounds=args.rounds)
+
+
+COMMAND = Command(
+    name="demo",
+    summary="contenders taking turns on a local redis-server",
+    description="Leader election on your machine: a local redis-server, sidecars contending "
+    "for one lock, a live table of the leader, a SIGTERM and a SIGKILL failover measured.",
+    example="redlease demo --contenders 3",
+    flags=(
+        Flag(
+            ("--contenders",),
+            "sidecars contending for the lock, 3 to 10 (two leaders are stopped in turn)",
+            3,
+            _contenders,
+        ),
+        Flag(("--rounds",), "ignored (kept for old scripts)", 1, int),
+    ),
+    run=main,
+)

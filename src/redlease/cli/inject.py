@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from redlease.cli.command import Command, Flag
+from redlease.cli.flags import host_port
 from redlease.errors import ConfigError
 from redlease.kube.spec import API_VERSION, KIND
 from redlease.operator import injection
@@ -30,71 +32,52 @@ if TYPE_CHECKING:
 TEMPLATE_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job")
 
 
-def add_injection_flags(p: argparse.ArgumentParser) -> None:
-    """What to inject (the chart's ``injection.*`` values map onto these)."""
-    p.add_argument(
-        "--sidecar-image", default=injection.DEFAULT_IMAGE, help="image of the injected sidecar"
-    )
-    p.add_argument(
-        "--sidecar-pull-policy",
+# What to inject (the chart's ``injection.*`` values map onto these).
+INJECTION = (
+    Flag(("--sidecar-image",), "image of the injected sidecar", injection.DEFAULT_IMAGE),
+    Flag(
+        ("--sidecar-pull-policy",),
+        "the injected container's imagePullPolicy",
+        "IfNotPresent",
         choices=injection.PULL_POLICIES,
-        default="IfNotPresent",
-        help="the injected container's imagePullPolicy",
-    )
-    p.add_argument(
-        "--sidecar-mode",
+    ),
+    Flag(
+        ("--sidecar-mode",),
+        "native: init container with restartPolicy Always (1.29+); container: plain",
+        "native",
         choices=injection.SIDECAR_MODES,
-        default="native",
-        help="native: init container with restartPolicy Always (1.29+); container: plain",
-    )
-    p.add_argument(
-        "--sidecar-resources",
-        metavar="JSON",
-        help='resources of the sidecar, e.g. {"requests": {"cpu": "10m"}} (default: '
+    ),
+    Flag(
+        ("--sidecar-resources",),
+        'resources of the sidecar, e.g. {"requests": {"cpu": "10m"}} (default: '
         + json.dumps(injection.DEFAULT_RESOURCES)
         + ")",
-    )
-    p.add_argument(
-        "--require-lock",
-        action="store_true",
-        help="deny pods whose DistributedLock does not exist (default: warn)",
-    )
+        metavar="JSON",
+    ),
+    Flag(
+        ("--require-lock",),
+        "deny pods whose DistributedLock does not exist (default: warn)",
+        kind="switch",
+    ),
+)
 
-
-def add_webhook_flags(p: argparse.ArgumentParser) -> None:
-    """`redlease operator`: serve the injection webhook."""
-    p.add_argument(
-        "--webhook",
+# `redlease operator`: serve the injection webhook.
+WEBHOOK = (
+    Flag(
+        ("--webhook",),
+        "serve the sidecar-injection webhook over HTTPS, e.g. 0.0.0.0:9443 (default: off)",
         metavar="HOST:PORT",
-        help="serve the sidecar-injection webhook over HTTPS, e.g. 0.0.0.0:9443 (default: off)",
-    )
-    p.add_argument("--webhook-cert", metavar="PEM", help="the webhook's certificate (chain)")
-    p.add_argument("--webhook-key", metavar="PEM", help="the webhook's private key")
-    p.add_argument(
-        "--webhook-failure-policy",
+    ),
+    Flag(("--webhook-cert",), "the webhook's certificate (chain)", metavar="PEM"),
+    Flag(("--webhook-key",), "the webhook's private key", metavar="PEM"),
+    Flag(
+        ("--webhook-failure-policy",),
+        "as in the MutatingWebhookConfiguration: what an internal error does",
+        "Ignore",
         choices=("Ignore", "Fail"),
-        default="Ignore",
-        help="as in the MutatingWebhookConfiguration: what an internal error does",
-    )
-    add_injection_flags(p)
-
-
-def add_command(sub: Any) -> argparse.ArgumentParser:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "inject", help="print manifests with the redlease sidecar injected (as the webhook does)"
-    )
-    p.add_argument(
-        "-f",
-        "--filename",
-        action="append",
-        metavar="FILE",
-        help="YAML or JSON manifests; '-' for stdin (repeatable; default: stdin)",
-    )
-    p.add_argument(
-        "-n", "--namespace", help="namespace of objects that name none (default: default)"
-    )
-    add_injection_flags(p)
-    return p
+    ),
+    *INJECTION,
+)
 
 
 def _resources(raw: str | None) -> dict[str, Any]:
@@ -122,8 +105,8 @@ def inject_config(args: argparse.Namespace) -> injection.InjectConfig:
     )
 
 
-def webhook_config(args: argparse.Namespace, host_port: Any) -> WebhookConfig | None:
-    """The webhook settings, or None without ``--webhook``; ``host_port`` parses HOST:PORT."""
+def webhook_config(args: argparse.Namespace) -> WebhookConfig | None:
+    """The webhook settings, or None without ``--webhook``."""
     inject_settings = inject_config(args)  # checked even without --webhook: a bad flag is bad
     if not args.webhook:
         return None
@@ -144,9 +127,6 @@ def webhook_config(args: argparse.Namespace, host_port: Any) -> WebhookConfig | 
         failure_policy=args.webhook_failure_policy,
         inject=inject_settings,
     )
-
-
-# --- redlease inject ----------------------------------------------------------------------------
 
 
 def _read(sources: list[str]) -> list[Any]:
@@ -231,7 +211,7 @@ def inject_documents(
     return warnings, denials
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from redlease.cli.validate import problems
 
     config = inject_config(args)
@@ -266,3 +246,23 @@ def dump_documents(docs: list[Any]) -> str:
 
     Dumper.add_representer(str, text)
     return str(yaml.dump_all(docs, Dumper=Dumper, sort_keys=False))
+
+
+COMMAND = Command(
+    name="inject",
+    summary="print manifests with the redlease sidecar injected (as the webhook does)",
+    description="Print manifests with the redlease sidecar injected into every pod template, "
+    "as the webhook would (GitOps). Reports every error at once.",
+    example="redlease inject -f deploy.yaml -f lock.yaml > injected.yaml",
+    flags=(
+        Flag(
+            ("-f", "--filename"),
+            "YAML or JSON manifests; '-' for stdin (repeatable; default: stdin)",
+            kind="list",
+            metavar="FILE",
+        ),
+        Flag(("-n", "--namespace"), "namespace of objects that name none (default: default)"),
+        *INJECTION,
+    ),
+    run=main,
+)

@@ -6,8 +6,11 @@ lock, 1 otherwise (nothing is deleted anywhere unless every node answered and th
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 
+from redlease.cli import flags
+from redlease.cli.command import Command, Flag
 from redlease.cli.status import READ_TIMEOUT, close_client
 from redlease.core.admin import retire
 from redlease.core.connect import Target, connect_target
@@ -34,3 +37,19 @@ def retire_lock(name: str, target: Target, *, yes: bool) -> int:
     for node, what in per_node.items():
         print(f"{node}: {what}")
     return 0 if done else 1
+
+
+def main(args: argparse.Namespace) -> int:
+    return retire_lock(flags.lock_keys(args)[0], flags.target(args), yes=args.yes)
+
+
+COMMAND = Command(
+    name="retire",
+    summary="delete the keys of a lock nobody uses any more",
+    description="Delete the keys of a lock nobody uses any more (its fence counter too). "
+    "Refused while the lock is held or a node does not answer.",
+    example="redlease retire --lock old-job --redis redis://redis:6379/0 --yes",
+    flags=(*flags.CONNECTION, Flag(("--yes",), "yes, its fence counter goes too", kind="switch")),
+    run=main,
+    credentials=True,
+)

@@ -7,6 +7,7 @@ as the sidecar's ``/status`` and the operator do.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -14,6 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from redlease.cli import flags
+from redlease.cli.command import Command, Flag
 from redlease.core import view as lockview
 from redlease.core.connect import Target, connect_target
 from redlease.core.observe import read_view
@@ -90,3 +93,19 @@ def show_status(keys: Sequence[str], target: Target, *, as_json: bool = False) -
     doc["read_ms"] = round((time.monotonic() - started) * 1000, 1)
     print(json.dumps(doc, indent=2) if as_json else render(doc))
     return 0 if view.nodes.reachable else 1
+
+
+def main(args: argparse.Namespace) -> int:
+    return show_status(flags.lock_keys(args), flags.target(args), as_json=args.json)
+
+
+COMMAND = Command(
+    name="status",
+    summary="holder, fencing token, TTL left, nodes healthy",
+    description="One read of a lock: holder, fencing token, TTL left, nodes healthy. Exit 1 "
+    "when Redis cannot be read.",
+    example="redlease status --lock orders --redis redis://redis:6379/0 --json",
+    flags=(*flags.CONNECTION, Flag(("--json",), "print JSON", kind="switch")),
+    run=main,
+    credentials=True,
+)

@@ -9,6 +9,7 @@ stand-in) and parses again, until the rest is valid. No rule is repeated here.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import re
 import sys
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from redlease.cli.command import Command, Flag
 from redlease.errors import ConfigError
 from redlease.kube.spec import API_VERSION, KIND, parse_spec, validate_object_name
 
@@ -149,3 +151,27 @@ def run(files: list[str]) -> int:
     if not total:
         print(f"{checked} DistributedLock(s) valid in {len(files)} file(s)")
     return 1 if total else 0
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(args.filename)
+
+
+COMMAND = Command(
+    name="validate",
+    summary="check DistributedLock manifests offline",
+    description="Check DistributedLock manifests offline with the rules of the CRD schema, its "
+    "CEL rules and the operator; lists every error at once (file: object: field: why). Exit 1 "
+    "when there is one.",
+    example="redlease validate -f examples/redlock-distributedlock.yaml",
+    flags=(
+        Flag(
+            ("-f", "--filename"),
+            "YAML or JSON manifests; '-' for stdin (repeatable)",
+            kind="list",
+            metavar="FILE",
+            required=True,
+        ),
+    ),
+    run=main,
+)

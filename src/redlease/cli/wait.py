@@ -8,6 +8,7 @@ Exit 0 once leader; 1 on timeout.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -16,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from redlease.cli.command import Command, Flag
+from redlease.cli.durations import positive_duration
 from redlease.errors import ConfigError
+from redlease.kube import sidecar_args as sa
 from redlease.sidecar.statefile import file_name, until_epoch
 
 
@@ -90,3 +94,31 @@ def wait_for_leader(source: Source, *, timeout: float | None, interval: float) -
             sys.stderr.write(f"redlease: not leader within {timeout:g}s ({source})\n")
             return 1
         time.sleep(interval if deadline is None else min(interval, deadline - time.monotonic()))
+
+
+def main(args: argparse.Namespace) -> int:
+    source = resolve_source(args.state_file, args.state_dir, args.lock, args.http)
+    return wait_for_leader(source, timeout=args.timeout, interval=args.interval)
+
+
+COMMAND = Command(
+    name="wait",
+    summary="block until this pod's sidecar leads",
+    description="Block until this pod's sidecar leads (its state file or /status says so and "
+    "leader_until is ahead). Exit 0 once leader, 1 on --timeout.",
+    example="redlease wait --state-dir /var/run/redlease --lock orders && exec ./app",
+    flags=(
+        Flag(("--state-file",), "the sidecar's <lock>.json", metavar="PATH"),
+        Flag((sa.STATE_DIR_FLAG,), "with --lock: DIR/<lock>.json", metavar="DIR"),
+        Flag(("--lock",), "with --state-dir: the lock whose DIR/<lock>.json to read"),
+        Flag((sa.HTTP,), f"the sidecar's address, e.g. {sa.DEFAULT_HTTP}", metavar="URL"),
+        Flag(
+            ("--timeout",),
+            "give up after (default: never)",
+            parse=positive_duration,
+            metavar="DURATION",
+        ),
+        Flag(("--interval",), "poll period", 0.2, positive_duration, metavar="DURATION"),
+    ),
+    run=main,
+)

@@ -2,10 +2,9 @@
 
 Only a few calls are needed (a pod's label, a DistributedLock and its Secrets, a Lease,
 Events), so this talks to the API directly instead of pulling in a full client. Where the API
-is and how to authenticate come from a :class:`KubeAuth`, asked again for every request:
-:class:`KubeSettings` is the sidecar's (the pod's service-account token, read again on every
-request because bound tokens rotate, and CA; ``--kube-api`` points it elsewhere: tests,
-``kubectl proxy``); the operator's is a :class:`~redlease.kube.kubeconfig.ClusterAuth`
+is and how to authenticate come from a :class:`KubeAuth`, asked again for every request (bound
+service-account tokens rotate): a :class:`~redlease.kube.kubeconfig.ClusterAuth`, the
+sidecar's (in-cluster, or ``--kube-api``: tests, ``kubectl proxy``) and the operator's
 (in-cluster or a kubeconfig's current context, the one kopf logs in with too).
 
 One attempt per call, bounded by its ``timeout`` (connecting included): the caller decides
@@ -20,14 +19,11 @@ import ipaddress
 import json
 import ssl
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
 
-from redlease import __version__
 from redlease.errors import ConfigError, KubeError
 
 
@@ -49,47 +45,6 @@ class KubeAuth(Protocol):
     def user_agent(self) -> str:
         """Who is calling, in the API server's audit log (as client-go's user agent says it)."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class KubeSettings:
-    """How the sidecar reaches the Kubernetes API (in-cluster by default) and who this pod is:
-    a :class:`KubeAuth`."""
-
-    api: str | None = None  # https://HOST:PORT; None: not running in a cluster
-    token_file: Path | None = None
-    ca_file: Path | None = None
-    pod_name: str | None = None
-    namespace: str | None = None
-
-    def base_url(self) -> str:
-        if not self.api:
-            raise ConfigError(
-                "--kube-api",
-                "no Kubernetes API: not in a cluster (KUBERNETES_SERVICE_HOST unset)",
-            )
-        check_api_url(self.api)
-        return self.api.rstrip("/")
-
-    def credentials(self) -> dict[str, str]:
-        token_file = self.token_file
-        if not self.api or not check_api_url(self.api):
-            return {}  # the token travels over TLS only
-        if token_file is None or not token_file.exists():
-            return {}
-        # bound service-account tokens rotate: read the file on every request
-        return {"Authorization": "Bearer " + token_file.read_text().strip()}
-
-    def ssl_context(self) -> ssl.SSLContext | bool:
-        if not (self.api or "").startswith("https://"):
-            return False
-        ca = self.ca_file
-        if ca is not None and ca.exists():
-            return ssl.create_default_context(cafile=str(ca))
-        return ssl.create_default_context()
-
-    def user_agent(self) -> str:
-        return f"redlease-sidecar/{__version__} ({self.pod_name or 'unknown pod'})"
 
 
 class KubeClient:

@@ -1,6 +1,6 @@
-"""Who the operator is to the Kubernetes API: in-cluster (the pod's service account) or the
-current context of a kubeconfig, as one :class:`ClusterAuth` that both the operator's
-:class:`~redlease.kube.client.KubeClient` and kopf's login use.
+"""Who a process is to the Kubernetes API, as one :class:`ClusterAuth`: in-cluster (the pod's
+service account), the current context of a kubeconfig (the operator; kopf's login uses it
+too), or an explicit API URL (the sidecar's ``--kube-api``: tests, ``kubectl proxy``).
 
 A kubeconfig is read for what a context plainly states: the server, its CA (file or data),
 ``insecure-skip-tls-verify``, a bearer token (``token`` or ``tokenFile``) or a client
@@ -44,8 +44,9 @@ class ClusterAuth:
     cert_data: str | None = None
     key_data: str | None = None
     insecure: bool = False
-    namespace: str | None = None  # the context's (or the service account's) namespace
+    namespace: str | None = None  # the context's (or the pod's) namespace
     identity: str = "operator"  # in the user agent, as the API server's audit log shows it
+    agent: str = "redlease-operator"  # the program, in the user agent
 
     def base_url(self) -> str:
         return self.server.rstrip("/")
@@ -86,18 +87,34 @@ class ClusterAuth:
             yield str(cert), str(key)
 
     def user_agent(self) -> str:
-        return f"redlease-operator/{__version__} ({self.identity})"
+        return f"{self.agent}/{__version__} ({self.identity})"
 
 
-def in_cluster(api: str, sa_dir: Path) -> ClusterAuth:
-    """The pod's service account: its token (re-read on every request), CA and namespace."""
-    ca, ns = sa_dir / "ca.crt", sa_dir / "namespace"
-    namespace = ns.read_text().strip() if ns.exists() else ""
+def required(auth: ClusterAuth | None) -> ClusterAuth:
+    """``auth``; without one (the sidecar outside a cluster, no ``--kube-api``) the one line
+    that says there is no API."""
+    if auth is None:
+        raise ConfigError(
+            "--kube-api", "no Kubernetes API: not in a cluster (KUBERNETES_SERVICE_HOST unset)"
+        )
+    return auth
+
+
+def service_account_namespace(sa_dir: Path) -> str | None:
+    """The namespace the pod's service account is mounted with (None outside a pod)."""
+    ns = sa_dir / "namespace"
+    return (ns.read_text().strip() if ns.exists() else "") or None
+
+
+def in_cluster(api: str, sa_dir: Path, namespace: str | None = None) -> ClusterAuth:
+    """The pod's service account: its token (re-read on every request), CA and namespace
+    (``namespace`` when the caller has read it, else the service account's)."""
+    ca = sa_dir / "ca.crt"
     return ClusterAuth(
         server=api,
         token_file=sa_dir / "token",
         ca_file=str(ca) if ca.exists() else None,
-        namespace=namespace or None,
+        namespace=namespace or service_account_namespace(sa_dir),
     )
 
 

@@ -1,6 +1,6 @@
 """The sidecar's command line, declared once: the flags and paths an injected pod is started
-with, which ``redlease sidecar``'s parser (:mod:`redlease.cli`) reads its names and defaults
-from and the injector (:mod:`redlease.operator.injection.container`) writes with
+with, which ``redlease sidecar``'s parser (:mod:`redlease.cli.sidecar`) reads its names and
+defaults from and the injector (:mod:`redlease.operator.injection.container`) writes with
 :meth:`SidecarArgs.argv`.
 
 It lives in ``kube/`` because both sides need it and the layers (``cli > sidecar | operator >

@@ -18,7 +18,7 @@ from redlease.core.protocol import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.timing import Timing, validate_timing
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args
-from redlease.kube.client import KubeSettings
+from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.spec import (
     DEFAULT_READY,
     LEADER_LABEL,
@@ -175,7 +175,9 @@ class SidecarConfig:
     ready: str = DEFAULT_READY
     pod_label: bool = False
     lock_ref: LockRef | None = None
-    kube: KubeSettings = field(default_factory=KubeSettings)
+    kube: ClusterAuth | None = None  # None: no Kubernetes API (not in a cluster)
+    pod_name: str | None = None  # this pod (POD_NAME): its label, the Events' reporter
+    namespace: str | None = None  # this pod's: a --lock-ref without one, the Lease mirror
     metrics: HttpAddress | None = None  # /metrics alone on another address (for scrapers)
     lease_mirror: bool = False  # keep a coordination.k8s.io Lease named after the lock
     events: bool = False  # post became/stopped-leading Events
@@ -187,7 +189,7 @@ class SidecarConfig:
         flag = "--lease-mirror" if self.lease_mirror else "--events"
         if self.lock_ref is not None:
             return self.lock_ref.namespace, self.lock_ref.name
-        if not self.kube.namespace:
+        if not self.namespace:
             raise ConfigError(flag, "needs the POD_NAMESPACE env var (or --lock-ref NS/NAME)")
         try:
             name = validate_object_name(lock, flag)
@@ -197,4 +199,4 @@ class SidecarConfig:
                 f"the lock name {lock!r} is not a valid Kubernetes object name (lowercase "
                 "letters, digits, '-' and '.'): use such a lock name, or --lock-ref",
             ) from None
-        return self.kube.namespace, name
+        return self.namespace, name

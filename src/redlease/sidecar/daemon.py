@@ -23,6 +23,7 @@ from redlease.core.view import iso_ms
 from redlease.errors import ConfigError
 from redlease.kube.client import KubeClient
 from redlease.kube.httpguard import GuardedServer
+from redlease.kube.kubeconfig import required
 from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
 from redlease.sidecar.election import Transition
 from redlease.sidecar.elector import Elector, Hooks
@@ -202,11 +203,11 @@ class Sidecar(Hooks):
         read; None if stopped before it. Sets up the Kubernetes client and the pod label."""
         cfg = self.config
         if cfg.lock_ref is not None or cfg.pod_label or cfg.lease_mirror or cfg.events:
-            self._kube = KubeClient(cfg.kube)
+            self._kube = KubeClient(required(cfg.kube))
         if cfg.pod_label:
-            if not cfg.kube.pod_name or not cfg.kube.namespace:
+            if not cfg.pod_name or not cfg.namespace:
                 raise ConfigError("--pod-label", "needs the POD_NAME and POD_NAMESPACE env vars")
-            self.labeller = PodLabeller(self._kube, cfg.kube.namespace, cfg.kube.pod_name)  # type: ignore[arg-type]
+            self.labeller = PodLabeller(self._kube, cfg.namespace, cfg.pod_name)  # type: ignore[arg-type]
         if cfg.lock_ref is None:
             return cfg.election
         assert self._kube is not None
@@ -277,7 +278,7 @@ class Sidecar(Hooks):
             self.mirror = LeaseMirror(kube, namespace, name, timing.retry_period, timing.ttl)
         if cfg.events and self.events is None:
             obj = (involved_lock if cfg.lock_ref is not None else involved_lease)(namespace, name)
-            self.events = LeaderEvents(kube, namespace, obj, cfg.kube.pod_name)
+            self.events = LeaderEvents(kube, namespace, obj, cfg.pod_name)
 
     def _reconfigure(self, config: ElectionConfig) -> None:
         if self.elector is not None:

@@ -1,0 +1,88 @@
+"""``redlease sidecar``: its flags (names and defaults from :mod:`redlease.kube.sidecar_args`,
+the ones the injector writes) and its :class:`~redlease.sidecar.config.SidecarConfig`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from redlease.cli import flags
+from redlease.cli.command import Command, Flag
+from redlease.cli.login import Pod, sidecar_login, this_pod
+from redlease.kube import sidecar_args as sa
+from redlease.kube.spec import DEFAULT_READY, READY_MODES
+
+if TYPE_CHECKING:
+    from redlease.kube.kubeconfig import ClusterAuth
+    from redlease.sidecar.config import SidecarConfig
+
+OWN = (
+    Flag((sa.HTTP,), "HOST:PORT, or 'off'", sa.DEFAULT_HTTP),
+    Flag(
+        (sa.METRICS,), "also serve /metrics alone on HOST:PORT (for scrapers)", sa.DEFAULT_METRICS
+    ),
+    Flag((sa.STATE_DIR_FLAG,), "state file directory; '' for none", sa.STATE_DIR),
+    Flag(
+        (sa.READY,),
+        "/readyz: 'connected' (default: up and reaching a quorum of nodes), 'leader', 'always'",
+        DEFAULT_READY,
+        choices=READY_MODES,
+    ),
+)
+KUBE = (
+    Flag((sa.POD_LABEL,), "label own pod redlease.dev/leader", kind="switch"),
+    Flag(
+        (sa.LEASE_MIRROR,),
+        "while leading, keep a coordination.k8s.io Lease named after the lock",
+        kind="switch",
+    ),
+    Flag((sa.EVENTS,), "post became/stopped-leading Events", kind="switch"),
+)
+
+
+def sidecar_config(
+    args: argparse.Namespace, pod: Pod, login: ClusterAuth | None = None
+) -> SidecarConfig:
+    """The sidecar's configuration from its parsed flags, its pod and its API login."""
+    from redlease.sidecar import config as sc
+
+    ref = flags.lock_ref(args, pod.namespace)
+    return sc.SidecarConfig(
+        identity=flags.identity(args),
+        election=None if ref is not None else flags.election_config(args),
+        http=sc.parse_http(args.http),
+        metrics=sc.parse_http(args.metrics, sa.METRICS),
+        state_dir=Path(args.state_dir) if args.state_dir else None,
+        ready=args.ready,
+        pod_label=args.pod_label,
+        lock_ref=ref,
+        kube=login,
+        pod_name=pod.name,
+        namespace=pod.namespace,
+        lease_mirror=args.lease_mirror,
+        events=args.events,
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    from redlease.cli import logs
+
+    pod = this_pod()
+    config = sidecar_config(args, pod, sidecar_login(args.kube_api, pod, flags.identity(args)))
+    logs.configure(args.log_level, args.log_format)
+    from redlease.sidecar.daemon import run_sidecar
+
+    return run_sidecar(config)
+
+
+COMMAND = Command(
+    name=sa.COMMAND,
+    summary="hold a lease next to an application container",
+    description="Hold a lease next to an application container and say whether this pod "
+    "leads: on HTTP (/status, /readyz), in a state file, optionally in a pod label.",
+    example="redlease sidecar --lock orders --redis redis://redis:6379/0 --pod-label",
+    flags=(*flags.CONNECTION, *flags.ELECTION, *OWN, *flags.LOCK_REF, *KUBE, *flags.LOG),
+    run=main,
+    credentials=True,
+)
