@@ -101,3 +101,21 @@ def test_acquire_retries_at_the_retry_period() -> None:
     step = e.failed(0.0, None)
     assert (step.action, step.at) == (Action.ACQUIRE, 1.0)
     assert e.budget(1.0) == 1.0
+
+
+def test_a_failure_reported_at_its_send_time_is_retried_a_period_after_the_send() -> None:
+    e = leader(0.0)
+    step = e.failed(2.0, None)  # the attempt sent at 2.0 failed late (at 3.5, say)
+    assert (step.action, step.at) == (Action.RENEW, 3.0)
+    assert e.next(3.5).at == 3.5  # due already: retried at once
+    assert e.succeeded(3.5, 3.6)
+    assert e.next(3.6).at == 5.5  # a success: renew_every after its send
+
+
+def test_new_periods_apply_to_the_next_attempt_and_the_deadline_to_the_next_success() -> None:
+    e = leader(0.0)
+    e.retime(renew_every=4.0, retry_every=0.5, renew_deadline=6.0)
+    assert e.next(0.5).at == 4.0  # from the last send, with the new period
+    assert e.deadline == 10.0  # the running term keeps its deadline
+    assert e.failed(4.0, None).at == 4.5
+    assert e.succeeded(4.5, 4.6) and e.deadline == 10.5

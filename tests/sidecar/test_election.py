@@ -16,7 +16,7 @@ from redlease.errors import ConfigError, LockUnavailable, NotOwned
 from redlease.kube.spec import CREDENTIALS_LABEL, SecretRef, credentials_from_secret, parse_spec
 from redlease.operator.reader import targets_for
 from redlease.sidecar.config import ElectionConfig, election_from_spec
-from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown
+from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown, Term
 
 CONSENT = {"metadata": {"labels": {CREDENTIALS_LABEL: "true"}}}
 CFG = ElectionConfig(
@@ -31,6 +31,14 @@ def elected(e: Election, at: float = 100.0, token: int = 5) -> None:
     t = e.acquired(fencing_token=token, server_ms=1, transitions=3, sent_at=at,
                    lease_deadline=at + 15 - 0.152)  # fmt: skip
     assert t.kind == "elected" and t.fencing_token == token
+
+
+def leader() -> tuple[Election, Term]:
+    """An election whose term was granted to an acquire sent at 100 (deadline 110)."""
+    e = Election(CFG)
+    elected(e)
+    assert e.term is not None
+    return e, e.term
 
 
 def state(holder: str | None, candidates: tuple[str, ...] = ()) -> LockView:
@@ -234,3 +242,30 @@ def test_a_view_read_before_the_grant_or_showing_it_changes_nothing() -> None:
     assert e.observe(_held_by(None, 0), 100.005) is None  # the read started before the grant
     assert e.observe(_held_by("me", 5), 101.0) is None
     assert e.leading(101.0)
+
+
+def test_a_grant_void_on_arrival_begins_no_term() -> None:
+    e = Election(CFG)
+    t = e.acquired(fencing_token=5, server_ms=1, transitions=1, sent_at=100.0,
+                   lease_deadline=114.8, received_at=110.0)  # fmt: skip
+    assert t is None and e.term is None and not e.leading(110.0)
+    assert e.next_action(110.0) == Acquire(2.0)
+
+
+def test_a_renewal_in_hand_after_the_deadline_ends_the_term() -> None:
+    e, term = leader()
+    e.renew_started(term, 109.0)
+    e.renewed(term, sent_at=109.0, server_ms=2, lease_deadline=123.8, received_at=110.5)
+    assert not e.leading(110.5)
+    t = e.check(110.5)
+    assert t is not None and t.kind == "lost" and e.term is None
+
+
+def test_a_slow_failed_renewal_is_retried_a_retry_period_after_its_send() -> None:
+    e, term = leader()
+    e.renew_started(term, 102.0)
+    assert e.renew_failed(term, TimeoutError()) is None  # in hand at 103.5
+    assert e.next_action(103.5) == Renew(0.5, 6.0)
+    e.renew_started(term, 104.0)
+    e.renew_failed(term, LockUnavailable("L", "down"))
+    assert e.next_action(107.0) == Renew(0.0, 3.0)  # due at 106: at once

@@ -6,7 +6,8 @@ to do next and when; the driver does the I/O against its backend (a Redis lease,
 Lease). The rules, one place for every surface:
 
 - a leader renews ``renew_every`` after the last successful attempt was *sent*, and retries a
-  failed one every ``retry_every``, never after its deadline;
+  failed one ``retry_every`` after it (after its send, when the driver reports that time),
+  never after its deadline; changed periods apply from the next decision on;
 - the deadline is set from the send time of the successful attempt (``sent_at +
   renew_deadline``, capped by the lease's own local deadline: send time plus TTL minus drift);
 - at the deadline the term ends; a success that arrives after it does not resurrect it;
@@ -73,9 +74,22 @@ class Election:
         self.renew_deadline = renew_deadline
         self.deadline = -math.inf  # monotonic: leader strictly before this instant
         self.last_sent = -math.inf  # send time of the last successful attempt
-        self.next_at = -math.inf  # when the next attempt is due
+        self.anchor = -math.inf  # the next attempt is due a period after this instant
+        self.retrying = False  # the last attempt failed: that period is retry_every
         self.term = False  # a term began and has not ended
         self.reason = ""
+
+    @property
+    def next_at(self) -> float:
+        """When the next attempt is due (before the deadline caps it)."""
+        return self.anchor + (self.retry_every if self.retrying else self.renew_every)
+
+    def retime(self, renew_every: float, retry_every: float, renew_deadline: float | None) -> None:
+        """New periods: they apply to the next attempt; the deadline changes with the next
+        success (a running term keeps the one it was granted)."""
+        self.renew_every = renew_every
+        self.retry_every = retry_every
+        self.renew_deadline = renew_deadline
 
     def leading(self, now: float) -> bool:
         """True while the term runs: leader strictly before the deadline."""
@@ -114,16 +128,18 @@ class Election:
             return False
         self.term = True
         self.deadline = deadline
-        self.last_sent = sent_at
-        self.next_at = sent_at + self.renew_every
+        self.last_sent = self.anchor = sent_at
+        self.retrying = False
         return True
 
     def failed(self, now: float, reason: str | None) -> Step:
         """An attempt failed: ``reason`` None for a transient error (retry), else why the
-        lock is gone (see :func:`classify`)."""
+        lock is gone (see :func:`classify`). The next attempt is due ``retry_every`` after
+        ``now``: the failure's time, or the failed attempt's send time (client-go's ticker:
+        a slow failure is retried at once)."""
         if reason is not None and self.term:
             self.lose(reason)
-        self.next_at = now + self.retry_every
+        self.anchor, self.retrying = now, True
         return self.next(now)
 
     def start(self, sent_at: float, deadline: float) -> None:
@@ -131,8 +147,8 @@ class Election:
         :meth:`next` reports it lost at once if ``deadline`` has already passed."""
         self.term, self.reason = True, ""
         self.deadline = deadline
-        self.last_sent = sent_at
-        self.next_at = sent_at + self.renew_every
+        self.last_sent = self.anchor = sent_at
+        self.retrying = False
 
     def lose(self, reason: str) -> None:
         """End the term now (idempotent: the first reason stays)."""

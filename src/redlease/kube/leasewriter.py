@@ -1,7 +1,7 @@
 """The one compare-and-swap writer of a ``coordination.k8s.io/v1`` Lease.
 
-Both Lease writers go through :class:`LeaseWriter`: the operator's own election
-(:mod:`redlease.operator.leadership`) and the sidecar's Lease mirror
+Both Lease writers go through :class:`LeaseWriter`: the Lease as an elector's lock
+(:mod:`redlease.kube.leaselock`, the operator's own election) and the sidecar's Lease mirror
 (:mod:`redlease.sidecar.mirror`), both over :class:`~redlease.kube.client.KubeClient`. It creates
 the Lease when there is none and otherwise replaces its spec with a JSON patch that first tests
 ``metadata.resourceVersion`` (:func:`~redlease.kube.lease.cas_patch`), so a write lands only on

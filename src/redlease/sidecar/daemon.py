@@ -51,6 +51,9 @@ class Sidecar(Hooks):
         self.writes = WriteHealth()
         self._stopping = asyncio.Event()
         self.follower: LockRefFollower | None = None
+        self._kube: KubeClient | None = None
+        self._servers: list[GuardedServer] = []
+        self._background: list[asyncio.Task[None]] = []
 
     # -- Source -------------------------------------------------------------------------------
 
@@ -168,89 +171,101 @@ class Sidecar(Hooks):
             self.elector.stop()
 
     async def run(self) -> int:
-        cfg = self.config
-        if cfg.election is not None and (cfg.lease_mirror or cfg.events):
-            cfg.lock_object(cfg.election.lock)  # fail fast: a lock name that names no object
-        if cfg.state_dir is not None:
-            # checked before anything else; the file name waits for the lock name
-            StateFile(cfg.state_dir, "probe").prepare()
-        kube: KubeClient | None = None
+        """Check the settings, read the election settings, start, elect until stopped, then
+        wind down (see the module docstring for the order)."""
+        self._preflight()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
-        background: list[asyncio.Task[None]] = []
-        runner: GuardedServer | None = None
-        scrape: GuardedServer | None = None
         try:
-            election_cfg = cfg.election
-            follower = None
-            if cfg.lock_ref is not None or cfg.pod_label or cfg.lease_mirror or cfg.events:
-                kube = KubeClient(required(cfg.kube))
-            if cfg.pod_label:
-                if not cfg.pod_name or not cfg.namespace:
-                    raise ConfigError(
-                        "--pod-label", "needs the POD_NAME and POD_NAMESPACE env vars"
-                    )
-                self.labeller = PodLabeller(kube, cfg.namespace, cfg.pod_name)  # type: ignore[arg-type]
-            if cfg.lock_ref is not None:
-                assert kube is not None
-                follower = LockRefFollower(kube, cfg.lock_ref, cfg.identity, self._reconfigure)
-                self.follower = follower
-                # serving before the first read: /healthz shows why the lock is not usable yet
-                runner = await self._serve(cfg.http)
-                initial = asyncio.ensure_future(follower.initial())
-                stopper = asyncio.ensure_future(self._stopping.wait())
-                await asyncio.wait({initial, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                stopper.cancel()
-                if not initial.done():
-                    initial.cancel()
-                    return 0
-                election_cfg = initial.result()
-            assert election_cfg is not None
-            self._kube_views(kube, election_cfg)
-            if cfg.state_dir is not None:
-                self.state_file = StateFile(cfg.state_dir, election_cfg.lock)
-            self.metrics_ = Metrics(election_cfg.lock)
-            self.elector = Elector(election_cfg, hooks=self)
-            if runner is None:
-                runner = await self._serve(cfg.http)
-            scrape = await self._serve(cfg.metrics, "--metrics", metrics_only=True)
-            _log_start(election_cfg, cfg)
-            if self.labeller is not None:
-                background.append(asyncio.create_task(self.labeller.run()))
-            if follower is not None:
-                background.append(asyncio.create_task(follower.run()))
-            for view in (self.mirror, self.events):
-                if view is not None:
-                    background.append(asyncio.create_task(view.run()))
+            election = await self._election_config()
+            if election is None:
+                return 0  # stopped before the DistributedLock was read
+            elector = await self._start(election)
             if self._stopping.is_set():
-                self.elector.stop()
-            await self.elector.run()
+                elector.stop()
+            await elector.run()
             return 0
         finally:
-            for task in background:
-                task.cancel()
-            for task in background:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            if self.labeller is not None:
-                self.labeller.set(False)
-                await self.labeller.final()
-            if self.events is not None:
-                await self.events.final()
-            if self.mirror is not None:
-                await self.mirror.final()
-            if self.state_file is not None:
-                try:
-                    self.state_file.remove_marker()
-                except OSError as exc:  # its `until` runs out by itself
-                    log.error("leader marker not removed", error=str(exc))
-            for server in (runner, scrape):
-                if server is not None:
-                    await server.close()
-            if kube is not None:
-                await kube.close()
-            log.info("sidecar stopped", identity=self.config.identity)
+            await self._wind_down()
+
+    def _preflight(self) -> None:
+        """Fail fast, before anything runs: a lock name that names no Kubernetes object, a
+        state directory that cannot be written (the file name waits for the lock name)."""
+        cfg = self.config
+        if cfg.election is not None and (cfg.lease_mirror or cfg.events):
+            cfg.lock_object(cfg.election.lock)
+        if cfg.state_dir is not None:
+            StateFile(cfg.state_dir, "probe").prepare()
+
+    async def _election_config(self) -> ElectionConfig | None:
+        """The election settings: from flags, or (``--lock-ref``) the DistributedLock's first
+        read; None if stopped before it. Sets up the Kubernetes client and the pod label."""
+        cfg = self.config
+        if cfg.lock_ref is not None or cfg.pod_label or cfg.lease_mirror or cfg.events:
+            self._kube = KubeClient(required(cfg.kube))
+        if cfg.pod_label:
+            if not cfg.pod_name or not cfg.namespace:
+                raise ConfigError("--pod-label", "needs the POD_NAME and POD_NAMESPACE env vars")
+            self.labeller = PodLabeller(self._kube, cfg.namespace, cfg.pod_name)  # type: ignore[arg-type]
+        if cfg.lock_ref is None:
+            return cfg.election
+        assert self._kube is not None
+        self.follower = LockRefFollower(self._kube, cfg.lock_ref, cfg.identity, self._reconfigure)
+        # serving before the first read: /healthz shows why the lock is not usable yet
+        await self._listen(cfg.http)
+        initial = asyncio.ensure_future(self.follower.initial())
+        stopper = asyncio.ensure_future(self._stopping.wait())
+        await asyncio.wait({initial, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if not initial.done():
+            initial.cancel()
+            return None
+        return initial.result()
+
+    async def _start(self, election: ElectionConfig) -> Elector:
+        """The outputs named after the lock, the elector, the HTTP ports and the background
+        tasks (pod label, DistributedLock follower, Lease mirror, Events)."""
+        cfg = self.config
+        self._kube_views(self._kube, election)
+        if cfg.state_dir is not None:
+            self.state_file = StateFile(cfg.state_dir, election.lock)
+        self.metrics_ = Metrics(election.lock)
+        self.elector = Elector(election, hooks=self)
+        if self.follower is None:
+            await self._listen(cfg.http)
+        await self._listen(cfg.metrics, "--metrics", metrics_only=True)
+        _log_start(election, cfg)
+        for view in (self.labeller, self.follower, self.mirror, self.events):
+            if view is not None:
+                self._background.append(asyncio.create_task(view.run()))
+        return self.elector
+
+    async def _wind_down(self) -> None:
+        """Stop the background tasks, then withdraw every output: pod label, Events, Lease
+        mirror, the leader marker; close the ports and the Kubernetes client."""
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.labeller is not None:
+            self.labeller.set(False)
+            await self.labeller.final()
+        if self.events is not None:
+            await self.events.final()
+        if self.mirror is not None:
+            await self.mirror.final()
+        if self.state_file is not None:
+            try:
+                self.state_file.remove_marker()
+            except OSError as exc:  # its `until` runs out by itself
+                log.error("leader marker not removed", error=str(exc))
+        for server in self._servers:
+            await server.close()
+        if self._kube is not None:
+            await self._kube.close()
+        log.info("sidecar stopped", identity=self.config.identity)
 
     def _kube_views(self, kube: KubeClient | None, election: ElectionConfig) -> None:
         """The Lease mirror and the Events, if asked for (named after the lock)."""
@@ -269,15 +284,17 @@ class Sidecar(Hooks):
         if self.elector is not None:
             self.elector.reconfigure(config)
 
-    async def _serve(
+    async def _listen(
         self, address: HttpAddress | None, flag: str = "--http", metrics_only: bool = False
-    ) -> GuardedServer | None:
+    ) -> None:
+        """Serve the endpoints on ``address`` (if given) until :meth:`_wind_down`."""
         if address is None:
-            return None
+            return
         try:
-            return await serve(self, address.host, address.port, metrics_only=metrics_only)
+            server = await serve(self, address.host, address.port, metrics_only=metrics_only)
         except OSError as exc:
             raise ConfigError(flag, f"cannot listen on {address}: {exc.strerror}") from None
+        self._servers.append(server)
 
 
 def _log_start(election: ElectionConfig, cfg: SidecarConfig) -> None:

@@ -1,9 +1,13 @@
 """The candidate/leader state machine of one sidecar (pure: no I/O, no sleeping).
 
-Modelled on client-go's leaderelection: a candidate tries to acquire every ``retry_period``
-(woken early by the release notification), the leader renews every ``retry_period`` and stops
-being leader at its local *renew deadline* (``renew_deadline`` after the last successful renewal
-was sent), which always comes before the lease could expire in Redis and be granted elsewhere.
+When to renew and when a term ends are the one elector's
+(:class:`redlease.core.election.Election`: renew a retry period after the last attempt was
+sent, lead until ``renew_deadline`` after the last successful send or the lease's own local
+deadline, whichever comes first; a late success does not revive; a refusal or a clock step
+ends the term). This module adds what only the sidecar does: when to try to acquire (woken
+early by the release notification; paused, deferring to a preferred holder, backing off after
+an outage), the hand-off to the preferred holder, the lock view read after the grant that
+must show this term's lease, and the ``/status`` document.
 
 The driver (:mod:`redlease.sidecar.elector`) asks :meth:`Election.next_action`, does the I/O and
 reports the outcome; every call that changes who leads returns a :class:`Transition` for the
@@ -15,9 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from redlease.core import election as elector
 from redlease.core import view as lockview
+from redlease.core.timing import Timing
 from redlease.core.view import LockView
-from redlease.errors import ClockStepped, NotOwned
+from redlease.errors import NotOwned
 from redlease.sidecar.config import ElectionConfig
 
 # --- what the driver is asked to do --------------------------------------------------------------
@@ -70,17 +76,15 @@ class Transition:
 
 @dataclass(slots=True)
 class Term:
-    """This process's current leadership term."""
+    """This process's current leadership term: what it shows (its deadline is the elector's)."""
 
     fencing_token: int
     acquired_ms: int
     renewed_ms: int
     transitions: int
-    last_sent: float  # monotonic send time of the last successful acquire/extend
-    last_attempt: float  # monotonic time of the last extend attempt
-    renew_by: float  # local renew deadline: leader strictly before this instant
     lease_deadline: float  # local lease deadline (Lease.deadline)
     granted_at: float = 0.0  # monotonic time the grant was in hand: later reads must show it
+    attempt_at: float = 0.0  # monotonic time the current (or last) extend attempt was sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +100,12 @@ class Election:
 
     def __init__(self, config: ElectionConfig) -> None:
         self.config = config
-        self.term: Term | None = None
+        self.timer = elector.Election(*_periods(config.timing))  # the term's timing
+        self.term: Term | None = None  # set exactly while the timer runs a term
         self.observed: Observation | None = None
         self.failures = 0  # consecutive outage errors (drives the back-off)
         self.retry_at = 0.0
         self.last_holder: str | None = None
-        self.stopping = False
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -116,12 +120,13 @@ class Election:
     def update(self, config: ElectionConfig) -> None:
         """Adopt new settings (from a changed DistributedLock spec); applies from now on."""
         self.config = config
+        self.timer.retime(*_periods(config.timing))
 
     # -- questions ----------------------------------------------------------------------------
 
     def leading(self, now: float) -> bool:
-        """Leader iff a term exists and its local renew deadline has not passed."""
-        return self.term is not None and now < self.term.renew_by
+        """Leader iff a term exists and its local deadline has not passed."""
+        return self.term is not None and self.timer.leading(now)
 
     def preferred_alive(self, now: float) -> bool:
         """The configured preferred holder (not us) is a live candidate, as last read."""
@@ -150,20 +155,23 @@ class Election:
     # -- the state machine --------------------------------------------------------------------
 
     def check(self, now: float) -> Transition | None:
-        """Step down if the renew deadline passed (call before anything that reports state)."""
-        if self.term is not None and now >= self.term.renew_by:
-            return self._end("lost", "renew deadline passed without a successful renewal")
-        return None
+        """End the term if it is over: its deadline passed, or a late grant found it so (call
+        before anything that reports state)."""
+        if self.term is None:
+            return None
+        step = self.timer.next(now)
+        return self._end("lost", step.reason) if step.action is elector.Action.LOST else None
 
     def next_action(self, now: float) -> Action:
         timing = self.config.timing
-        term = self.term
-        if term is not None:
-            due = min(term.last_attempt + timing.retry_period, term.renew_by)
-            wait = max(0.0, due - now)
+        if self.term is not None:
+            step = self.timer.next(now)
+            if step.action is not elector.Action.RENEW:
+                return Renew(0.0, 0.0)  # over: the next check() ends the term
+            wait = max(0.0, step.at - now)
             if wait == 0.0 and self.preferred_alive(now):
                 return StepDown(f"hand-off to preferred holder {self.config.preferred_holder!r}")
-            return Renew(wait, max(0.0, term.renew_by - now - wait))
+            return Renew(wait, max(0.0, self.timer.deadline - now - wait))
         if now < self.retry_at:
             return Idle(self.retry_at - now, "backing off after an outage")
         if self.config.paused:
@@ -181,44 +189,58 @@ class Election:
         sent_at: float,
         lease_deadline: float,
         received_at: float | None = None,
-    ) -> Transition:
-        timing = self.config.timing
+    ) -> Transition | None:
+        """A grant of the lease (sent at ``sent_at``, in hand at ``received_at``): the term
+        begins, or None when the grant was void on arrival (its deadline had passed: the
+        driver gives the lease back)."""
         self.reachable()
+        now = sent_at if received_at is None else received_at
+        if not self.timer.succeeded(sent_at, now, lease_deadline):
+            return None
         self.term = Term(
             fencing_token=fencing_token,
             acquired_ms=server_ms,
             renewed_ms=server_ms,
             transitions=transitions,
-            last_sent=sent_at,
-            last_attempt=sent_at,
-            renew_by=min(sent_at + timing.renew_deadline, lease_deadline),
             lease_deadline=lease_deadline,
-            granted_at=sent_at if received_at is None else received_at,
+            granted_at=now,
+            attempt_at=sent_at,
         )
         self.last_holder = self.identity
         return self._transition("elected", fencing_token, "acquired the lease")
 
     def renew_started(self, term: Term, now: float) -> None:
-        term.last_attempt = now
+        term.attempt_at = now
 
-    def renewed(self, term: Term, *, sent_at: float, server_ms: int, lease_deadline: float) -> None:
-        """A renewal succeeded; ignored if the term already ended (a late reply never revives)."""
+    def renewed(
+        self,
+        term: Term,
+        *,
+        sent_at: float,
+        server_ms: int,
+        lease_deadline: float,
+        received_at: float | None = None,
+    ) -> None:
+        """A renewal succeeded; ignored if the term already ended, and a success in hand
+        (``received_at``, default the send) after the deadline ends it (never revives)."""
         self.reachable()
         if term is not self.term:
             return
-        term.last_sent = sent_at
-        term.renewed_ms = server_ms
-        term.lease_deadline = lease_deadline
-        term.renew_by = min(sent_at + self.config.timing.renew_deadline, lease_deadline)
+        now = sent_at if received_at is None else received_at
+        if self.timer.succeeded(sent_at, now, lease_deadline):
+            term.renewed_ms = server_ms
+            term.lease_deadline = lease_deadline
 
     def renew_failed(self, term: Term, exc: BaseException) -> Transition | None:
-        """Refused (taken over): lost at once. Outage or timeout: keep trying until the deadline."""
+        """Refused (taken over, the server clock stepped): lost at once. Any other error (an
+        outage, a timeout, a reply not understood) proves nothing about the lease: retried a
+        retry period after the failed attempt was sent, until the deadline."""
         if term is not self.term:
             return None
-        if isinstance(exc, ClockStepped):
-            return self._end("lost", exc.message)
-        if isinstance(exc, NotOwned):
-            return self._end("lost", "renewal refused: the lease expired or was taken over")
+        reason = elector.classify(exc) if isinstance(exc, NotOwned) else None
+        step = self.timer.failed(term.attempt_at, reason)
+        if reason is not None:
+            return self._end("lost", step.reason)
         self.outage()
         return None
 
@@ -325,7 +347,7 @@ class Election:
                 acquired_at=lockview.iso_ms(term.acquired_ms),
                 renewed_at=lockview.iso_ms(term.renewed_ms),
                 transitions=max(doc["transitions"], term.transitions),
-                leader_until=lockview.iso_ms(int((wall + term.renew_by - now) * 1000)),
+                leader_until=lockview.iso_ms(int((wall + self.timer.deadline - now) * 1000)),
                 holder_unknown=None,
             )
         elif doc["holder"] == cfg.identity:
@@ -339,9 +361,16 @@ class Election:
     def _end(self, kind: str, reason: str) -> Transition:
         term = self.term
         self.term = None
+        self.timer.reset()
         self.last_holder = None
         return self._transition(kind, term.fencing_token if term else None, reason)
 
     def _transition(self, kind: str, token: int | None, reason: str) -> Transition:
         holder = self.identity if kind == "elected" else None
         return Transition(kind, self.lock, self.identity, token, reason, holder)
+
+
+def _periods(timing: Timing) -> tuple[float, float, float]:
+    """The elector's periods for the sidecar: renew and retry every retry period, lead until
+    the renew deadline (client-go's three timings)."""
+    return timing.retry_period, timing.retry_period, timing.renew_deadline

@@ -183,16 +183,19 @@ class Elector:
             return
         self._lock = lock
         self._recovered()
-        self._emit(
-            self.election.acquired(
-                fencing_token=lease.fencing_token,
-                server_ms=lease.acquired_at_ms,
-                transitions=lease.transitions,
-                sent_at=lease.sent_at,
-                lease_deadline=lease.deadline,
-                received_at=time.monotonic(),
-            )
+        transition = self.election.acquired(
+            fencing_token=lease.fencing_token,
+            server_ms=lease.acquired_at_ms,
+            transitions=lease.transitions,
+            sent_at=lease.sent_at,
+            lease_deadline=lease.deadline,
+            received_at=time.monotonic(),
         )
+        if transition is None:
+            log.warning("grant came after its deadline: giving it back", lock=cfg.lock)
+            await self._drop_lease()
+            return
+        self._emit(transition)
 
     async def _renew(self, action: Renew) -> None:
         if action.wait > 0:
@@ -200,12 +203,12 @@ class Elector:
             return
         term = self.election.term
         lock = self._lock
-        if term is None or lock is None:
+        if term is None or lock is None or action.budget <= 0:
             return
         now = time.monotonic()
         self.election.renew_started(term, now)
         try:
-            lease = await self._bounded(lock.extend(), max(0.001, term.renew_by - now))
+            lease = await self._bounded(lock.extend(), action.budget)
         except (LockError, TimeoutError) as exc:
             self.hooks.error(type(exc).__name__)
             transition = self.election.renew_failed(term, exc)
@@ -222,6 +225,7 @@ class Elector:
             sent_at=lease.sent_at,
             server_ms=lease.renewed_ms,
             lease_deadline=lease.deadline,
+            received_at=time.monotonic(),
         )
 
     async def _step_down(self, reason: str) -> None:

@@ -1,0 +1,225 @@
+"""One candidate's campaign: the elector state machine run against a lock backend (asyncio).
+
+client-go's ``LeaderElector.Run`` over its ``resourcelock.Interface``: :class:`Campaign` asks
+:class:`~redlease.core.election.Election` what to do and when, does it through a
+:class:`LockBackend` and tells its hooks when leading starts and stops. A backend is one lock
+(a Redis lease: :class:`RedisLease`; a Kubernetes Lease: ``redlease.kube.leaselock``); it
+answers every attempt with a typed result, :class:`Granted` or :class:`Held`, and says which of
+its errors mean the lock is gone (:meth:`LockBackend.loss`). Every attempt is bounded: by the
+term's deadline while leading, by ``acquire_timeout`` while acquiring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from redlease.core import aio
+from redlease.core.election import Action, Election, classify
+from redlease.core.lease import Lease
+from redlease.errors import LockTimeout
+
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+R_contra = TypeVar("R_contra", contravariant=True)
+
+SHUTDOWN = "the campaign stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class Granted(Generic[R_co]):
+    """The lock is ours: the attempt was sent at monotonic ``sent_at``; ``deadline``: the
+    lock's own local deadline (``inf``: only the elector's renew deadline bounds the term);
+    ``record``: what the backend knows of it (a :class:`~redlease.core.lease.Lease`, a Lease
+    record)."""
+
+    sent_at: float
+    record: R_co
+    deadline: float = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Someone else holds the lock (``holder`` when the backend knows who): try again later."""
+
+    holder: str | None = None
+
+
+class LockBackend(Protocol[R_co]):
+    """One lock an elector runs for (client-go's ``resourcelock.Interface``, its get and
+    create-or-update folded into each attempt): one attempt per call, errors raised."""
+
+    async def acquire(self) -> Granted[R_co] | Held:
+        """Take the lock if it is free (or ours)."""
+        ...
+
+    async def renew(self) -> Granted[R_co] | Held:
+        """Extend our hold; :class:`Held` (or an error :meth:`loss` names) if it is not ours."""
+        ...
+
+    async def release(self) -> bool:
+        """Give the lock up if it is still ours; True if this call released it."""
+        ...
+
+    def loss(self, exc: BaseException) -> str | None:
+        """Why an attempt's error means the lock is gone, or None to retry (transient)."""
+        ...
+
+
+class Hooks(Protocol[R_contra]):
+    """What a campaign tells its owner (client-go's callbacks); awaited inline, so start
+    quickly: renewals wait for them."""
+
+    async def started(self, granted: Granted[R_contra]) -> None:
+        """This candidate leads from now on."""
+        ...
+
+    async def stopped(self, reason: str) -> None:
+        """It leads no more: ``reason`` is why (:data:`SHUTDOWN` when the campaign ended)."""
+        ...
+
+    def released(self, outcome: bool | Exception) -> None:
+        """After the campaign ended a term: True if the lock was given back, False if it was
+        not ours any more, the error if giving it back failed (it then runs out by itself)."""
+        ...
+
+
+class Campaign(Generic[R]):
+    """Runs for ``backend`` until stopped (see the module docstring), telling ``hooks``.
+
+    ``acquire_timeout`` bounds an acquire and the release at the end; ``jitter`` spreads a
+    candidate's waits (not a leader's).
+    """
+
+    def __init__(
+        self,
+        election: Election,
+        backend: LockBackend[R],
+        hooks: Hooks[R],
+        *,
+        acquire_timeout: float,
+        jitter: Callable[[float], float] = lambda wait: wait,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.election = election
+        self.backend = backend
+        self.hooks = hooks
+        self.acquire_timeout = acquire_timeout
+        self.jitter = jitter
+        self.clock = clock
+        self.is_leader = False  # what the hooks were told
+        self.holder: str | None = None  # the last holder an attempt saw (None: unknown)
+        self.last_error: str | None = None  # why the last attempt failed
+
+    def leading(self) -> bool:
+        """True while the term runs (before its deadline)."""
+        return self.election.leading(self.clock())
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Attempt, settle, wait; until ``stop`` is set. A running term is ended and the lock
+        released on the way out."""
+        try:
+            while not stop.is_set():
+                await self.attempt()
+                await self.settle()
+                await self._pause(stop)
+        finally:
+            await self.resign()
+
+    async def attempt(self) -> None:
+        """One acquire (or, while leading, renew), bounded; its outcome goes to the election."""
+        sent = self.clock()
+        budget = self.election.budget(sent) if self.is_leader else self.acquire_timeout
+        if budget is None:
+            return  # the deadline passed: settle() ends the term
+        try:
+            async with asyncio.timeout(budget):
+                result = await (self.backend.renew() if self.is_leader else self.backend.acquire())
+        except TimeoutError:
+            self.last_error = f"no answer within {budget:.2f}s"
+            self.election.failed(self.clock(), None)
+            return
+        except Exception as exc:  # noqa: BLE001 - the backend says which errors end the term
+            self.last_error = str(exc) or type(exc).__name__
+            self.election.failed(self.clock(), self.backend.loss(exc))
+            return
+        self.last_error = None
+        if isinstance(result, Held):
+            self.holder = result.holder
+            self.election.failed(self.clock(), None)
+            return
+        if self.election.succeeded(result.sent_at, self.clock(), result.deadline):
+            self.holder = None
+            if not self.is_leader:
+                self.is_leader = True
+                await self.hooks.started(result)
+
+    async def settle(self) -> None:
+        """Tell the hooks when the term ended (deadline passed, refused)."""
+        step = self.election.next(self.clock())
+        if step.action is Action.LOST:
+            if self.is_leader:
+                await self._stopped(step.reason)
+            else:
+                self.election.reset()
+
+    async def resign(self) -> None:
+        """End a running term (:data:`SHUTDOWN`) and give the lock back, bounded."""
+        if not self.is_leader:
+            return
+        await self._stopped(SHUTDOWN)
+        try:
+            async with asyncio.timeout(self.acquire_timeout):
+                outcome: bool | Exception = await self.backend.release()
+        except Exception as exc:  # noqa: BLE001 - reported; the lock runs out by itself
+            outcome = exc
+        self.hooks.released(outcome)
+
+    async def _stopped(self, reason: str) -> None:
+        self.election.reset()
+        self.is_leader = False
+        await self.hooks.stopped(reason)
+
+    async def _pause(self, stop: asyncio.Event) -> None:
+        now = self.clock()
+        wait = max(0.0, self.election.next(now).at - now)
+        if not self.is_leader:
+            wait = self.jitter(wait)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait):
+                await stop.wait()
+
+
+class RedisLease:
+    """A Redis lease as a :class:`LockBackend`: ``lock`` is an asyncio lock of
+    :mod:`redlease.core.aio` (a ``Lock`` or ``MultiLock``); an acquire waits at most ``wait``
+    seconds for a release."""
+
+    def __init__(self, lock: aio.Lock | aio.MultiLock, wait: float = 0.0) -> None:
+        self.lock = lock
+        self.wait = wait
+
+    async def acquire(self) -> Granted[Lease] | Held:
+        try:
+            lease = await self.lock.acquire(timeout=self.wait)
+        except LockTimeout:
+            return Held()
+        return Granted(lease.sent_at, lease, lease.deadline)
+
+    async def renew(self) -> Granted[Lease] | Held:
+        lease = await self.lock.extend()
+        return Granted(lease.sent_at, lease, lease.deadline)
+
+    async def release(self) -> bool:
+        if self.lock.lease() is None:
+            return False
+        await self.lock.release()
+        return True
+
+    def loss(self, exc: BaseException) -> str | None:
+        return classify(exc)
