@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from redlease.core.timing import Timing
 from redlease.kube.lease import LeaseRecord
-from redlease.operator.leadership import ElectionConfig, Leadership
+from redlease.kube.leaselock import ElectionConfig, Leadership
 
 CONFIG = ElectionConfig("ns", "op", "me", Timing(ttl=15.0, renew_deadline=10.0, retry_period=2.0))
 

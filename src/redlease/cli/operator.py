@@ -16,8 +16,8 @@ from redlease.core.timing import TTL_RANGE
 from redlease.errors import ConfigError
 
 if TYPE_CHECKING:
+    from redlease.kube.leaselock import ElectionConfig
     from redlease.operator import OperatorConfig
-    from redlease.operator.leadership import ElectionConfig
 
 SCOPE = "scope"  # --namespace or --all-namespaces
 
@@ -112,8 +112,8 @@ def election_config(args: argparse.Namespace, pod: Pod) -> ElectionConfig:
     """The operator's Lease: name, namespace (the pod's unless given), identity and
     client-go's timing rules."""
     from redlease.core.timing import validate_timing
+    from redlease.kube.leaselock import ElectionConfig
     from redlease.kube.spec import validate_object_name
-    from redlease.operator.leadership import ElectionConfig
 
     namespace = args.lease_namespace or pod.namespace
     if not namespace:

@@ -25,6 +25,7 @@ import kopf
 from redlease.errors import ConfigError
 from redlease.kube.client import KubeClient
 from redlease.kube.kubeconfig import ClusterAuth
+from redlease.kube.leaselock import ElectionConfig
 from redlease.kube.spec import (
     FORCE_RELEASE_ANNOTATION,
     GROUP,
@@ -36,7 +37,6 @@ from redlease.kube.spec import (
 )
 from redlease.operator import apifaults, metrics, ports, reconcile, webhook
 from redlease.operator.events import EventPoster
-from redlease.operator.leadership import ElectionConfig
 from redlease.operator.reader import NodeReader
 from redlease.operator.refresher import Refresher
 from redlease.operator.secrets import SecretSource

@@ -26,10 +26,10 @@ from redlease.core.campaign import SHUTDOWN, Campaign, Granted
 from redlease.core.election import Election
 from redlease.kube.client import KubeClient
 from redlease.kube.lease import LeaseRecord
-from redlease.kube.leaselock import ElectionConfig, Leadership, LeaseLock
+from redlease.kube.leaselock import ElectionConfig, LeaseLock
 from redlease.kube.leasewriter import LeaseWriter
 
-__all__ = ["LABELS", "ElectionConfig", "Leadership", "LeaseElector"]
+__all__ = ["LABELS", "LeaseElector"]
 
 log = logging.getLogger("redlease.operator")
 LABELS = {"app.kubernetes.io/name": "redlease", "app.kubernetes.io/component": "operator"}
