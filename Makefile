@@ -18,7 +18,7 @@ help:
 	@echo "make test        lint, type-check, chaos-quick, the suite (not long), core+quorum on every server"
 	@echo "make test-quick  the same without tests marked slow"
 	@echo "make test-long   the minute-long measurements and outages make test leaves out"
-	@echo "make test-matrix tests/core and tests/quorum on Redis 7, Redis 6.2 and Valkey 8"
+	@echo "make test-matrix tests/core and tests/core/quorum on Redis 7, Redis 6.2 and Valkey 8"
 	@echo "make chaos       the safety check under faults (< 5 min); chaos-quick < 1 min"
 	@echo "make bench       redlease against its peers (< 10 min); bench-quick < 1 min"
 	@echo "make image       build $(IMAGE):$(VERSION) with Docker; make image-push pushes it"
@@ -41,8 +41,8 @@ $(DEMO_STAMP): pyproject.toml | $(PY)
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests chaos bench
-	$(VENV)/bin/ruff format --check src tests chaos bench
+	$(VENV)/bin/ruff check src tests chaos bench soak
+	$(VENV)/bin/ruff format --check src tests chaos bench soak
 	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP)
@@ -54,10 +54,10 @@ typecheck: $(STAMP)
 PYTEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
-# the suites on the default server, then tests/core and tests/quorum on the other flavours
+# the suites on the default server, then tests/core and tests/core/quorum on the other flavours
 test: lint typecheck chaos-quick
 	$(PYTEST) -m "not long"
-	$(PY) tests/matrix.py --others $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
+	$(PY) -m redlease.devtools.matrix --others $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
 test-quick: lint typecheck
 	$(PYTEST) -m "not slow and not long"
@@ -68,7 +68,7 @@ test-long: $(STAMP)
 
 # the core behaviour and quorum suites once per server flavour, then a mixed node set
 test-matrix: $(STAMP)
-	$(PY) tests/matrix.py
+	$(PY) -m redlease.devtools.matrix
 
 chaos: $(STAMP)
 	$(PY) -m chaos --report chaos-report.json
@@ -105,10 +105,10 @@ bench: $(BENCH_STAMP)  ## full benchmark, < 10 min: bench/results.json, docs/ben
 bench-quick: $(BENCH_STAMP)  ## the same, shorter (< 1 min)
 	$(PY) -m bench --quick
 
-# --- soak (tests/soak/soak.py, docs/soak.md): not part of `make test` -----------------------------
+# --- soak (soak/soak.py, docs/soak.md): not part of `make test` -----------------------------------
 .PHONY: soak
 soak: $(STAMP)  ## 20 min (<= 25 with setup) of leader kills and Redis restarts; SOAK_MINUTES=N to shorten
-	$(PY) tests/soak/soak.py --report soak-report.json
+	$(PY) soak/soak.py --report soak-report.json
 
 image:  ## build the operator/sidecar image (needs a Docker engine)
 	docker build -t $(IMAGE):$(VERSION) .

@@ -4,6 +4,10 @@
 (flushed before each test). Servers can be killed, paused (SIGSTOP), resumed and restarted
 through :class:`redlease.devtools.localredis.RedisServer`. Everything is stopped at the end.
 
+``cluster`` is the operator's handlers in kopf against KMock (tests/operator, tests/scenarios);
+``tls_redis`` a redis-server that requires client certificates (skipped where the binary serves
+no TLS). Both come from :mod:`redlease.devtools` and are imported when first used.
+
 ``--server=redis7|redis6|valkey8`` (or ``REDLEASE_SERVER``) runs the session on that server
 flavour; the option sets the variable, so processes the tests start use the same servers.
 """
@@ -11,7 +15,8 @@ flavour; the option sets the variable, so processes the tests start use the same
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
@@ -24,7 +29,12 @@ from redlease.devtools.localredis import (
     ServerError,
     describe,
     find_redis_server,
+    tls_unsupported,
 )
+
+if TYPE_CHECKING:
+    from redlease.devtools.kubeemulator import Cluster
+    from redlease.devtools.tlsredis import TlsRedis
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -103,3 +113,23 @@ def client(redis_server: RedisServer) -> Iterator[redis.Redis]:
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    from redlease.devtools.kubeemulator import running_cluster
+
+    async with running_cluster() as running:
+        yield running
+
+
+@pytest.fixture
+def tls_redis() -> Iterator[TlsRedis]:
+    pytest.importorskip("trustme", reason="TLS tests need the trustme package")
+    why = tls_unsupported()
+    if why is not None:
+        pytest.skip(why)
+    from redlease.devtools.tlsredis import running
+
+    with running() as server:
+        yield server

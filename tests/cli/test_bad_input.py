@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sidecar.procs import ROOT, env
+from redlease.devtools.sidecarprocs import ROOT, env
 
 DEAD = "redis://127.0.0.1:1/0"  # nothing listens on port 1: unreachable at once
 LOCK = ["--lock", "x"]
@@ -197,7 +197,7 @@ def test_refused_login_is_one_outage_line_not_a_cleanup_flood(
 
 
 def test_sidecar_on_an_unreachable_sentinel_stops_cleanly(tmp_path: Path) -> None:
-    from tests.sidecar.procs import wait_until
+    from redlease.devtools.sidecarprocs import wait_until
 
     log = tmp_path / "stderr"
     url = "redis+sentinel://127.0.0.1:1/mymaster"

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from redlease.cli import build_parser
-from tests.sidecar.procs import ROOT, env
+from redlease.devtools.sidecarprocs import ROOT, env
 
 COMMANDS = ("demo", "operator", "sidecar", "run", "status", "retire", "wait", "inject")
 

@@ -8,7 +8,7 @@ import sys
 
 import redlease
 from redlease.devtools.localredis import RedisServer
-from tests.sidecar.procs import ROOT, env
+from redlease.devtools.sidecarprocs import ROOT, env
 
 
 def retire(name: str, *urls: str, yes: bool = True) -> subprocess.CompletedProcess[str]:

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from redlease.cli.validate import problems
-from tests.sidecar.procs import ROOT, env
+from redlease.devtools.sidecarprocs import ROOT, env
 
-sys.path.insert(0, str(ROOT / "tests" / "k8s"))
+sys.path.insert(0, str(ROOT / "tests" / "chart"))
 from test_spec_table import CASES  # noqa: E402 - the CRD-and-parser table, reused
 
 THREE_ERRORS = {

@@ -12,8 +12,7 @@ import redis.asyncio as aioredis
 
 from redlease import LeaseLost, LockContention, LockTimeout, NotOwned, aio
 from redlease.devtools.localredis import RedisServer
-
-from .util import async_wait_until
+from redlease.devtools.polling import async_wait_until
 
 
 async def test_acquire_release_fencing(any_aclient: Any, lock_name: str) -> None:

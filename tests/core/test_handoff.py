@@ -25,9 +25,9 @@ from redlease.core import scripting as policy
 from redlease.core.client import scripting
 from redlease.core.keys import LockKeys
 from redlease.devtools.localredis import RedisServer
+from redlease.devtools.polling import async_wait_until, wait_until
 
 from .test_processes import spawn
-from .util import async_wait_until, wait_until
 
 
 def _enlisted(client: Any, name: str, n: int = 1) -> bool:

@@ -17,8 +17,7 @@ import redlease
 from redlease import aio
 from redlease.core import idle, scripts
 from redlease.devtools.localredis import RedisServer
-
-from .util import async_wait_until, wait_until
+from redlease.devtools.polling import async_wait_until, wait_until
 
 
 @pytest.fixture

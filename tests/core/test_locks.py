@@ -17,8 +17,7 @@ from redlease import (
     NotOwned,
 )
 from redlease.core import _sync, flows
-
-from .util import wait_until
+from redlease.devtools.polling import wait_until
 
 
 def test_acquire_release_and_state(any_client: Any, lock_name: str) -> None:

@@ -16,9 +16,8 @@ from redlease import ConfigError, LockContention, LockTimeout, LockUnavailable, 
 from redlease.core import flows, primitives
 from redlease.core.keys import LockKeys
 from redlease.core.multi import OrderedState, abort
-
-from .multikey_util import spread
-from .util import async_wait_until, wait_until
+from redlease.devtools.multikey import spread
+from redlease.devtools.polling import async_wait_until, wait_until
 
 
 def held_by(lock: Any, name: str) -> str | None:

@@ -19,9 +19,16 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 import redlease
 from redlease import LockUnavailable, aio
 from redlease.devtools.localredis import LocalCluster, RedisServer
-
-from .multikey_util import After, AsyncAfter, acquire_of, fence_of, lease_of, master_of, spread
-from .util import async_wait_until, wait_until
+from redlease.devtools.multikey import (
+    After,
+    AsyncAfter,
+    acquire_of,
+    fence_of,
+    lease_of,
+    master_of,
+    spread,
+)
+from redlease.devtools.polling import async_wait_until, wait_until
 
 
 @pytest.fixture

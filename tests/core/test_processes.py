@@ -12,11 +12,11 @@ import pytest
 import redis
 
 import redlease
+from redlease.devtools import lockworker
 from redlease.devtools.localredis import RedisServer
+from redlease.devtools.polling import wait_until
 
-from .util import wait_until
-
-WORKER = str(Path(__file__).with_name("worker.py"))
+WORKER = lockworker.__file__
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:

@@ -24,9 +24,9 @@ from redlease.core.keys import LockKeys
 from redlease.core.requests import Call, GaveUp, Wait
 from redlease.core.scripts import LEAVE
 from redlease.devtools.localredis import RedisServer
+from redlease.devtools.polling import async_wait_until, wait_until
 
 from .test_handoff import Counting
-from .util import async_wait_until, wait_until
 
 # one listener per lock, plus the requests the process may have in flight to the node
 BOUND = gate.GATE + 1

@@ -9,11 +9,11 @@ import pytest
 
 from redlease.core.campaign import Granted, Held
 from redlease.core.timing import Timing
+from redlease.devtools.kubeemulator import Emulator, declare
 from redlease.kube.client import KubeClient
 from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.leaselock import ElectionConfig, LeaseLock
 from redlease.kube.leasewriter import LeaseWriter
-from tests.operator.dlock_harness import Emulator, declare
 
 NS, NAME = "ops", "the-lease"
 TIMING = Timing(ttl=15.0, renew_deadline=10.0, retry_period=2.0)

@@ -13,12 +13,12 @@ from dataclasses import replace
 import kmock
 import pytest
 
+from redlease.devtools.kubeemulator import LEASES, Emulator, declare
 from redlease.errors import KubeConflict
 from redlease.kube.client import KubeClient
 from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.lease import LeaseRecord
 from redlease.kube.leasewriter import LeaseWriter
-from tests.operator.dlock_harness import LEASES, Emulator, declare
 
 NS, NAME = "ops", "the-lease"
 HELD = LeaseRecord("a", 5, 100.0, 100.0, 0)

@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dlock_harness import Cluster, until
-from fault_harness import (
+
+from redlease import Lock
+from redlease.devtools.kubeemulator import Cluster, until
+from redlease.devtools.localredis import RedisServer
+from redlease.devtools.operatorprocess import (
     FaultyEmulator,
     OperatorProcess,
     TcpProxy,
@@ -28,9 +31,6 @@ from fault_harness import (
     faulty_api,
     start_operator,
 )
-
-from redlease import Lock
-from redlease.devtools.localredis import RedisServer
 
 # seconds without an API server: longer than kopf's default retries of a request (54 s) when
 # refused; 30 s of a partition (each request then hangs until its timeout)

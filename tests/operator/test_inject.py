@@ -10,10 +10,11 @@ from typing import Any
 import jsonpatch
 import pytest
 import yaml
-from pods import pod_spec
 
 from redlease.cli import build_parser, parse_args
 from redlease.cli.login import SA_DIR, Pod
+from redlease.devtools.manifests import restricted_violations, validate_builtin
+from redlease.devtools.pods import pod_spec
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args
 from redlease.operator import injection
@@ -25,7 +26,6 @@ from redlease.operator.injection import (
     LockLookup,
 )
 from redlease.operator.injection.plan import LEADER_WARNING
-from tests.k8s.k8s_helpers import restricted_violations, validate_builtin
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = {

@@ -25,7 +25,9 @@ import kmock
 import pytest
 import trustme
 import yaml
-from dlock_harness import (
+
+import redlease
+from redlease.devtools.kubeemulator import (
     LEASES,
     NAMESPACE,
     Cluster,
@@ -35,10 +37,8 @@ from dlock_harness import (
     kubeconfig,
     until,
 )
-from webhook_harness import parse_answer, review
-
-import redlease
 from redlease.devtools.localredis import RedisServer, free_port
+from redlease.devtools.webhookharness import parse_answer, review
 from redlease.kube.lease import LeaseRecord
 from redlease.operator.injection import LOCK_ANNOTATION, SIDECAR_NAME
 

@@ -1,6 +1,6 @@
 """Pure reconcile logic: status from the lock view, change detection, events.
 
-(The spec model and the lock view have their own tests: tests/k8s/test_spec_table.py and
+(The spec model and the lock view have their own tests: tests/chart/test_spec_table.py and
 tests/core/test_view.py.)"""
 
 from __future__ import annotations

@@ -19,12 +19,20 @@ import aiohttp
 import kmock
 import pytest
 import trustme
-from dlock_harness import NAMESPACE, Cluster, Emulator, declare, kubeconfig, until, watching
-from webhook_harness import parse_answer, review
 
 import redlease
+from redlease.devtools.kubeemulator import (
+    NAMESPACE,
+    Cluster,
+    Emulator,
+    declare,
+    kubeconfig,
+    until,
+    watching,
+)
 from redlease.devtools.localredis import RedisServer, free_port
 from redlease.devtools.netfault import closed_by_server, half_open
+from redlease.devtools.webhookharness import parse_answer, review
 from redlease.kube.httpguard import REQUEST_TIMEOUT
 from redlease.operator import ports
 

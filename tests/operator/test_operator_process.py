@@ -12,8 +12,16 @@ from pathlib import Path
 import aiohttp
 import kmock
 import pytest
-from dlock_harness import NAMESPACE, Cluster, Emulator, declare, kubeconfig, until, watching
 
+from redlease.devtools.kubeemulator import (
+    NAMESPACE,
+    Cluster,
+    Emulator,
+    declare,
+    kubeconfig,
+    until,
+    watching,
+)
 from redlease.devtools.localredis import RedisServer, free_port
 
 

@@ -12,12 +12,12 @@ import kmock
 import pytest
 import redis
 import yaml
-from dlock_harness import NAMESPACE, Cluster, events, until
 
 from redlease import Lock
 from redlease.core.keys import LockKeys
 from redlease.core.quorum import NodeSet
 from redlease.core.times import parse_time
+from redlease.devtools.kubeemulator import NAMESPACE, Cluster, events, until
 from redlease.devtools.localredis import RedisServer
 from redlease.kube.spec import FORCE_RELEASE_ANNOTATION
 from redlease.operator.handlers import FINALIZER

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import kmock
 import pytest
-from dlock_harness import NAMESPACE, Emulator, declare, kubeconfig, until, watching
 
-from tests.sidecar.procs import as_one_user, read_environ
+from redlease.devtools.kubeemulator import NAMESPACE, Emulator, declare, kubeconfig, until, watching
+from redlease.devtools.sidecarprocs import as_one_user, read_environ
 
 MARKER = "operator-env-s3cret"
 

@@ -5,20 +5,20 @@ restricted Pod Security rules."""
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import jsonpatch
-import pods
 import pytest
 import pytest_asyncio
-from dlock_harness import NAMESPACE
-from webhook_harness import Webhook, parse_answer, review, running_webhook
 
 from redlease.cli.login import SA_DIR
+from redlease.devtools.kubeemulator import NAMESPACE
+from redlease.devtools.manifests import restricted_violations, validate_builtin
+from redlease.devtools.pods import API_ACCESS, LOCK_SPEC, deployment_container, deployment_pod
+from redlease.devtools.webhookharness import Webhook, parse_answer, review, running_webhook
 from redlease.kube.spec import ALLOWED_NODES_ANNOTATION, LEADER_LABEL
 from redlease.operator import injection
 from redlease.operator.injection import (
@@ -34,16 +34,8 @@ from redlease.operator.injection import (
 )
 from redlease.operator.injection import lookup as lookup_module
 from redlease.operator.webhook import LockSource
-from tests.k8s.k8s_helpers import restricted_violations, validate_builtin
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-LOCK_SPEC = {
-    "keys": ["orders"],
-    "nodes": [{"url": "redis://redis.infra:6379/0"}],
-    "auth": {"secretRef": {"name": "redis-auth"}},
-}
-API_ACCESS = "kube-api-access-x7k2p"  # what the service-account admission plugin adds
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -52,57 +44,6 @@ async def webhook(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Web
         hook.add_lock("orders", LOCK_SPEC)
         hook.add_secret("redis-auth", {"password": "pw"})
         yield hook
-
-
-def app_container(name: str = "app", **extra: Any) -> dict[str, Any]:
-    defaults: dict[str, Any] = {
-        "image": "example/app:1.4",
-        "args": ["serve", "--port=8080"],
-        "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
-        "env": [{"name": "MODE", "value": "prod"}],
-    }
-    return pods.app_container(name, **{**defaults, **extra})
-
-
-def deployment_pod(annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    """A pod as a Deployment's ReplicaSet creates it, after the built-in admission plugins: no
-    name or namespace yet, and the service-account token volume mounted into every container."""
-    token_mount = {"name": API_ACCESS, "mountPath": SA_DIR, "readOnly": True}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": "orders-7d9f8c6b5-",
-            "labels": {"app": "orders", "pod-template-hash": "7d9f8c6b5"},
-            "annotations": {LOCK_ANNOTATION: "orders"} if annotations is None else annotations,
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "ReplicaSet",
-                    "name": "orders-7d9f8c6b5",
-                    "uid": "5c1b2f8e-0000-4000-8000-000000000001",
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": {
-            "serviceAccountName": "redlease-sidecar",
-            "securityContext": copy.deepcopy(pods.RESTRICTED_POD),
-            "containers": [app_container(volumeMounts=[token_mount])],
-            "volumes": [
-                {
-                    "name": API_ACCESS,
-                    "projected": {
-                        "defaultMode": 420,
-                        "sources": [
-                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}
-                        ],
-                    },
-                }
-            ],
-        },
-    }
 
 
 def check(pod: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
@@ -179,14 +120,14 @@ async def test_existing_init_containers_and_volumes_stay(webhook: Webhook) -> No
     spec = pod["spec"]
     spec["automountServiceAccountToken"] = True  # the app needs its own token: kept, warned
     spec["initContainers"] = [
-        app_container("migrate", args=["migrate"], ports=[]),
-        app_container("proxy", restartPolicy="Always", ports=[]),
+        deployment_container("migrate", args=["migrate"], ports=[]),
+        deployment_container("proxy", restartPolicy="Always", ports=[]),
     ]
     spec["volumes"] += [
         {"name": "cache", "emptyDir": {}},
         {"name": "cfg", "configMap": {"name": "c"}},
     ]
-    spec["containers"].append(app_container("worker", ports=[]))
+    spec["containers"].append(deployment_container("worker", ports=[]))
     answer = await webhook.ask(pod)
     assert answer.allowed
     assert [w.split(":")[0] for w in answer.warnings] == ["spec.automountServiceAccountToken"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.sidecar.procs import Sidecar
+from redlease.devtools.sidecarprocs import Sidecar
 
 _names = itertools.count()
 

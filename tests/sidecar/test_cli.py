@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from redlease.cli import main
-from tests.sidecar.procs import ROOT, env
+from redlease.devtools.sidecarprocs import ROOT, env
 
 BASE = ["sidecar", "--lock", "x", "--redis", "redis://127.0.0.1:1/0", "--http", "off"]
 KUBE = ["sidecar", "--redis", "redis://127.0.0.1:1/0", "--http", "off", "--state-dir", "",

@@ -9,7 +9,7 @@ import pytest
 
 from redlease.core.keys import LockKeys
 from redlease.devtools.localredis import LocalCluster
-from tests.sidecar.procs import Sidecar, wait_until
+from redlease.devtools.sidecarprocs import Sidecar, wait_until
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import pytest
 
 from redlease.core.durability import restart_loss
 from redlease.devtools.localredis import RedisServer
-from tests.sidecar.procs import Sidecar, wait_until
+from redlease.devtools.sidecarprocs import Sidecar, wait_until
 
 WARNING = "does not keep leases across a restart"
 

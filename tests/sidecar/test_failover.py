@@ -11,7 +11,7 @@ import pytest
 
 from redlease.cli.wait import is_leader
 from redlease.devtools.localredis import RedisServer
-from tests.sidecar.procs import Observer, Sidecar, wait_until
+from redlease.devtools.sidecarprocs import Observer, Sidecar, wait_until
 
 TTL, DEADLINE, RETRY = 1.5, 1.0, 0.1
 

@@ -10,7 +10,7 @@ import pytest
 
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.netfault import closed_by_server, half_open
-from tests.sidecar.procs import Sidecar, wait_until
+from redlease.devtools.sidecarprocs import Sidecar, wait_until
 
 HALF = b"GET /status HTTP/1.1\r\nHost: sidecar\r\nX-Slow: "  # never finished
 

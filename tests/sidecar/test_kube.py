@@ -13,8 +13,8 @@ import kmock
 import pytest
 
 from redlease.devtools.localredis import RedisServer
+from redlease.devtools.sidecarprocs import Sidecar, env, until
 from tests.core.test_consent import Recorder, listening, refuse, sentinel_naming
-from tests.sidecar.procs import Sidecar, env, until
 
 NS = "shop"
 DLOCKS = "redlease.dev/v1alpha1/distributedlocks"

@@ -19,10 +19,10 @@ import kmock
 import pytest
 import yaml
 
+from redlease.devtools.kubeemulator import LEASES, Emulator, declare
 from redlease.devtools.localredis import RedisServer
+from redlease.devtools.sidecarprocs import Observer, Sidecar, env, until
 from redlease.kube.lease import LeaseRecord
-from tests.operator.dlock_harness import LEASES, Emulator, declare
-from tests.sidecar.procs import Observer, Sidecar, env, until
 
 NS = "shop"
 LOCK = "mirror-lock"

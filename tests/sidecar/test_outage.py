@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from redlease.devtools.localredis import RedisServer, free_port
-from tests.sidecar.procs import Sidecar, wait_until
+from redlease.devtools.sidecarprocs import Sidecar, wait_until
 
 TTL, DEADLINE, RETRY = 1.5, 1.0, 0.1
 

@@ -15,7 +15,7 @@ import yaml
 import redlease
 from redlease.cli.run import LEASE_LOST, NOT_ACQUIRED
 from redlease.devtools.localredis import RedisServer
-from tests.sidecar.procs import ROOT, env, wait_until
+from redlease.devtools.sidecarprocs import ROOT, env, wait_until
 
 TIMING = ["--ttl", "1.5", "--renew-deadline", "1.0", "--retry-period", "0.1"]
 

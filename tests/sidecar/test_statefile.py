@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from redlease.devtools.localredis import RedisServer
-from tests.sidecar.procs import Sidecar, wait_until
+from redlease.devtools.sidecarprocs import Sidecar, wait_until
 
 
 def test_state_file_is_always_valid_json_under_concurrent_reads(

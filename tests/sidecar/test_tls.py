@@ -15,11 +15,10 @@ from collections.abc import Callable
 import kmock
 import pytest
 
+from redlease.devtools.sidecarprocs import ROOT, Sidecar, env, until, wait_until
+from redlease.devtools.tlsredis import TlsRedis
 from redlease.kube.spec import CREDENTIALS_LABEL
-from tests.sidecar.procs import ROOT, Sidecar, env, until, wait_until
-from tests.tlsredis import TlsRedis, tls_redis
 
-__all__ = ["tls_redis"]
 NS = "shop"
 DLOCKS = "redlease.dev/v1alpha1/distributedlocks"
 

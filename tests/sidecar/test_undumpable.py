@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from redlease.devtools.localredis import RedisServer
-from tests.sidecar.procs import ROOT, Sidecar, as_one_user, env, read_environ, wait_until
+from redlease.devtools.sidecarprocs import ROOT, Sidecar, as_one_user, env, read_environ, wait_until
 
 SECRET = "dump-s3cret"
 

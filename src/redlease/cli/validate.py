@@ -1,7 +1,7 @@
 """`redlease validate -f FILE...`: DistributedLock manifests checked offline, every error at once.
 
 The rules are the spec model's (:func:`redlease.kube.spec.parse_spec`: the same verdicts as the
-CRD schema and its CEL rules, held together by tests/k8s/test_spec_table.py) and the object
+CRD schema and its CEL rules, held together by tests/chart/test_spec_table.py) and the object
 name's. The parser stops at the first bad field, so :func:`lock_errors` peels: it sets the
 field it named aside (an optional one dropped to its default, a required one replaced by a valid
 stand-in) and parses again, until the rest is valid. No rule is repeated here.
