@@ -9,9 +9,11 @@ pool) is its own error, never "cannot reach Redis". Timeouts stay honest with ma
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import threading
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -21,6 +23,7 @@ import redlease
 from redlease import aio
 from redlease.core import gate, waiting
 from redlease.core.keys import LockKeys
+from redlease.core.replies import as_str
 from redlease.core.requests import Call, GaveUp, Wait
 from redlease.core.scripts import LEAVE
 from redlease.devtools.localredis import RedisServer
@@ -367,3 +370,233 @@ def test_a_waiter_that_times_out_leaves_the_queue_in_its_last_attempt(
     finally:
         holder.release()
         client.close()
+
+
+# --- N waiters on one held lock: connections, honest timeouts, one grant per release, in order ---
+
+# 1 s timeouts give up within this much: sound on a loaded 2-core machine, and far below the
+# seconds a give-up tied to a BLPOP's server timeout (or the next poll) would take
+GIVE_UP_SLACK = 0.5
+L = TypeVar("L", redlease.Lock, aio.Lock)
+SCALE = [200, pytest.param(1000, marks=pytest.mark.slow)]
+
+
+class Connections:
+    """The most connections named ``name`` on the server, sampled every 5 ms by a thread (the
+    process under test names its client; the observer's own are not counted)."""
+
+    def __init__(self, server: RedisServer, name: str) -> None:
+        self.observer = server.client()
+        self.name = name
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def now(self) -> int:
+        return sum(1 for c in self.observer.client_list() if c.get("name") == self.name)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.005):
+            self.most = max(self.most, self.now())
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        self.observer.close()
+        return self.most
+
+
+def _patient(lock: L) -> L:
+    """``lock`` with waits that outlast the test: a waiter re-registers (moving in the queue)
+    only after its longest wait, so the queue order read once is the order of the turns."""
+    lock.prim = dataclasses.replace(
+        lock.prim, options=dataclasses.replace(lock.prim.options, max_wait_step=300.0)
+    )
+    return lock
+
+
+def _queue_order(observer: redis.Redis, lock_name: str) -> list[str]:
+    """The identities of the enlisted waiters, head first (the order releases serve them)."""
+    keys = LockKeys.for_name(lock_name)
+    direct = {as_str(k): as_str(v).split(" ")[1] for k, v in observer.hgetall(keys.direct).items()}
+    return [direct[as_str(token)] for token in observer.zrange(keys.waiters, 0, -1)]
+
+
+class Turns:
+    """What the waiters saw: who got the lock in which order with which fencing token, and
+    whether two ever held it at once (each release must hand it to exactly one waiter)."""
+
+    def __init__(self) -> None:
+        self.guard = threading.Lock()
+        self.inside = 0
+        self.overlapped = False
+        self.got: list[tuple[str, int]] = []
+
+    def enter(self, who: str, fence: int) -> None:
+        with self.guard:
+            self.inside += 1
+            self.overlapped = self.overlapped or self.inside > 1
+            self.got.append((who, fence))
+
+    def leave(self) -> None:
+        with self.guard:
+            self.inside -= 1
+
+    def check(self, expected: list[str], first_fence: int) -> None:
+        assert not self.overlapped, "two waiters held the lock at once"
+        assert [who for who, _ in self.got] == expected  # in queue order, nobody lost
+        fences = [fence for _, fence in self.got]
+        assert all(a < b for a, b in itertools.pairwise([first_fence, *fences]))  # fresh each
+
+
+def _check_gave_up(elapsed: list[float], n: int, timeout: float) -> None:
+    assert len(elapsed) == n
+    assert min(elapsed) >= timeout, f"gave up early: {min(elapsed):.3f}s"
+    assert max(elapsed) <= timeout + GIVE_UP_SLACK, f"gave up late: {max(elapsed):.3f}s"
+
+
+@pytest.mark.parametrize("n", SCALE)
+async def test_n_asyncio_waiters_share_few_connections_and_take_turns_in_order(
+    redis_server: RedisServer, lock_name: str, n: int
+) -> None:
+    name = f"waiters-{lock_name}"[:60]
+    client = aioredis.Redis(host="127.0.0.1", port=redis_server.port, client_name=name)
+    observer = redis_server.client()
+    conns = Connections(redis_server, name)
+    holder = aio.Lock(client, lock_name, ttl=60)
+    first = (await holder.acquire()).fencing_token
+    turns = Turns()
+
+    async def waiter(i: int) -> None:
+        lock = _patient(aio.Lock(client, lock_name, ttl=60, identity=f"w{i}"))
+        lease = await lock.acquire(timeout=300)
+        turns.enter(f"w{i}", lease.fencing_token)
+        turns.leave()
+        await lock.release()
+
+    try:
+        tasks = [asyncio.create_task(waiter(i)) for i in range(n)]
+        direct = LockKeys.for_name(lock_name).direct
+        await async_wait_until(_until(lambda: observer.hlen(direct) == n), timeout=120)
+        await async_wait_until(_until(lambda: _blocked(observer) == 1), timeout=30)
+        expected = _queue_order(observer, lock_name)
+        await holder.release()
+        done, _ = await asyncio.wait(tasks, timeout=300)
+        for t in done:
+            t.result()
+        assert len(done) == n
+        turns.check(expected, first)
+    finally:
+        peak = conns.stop()
+        observer.close()
+        await client.aclose()
+    assert peak <= BOUND, f"{peak} connections for one lock and {n} waiters"
+
+
+@pytest.mark.parametrize("n", SCALE)
+def test_n_threads_share_few_connections_and_take_turns_in_order(
+    redis_server: RedisServer, lock_name: str, n: int
+) -> None:
+    name = f"waiters-{lock_name}"[:60]
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port, client_name=name)
+    observer = redis_server.client()
+    conns = Connections(redis_server, name)
+    holder = redlease.Lock(client, lock_name, ttl=60)
+    first = holder.acquire().fencing_token
+    turns = Turns()
+    failed: list[BaseException] = []
+
+    def waiter(i: int) -> None:
+        lock = _patient(redlease.Lock(client, lock_name, ttl=60, identity=f"w{i}"))
+        try:
+            lease = lock.acquire(timeout=300)
+            turns.enter(f"w{i}", lease.fencing_token)
+            turns.leave()
+            lock.release()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+
+    threads = [threading.Thread(target=waiter, args=(i,), daemon=True) for i in range(n)]
+    try:
+        for t in threads:
+            t.start()
+        direct = LockKeys.for_name(lock_name).direct
+        wait_until(lambda: observer.hlen(direct) == n, timeout=120)
+        wait_until(lambda: _blocked(observer) == 1, timeout=30)
+        expected = _queue_order(observer, lock_name)
+        holder.release()
+        for t in threads:
+            t.join(300)
+        assert not failed and not any(t.is_alive() for t in threads)
+        turns.check(expected, first)
+    finally:
+        peak = conns.stop()
+        observer.close()
+        client.close()
+    assert peak <= BOUND, f"{peak} connections for one lock and {n} waiters"
+
+
+@pytest.mark.parametrize("n", SCALE)
+async def test_n_asyncio_waiters_give_up_at_their_own_deadline(
+    redis_server: RedisServer, lock_name: str, n: int
+) -> None:
+    name = f"waiters-{lock_name}"[:60]
+    client = aioredis.Redis(host="127.0.0.1", port=redis_server.port, client_name=name)
+    conns = Connections(redis_server, name)
+    holder = aio.Lock(client, lock_name, ttl=60)
+    await holder.acquire()
+    timeout = 1.0
+    try:
+        tasks = [asyncio.create_task(_timing_out(client, lock_name, timeout)) for _ in range(n)]
+        elapsed = await asyncio.wait_for(asyncio.gather(*tasks), 120)
+        assert None not in elapsed
+        _check_gave_up([e for e in elapsed if e is not None], n, timeout)
+        await async_wait_until(_until(lambda: _queued(redis_server, lock_name) == 0), timeout=30)
+    finally:
+        peak = conns.stop()
+        await holder.release()
+        await client.aclose()
+    assert peak <= BOUND, f"{peak} connections for one lock and {n} waiters"
+
+
+@pytest.mark.parametrize("n", SCALE)
+def test_n_threads_give_up_at_their_own_deadline(
+    redis_server: RedisServer, lock_name: str, n: int
+) -> None:
+    name = f"waiters-{lock_name}"[:60]
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port, client_name=name)
+    conns = Connections(redis_server, name)
+    holder = redlease.Lock(client, lock_name, ttl=60)
+    holder.acquire()
+    timeout = 1.0
+    elapsed: list[float] = []
+    guard = threading.Lock()
+    start = threading.Barrier(n + 1)
+
+    def waiter() -> None:
+        lock = redlease.Lock(client, lock_name, ttl=60)
+        start.wait()
+        began = time.monotonic()
+        try:
+            lock.acquire(timeout=timeout)
+        except redlease.LockTimeout:
+            with guard:
+                elapsed.append(time.monotonic() - began)
+        else:
+            lock.release()
+
+    threads = [threading.Thread(target=waiter, daemon=True) for _ in range(n)]
+    try:
+        for t in threads:
+            t.start()
+        start.wait(60)
+        for t in threads:
+            t.join(120)
+        _check_gave_up(elapsed, n, timeout)
+        wait_until(lambda: _queued(redis_server, lock_name) == 0, timeout=30)
+    finally:
+        peak = conns.stop()
+        holder.release()
+        client.close()
+    assert peak <= BOUND, f"{peak} connections for one lock and {n} waiters"
