@@ -14,8 +14,10 @@ one default redis-py client and one lock name on a local redis-server:
 * connections: the process's connections on the server (CLIENT LIST) while all N wait, and
   the peak seen during the wake-up chain; RSS of the process while all N wait.
 
-Run alone: ``python -m bench.waiters [--quick]``; ``python -m bench --only waiters`` puts it in
-the report.
+``--kind writer`` runs the same points with writers of a ``ReadWriteLock`` (the hand-off by
+wake token, no direct grant: a thread that times out makes its own last attempt, then its
+LEAVE). Run alone: ``python -m bench.waiters [--quick] [--kind writer]``; ``python -m bench
+--only waiters`` puts the mutex points in the report.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import redis
 from bench import stats
 
 COUNTS = (1, 10, 100, 1000)
+KINDS = ("lock", "writer")  # redlease.Lock, or the writer of a redlease.ReadWriteLock
 TIMEOUT = 1.0
 WAKE_SAMPLES = 200  # small points repeat their wake-up chain to get at least this many
 TIMEOUT_SAMPLES = 10  # ... and their timeouts (each round takes TIMEOUT)
@@ -90,6 +93,20 @@ class Peak:
         return self.most
 
 
+def _lock(module: Any, kind: str, client: Any, name: str) -> Any:
+    """A lock of ``kind`` from ``module`` (``redlease`` or ``redlease.aio``) with a long TTL."""
+    if kind == "writer":
+        return module.ReadWriteLock(client, name, ttl=60).writer()
+    return module.Lock(client, name, ttl=60)
+
+
+def _waiting(observer: redis.Redis, kind: str, name: str) -> int:
+    """How many wait for ``name`` (enlisted for a direct grant, or registered)."""
+    if kind == "writer":
+        return int(observer.zcard(f"redlease:{{{name}}}:waiters"))
+    return int(observer.hlen(f"redlease:{{{name}}}:direct"))
+
+
 def _summary(values: list[float]) -> dict[str, float]:
     ms = [v * 1000 for v in values]
     return {
@@ -99,7 +116,7 @@ def _summary(values: list[float]) -> dict[str, float]:
     }
 
 
-async def _aio_point(port: int, n: int, name: str) -> dict[str, Any]:
+async def _aio_point(port: int, n: int, name: str, kind: str = "lock") -> dict[str, Any]:
     import redis.asyncio as aioredis
 
     from redlease import aio
@@ -107,16 +124,15 @@ async def _aio_point(port: int, n: int, name: str) -> dict[str, Any]:
 
     observer = redis.Redis(port=port)
     client = aioredis.Redis(port=port)
-    direct = f"redlease:{{{name}}}:direct"
     out: dict[str, Any] = {"waiters": n}
     peak = Peak(port)
 
     # wake-up chain
-    holder = aio.Lock(client, name, ttl=60)
+    holder = _lock(aio, kind, client, name)
     marks: list[tuple[float, float]] = []  # (acquired, release called)
 
     async def chained() -> None:
-        lock = aio.Lock(client, name, ttl=60)
+        lock = _lock(aio, kind, client, name)
         await lock.acquire(timeout=300)
         got = time.perf_counter()
         released = time.perf_counter()
@@ -129,7 +145,7 @@ async def _aio_point(port: int, n: int, name: str) -> dict[str, Any]:
         marks.clear()
         tasks = [asyncio.create_task(chained()) for _ in range(n)]
         # polled (the server is the only witness) until all wait, or one failed
-        while int(observer.hlen(direct)) < n and not any(t.done() for t in tasks):  # noqa: ASYNC110
+        while _waiting(observer, kind, name) < n and not any(t.done() for t in tasks):  # noqa: ASYNC110
             await asyncio.sleep(0.005)
         out["connections_waiting"] = _conns(observer) - 1  # the sampler's excluded
         out["rss_mb_waiting"] = _rss_mb()
@@ -150,7 +166,7 @@ async def _aio_point(port: int, n: int, name: str) -> dict[str, Any]:
         into: list[float] | None = None, timeout: float = TIMEOUT, delay: float = 0.0
     ) -> None:
         await asyncio.sleep(delay)
-        lock = aio.Lock(client, name, ttl=60)
+        lock = _lock(aio, kind, client, name)
         t0 = time.perf_counter()
         try:
             await lock.acquire(timeout=timeout)
@@ -163,7 +179,7 @@ async def _aio_point(port: int, n: int, name: str) -> dict[str, Any]:
     among: list[float] = []
     rest: list[float] = []
     background = [asyncio.create_task(timing_out(rest, SPAN)) for _ in range(n - 1)]
-    while int(observer.hlen(direct)) < n - 1 and not any(t.done() for t in background):  # noqa: ASYNC110
+    while _waiting(observer, kind, name) < n - 1 and not any(t.done() for t in background):  # noqa: ASYNC110
         await asyncio.sleep(0.005)
     await asyncio.gather(*(timing_out(among, delay=i * PROBE_GAP) for i in range(PROBES)))
     await asyncio.gather(*background)
@@ -176,21 +192,20 @@ async def _aio_point(port: int, n: int, name: str) -> dict[str, Any]:
     return out
 
 
-def _sync_point(port: int, n: int, name: str) -> dict[str, Any]:
+def _sync_point(port: int, n: int, name: str, kind: str = "lock") -> dict[str, Any]:
     import redlease
     from redlease.errors import LockTimeout
 
     observer = redis.Redis(port=port)
     client = redis.Redis(port=port)
-    direct = f"redlease:{{{name}}}:direct"
     out: dict[str, Any] = {"waiters": n}
     peak = Peak(port)
-    holder = redlease.Lock(client, name, ttl=60)
+    holder = _lock(redlease, kind, client, name)
     marks: list[tuple[float, float]] = []
     guard = threading.Lock()
 
     def chained() -> None:
-        lock = redlease.Lock(client, name, ttl=60)
+        lock = _lock(redlease, kind, client, name)
         lock.acquire(timeout=300)
         got = time.perf_counter()
         with guard:
@@ -204,7 +219,7 @@ def _sync_point(port: int, n: int, name: str) -> dict[str, Any]:
         threads = [threading.Thread(target=chained, daemon=True) for _ in range(n)]
         for t in threads:
             t.start()
-        while int(observer.hlen(direct)) < n and all(t.is_alive() for t in threads):
+        while _waiting(observer, kind, name) < n and all(t.is_alive() for t in threads):
             time.sleep(0.005)
         out["connections_waiting"] = _conns(observer) - 1  # the sampler's excluded
         out["rss_mb_waiting"] = _rss_mb()
@@ -225,7 +240,7 @@ def _sync_point(port: int, n: int, name: str) -> dict[str, Any]:
         into: list[float] | None = None, timeout: float = TIMEOUT, delay: float = 0.0
     ) -> None:
         time.sleep(delay)
-        lock = redlease.Lock(client, name, ttl=60)
+        lock = _lock(redlease, kind, client, name)
         t0 = time.perf_counter()
         try:
             lock.acquire(timeout=timeout)
@@ -246,7 +261,7 @@ def _sync_point(port: int, n: int, name: str) -> dict[str, Any]:
     background = run(
         [threading.Thread(target=timing_out, args=(rest, SPAN), daemon=True) for _ in range(n - 1)]
     )
-    while int(observer.hlen(direct)) < n - 1 and all(t.is_alive() for t in background):
+    while _waiting(observer, kind, name) < n - 1 and all(t.is_alive() for t in background):
         time.sleep(0.005)
     probes = [
         threading.Thread(target=timing_out, args=(among, TIMEOUT, i * PROBE_GAP), daemon=True)
@@ -263,36 +278,37 @@ def _sync_point(port: int, n: int, name: str) -> dict[str, Any]:
     return out
 
 
-def _child(flavour: str, port: int, n: int, name: str, conn: Any) -> None:
+def _child(flavour: str, port: int, n: int, name: str, conn: Any, kind: str = "lock") -> None:
     try:
         if flavour == "asyncio":
-            result = asyncio.run(_aio_point(port, n, name))
+            result = asyncio.run(_aio_point(port, n, name, kind))
         else:
-            result = _sync_point(port, n, name)
+            result = _sync_point(port, n, name, kind)
     except BaseException as exc:  # noqa: BLE001 - reported in the results
         result = {"waiters": n, "error": f"{type(exc).__name__}: {exc}"}
     conn.send(result)
 
 
 def scenario(
-    counts: tuple[int, ...] = COUNTS, log: Callable[[str], None] = print
+    counts: tuple[int, ...] = COUNTS, log: Callable[[str], None] = print, kind: str = "lock"
 ) -> dict[str, Any]:
     from redlease.devtools.localredis import RedisServer
 
     ctx = mp.get_context("spawn")
-    out: dict[str, Any] = {"timeout_s": TIMEOUT, "asyncio": [], "threads": []}
+    out: dict[str, Any] = {"timeout_s": TIMEOUT, "kind": kind, "asyncio": [], "threads": []}
     with RedisServer() as server:
         for flavour, key in (("asyncio", "asyncio"), ("threads", "threads")):
             for n in counts:
                 recv, send = ctx.Pipe(duplex=False)
                 proc = ctx.Process(
-                    target=_child, args=(flavour, server.port, n, f"w{flavour}{n}", send)
+                    target=_child,
+                    args=(flavour, server.port, n, f"w{kind}{flavour}{n}", send, kind),
                 )
                 proc.start()
                 row = recv.recv() if recv.poll(600) else {"waiters": n, "error": "no result"}
                 proc.join(30)
                 out[key].append(row)
-                log(f"waiters {flavour} n={n}: {_line(row)}")
+                log(f"waiters {kind} {flavour} n={n}: {_line(row)}")
     return out
 
 
@@ -312,9 +328,10 @@ def _line(row: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.waiters", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="1, 10 and 100 waiters only")
+    ap.add_argument("--kind", choices=KINDS, default="lock", help="the lock the waiters wait on")
     args = ap.parse_args()
     counts = COUNTS[:3] if args.quick else COUNTS
-    print(json.dumps(scenario(counts), indent=1))
+    print(json.dumps(scenario(counts, kind=args.kind), indent=1))
 
 
 if __name__ == "__main__":

@@ -600,3 +600,43 @@ def test_n_threads_give_up_at_their_own_deadline(
         holder.release()
         client.close()
     assert peak <= BOUND, f"{peak} connections for one lock and {n} waiters"
+
+
+@pytest.mark.parametrize("n", SCALE)
+async def test_n_asyncio_writers_give_up_at_their_own_deadline(
+    redis_server: RedisServer, lock_name: str, n: int
+) -> None:
+    """A read-write lock's writers (wake-up hand-off, no direct grant) due together are given
+    up for together too: one read of the lease, their LEAVEs in one write, not a last attempt
+    and a LEAVE each queued behind everyone else's."""
+    name = f"waiters-{lock_name}"[:60]
+    client = aioredis.Redis(host="127.0.0.1", port=redis_server.port, client_name=name)
+    conns = Connections(redis_server, name)
+    holder = aio.ReadWriteLock(client, lock_name, ttl=60).writer()
+    await holder.acquire()
+    timeout = 1.0
+
+    async def writer() -> float:
+        lock = aio.ReadWriteLock(client, lock_name, ttl=60).writer()
+        start = time.monotonic()
+        with pytest.raises(redlease.LockTimeout):
+            await lock.acquire(timeout=timeout)
+        return time.monotonic() - start
+
+    try:
+        elapsed = await asyncio.wait_for(asyncio.gather(*(writer() for _ in range(n))), 120)
+        _check_gave_up(elapsed, n, timeout)
+        keys = LockKeys.for_name(lock_name)
+        with redis_server.client() as observer:
+            queued = (keys.waiters, keys.writers_waiting)
+            await async_wait_until(
+                _until(lambda: sum(int(observer.zcard(k)) for k in queued) == 0), timeout=30
+            )
+        await holder.release()
+        probe = aio.ReadWriteLock(client, lock_name).writer()  # nothing stranded: free at once
+        await probe.acquire(blocking=False)
+        await probe.release()
+    finally:
+        peak = conns.stop()
+        await client.aclose()
+    assert peak <= BOUND, f"{peak} connections for one lock and {n} writers"

@@ -160,12 +160,12 @@ def _wait_turn(
     prim: Primitive, token: str, pacing: Pacing, state: AcquireState, outcome: Outcome
 ) -> Generator[Request, Any, Any]:
     """After a refused attempt: wait for a wake token or a lease handed over (raises when the
-    pacing gives up). The wait that ends at the deadline of a direct hand-off lets the listener
-    give up for the waiter (see :class:`~redlease.core.requests.Wait`)."""
+    pacing gives up). The wait that ends at the deadline of a lock on one node lets the
+    listener give up for the waiter (see :class:`~redlease.core.requests.Wait`)."""
     state.registered = state.registered or pacing.registering
     wait = pacing.refused(prim.name, outcome, prim.names_at(outcome.blocked))
     keys = prim.wake_keys(outcome.blocked, token)
-    if prim.direct and pacing.deadline is not None and pacing.clock() + wait >= pacing.deadline:
+    if prim.single and pacing.deadline is not None and pacing.clock() + wait >= pacing.deadline:
         return (
             yield Wait(keys, wait, prim.grants(token), token, prim.keys.lease, prim.leave(token))
         )

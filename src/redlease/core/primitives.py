@@ -85,14 +85,19 @@ class Primitive:
     group: tuple[LockKeys, ...] = ()
     direct: bool = False  # a release hands the lease to the head waiter itself (one node)
     mailbox: str = ""  # with ``direct``: the process's mailbox id for this lock ('': own lists)
+    single: bool = False  # one lock on one node or cluster slot (not a RedLock set, not a group)
 
     def with_direct(self, mailbox: str = "") -> Primitive:
-        """This primitive with the direct hand-off, where it applies (mutex or reentrant, one
-        lock); RedLock quorums and read-write locks keep the wake-up hand-off. ``mailbox``: the
-        id of the list where this process's listener receives every grant of the lock."""
-        if self.group or self.kind not in ("mutex", "reentrant"):
+        """This primitive on one node or cluster slot (``single``: its waiters' listener may
+        read its lease and give up for them), with the direct hand-off where it applies (mutex
+        or reentrant, one lock); read-write locks keep the wake-up hand-off, and RedLock
+        quorums never get here. ``mailbox``: the id of the list where this process's listener
+        receives every grant of the lock."""
+        if self.group:
             return self
-        return replace(self, direct=True, mailbox=mailbox)
+        if self.kind not in ("mutex", "reentrant"):
+            return replace(self, single=True)
+        return replace(self, direct=True, single=True, mailbox=mailbox)
 
     def grants(self, token: str) -> str:
         """The list where ``token`` receives a lease handed over directly ('' : none): the
