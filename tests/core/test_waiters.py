@@ -560,14 +560,24 @@ async def test_n_asyncio_waiters_give_up_at_their_own_deadline(
     assert peak <= BOUND, f"{peak} connections for one lock and {n} waiters"
 
 
+def _blocking_lock(kind: str, client: redis.Redis, name: str) -> Any:
+    """A mutex, or the writer of a read-write lock (the hand-off by wake token)."""
+    if kind == "writer":
+        return redlease.ReadWriteLock(client, name, ttl=60).writer()
+    return redlease.Lock(client, name, ttl=60)
+
+
+@pytest.mark.parametrize("kind", ["lock", "writer"])
 @pytest.mark.parametrize("n", SCALE)
 def test_n_threads_give_up_at_their_own_deadline(
-    redis_server: RedisServer, lock_name: str, n: int
+    redis_server: RedisServer, lock_name: str, n: int, kind: str
 ) -> None:
+    """Threads due together are given up for together (one of them reads the lease for all
+    those due): never early, within the bound, nothing left queued once they are back."""
     name = f"waiters-{lock_name}"[:60]
     client = redis.Redis(host="127.0.0.1", port=redis_server.port, client_name=name)
     conns = Connections(redis_server, name)
-    holder = redlease.Lock(client, lock_name, ttl=60)
+    holder = _blocking_lock(kind, client, lock_name)
     holder.acquire()
     timeout = 1.0
     elapsed: list[float] = []
@@ -575,7 +585,7 @@ def test_n_threads_give_up_at_their_own_deadline(
     start = threading.Barrier(n + 1)
 
     def waiter() -> None:
-        lock = redlease.Lock(client, lock_name, ttl=60)
+        lock = _blocking_lock(kind, client, lock_name)
         start.wait()
         began = time.monotonic()
         try:
@@ -594,10 +604,14 @@ def test_n_threads_give_up_at_their_own_deadline(
         for t in threads:
             t.join(120)
         _check_gave_up(elapsed, n, timeout)
-        wait_until(lambda: _queued(redis_server, lock_name) == 0, timeout=30)
+        keys = LockKeys.for_name(lock_name)
+        assert _queued(redis_server, lock_name) == 0 and client.zcard(keys.writers_waiting) == 0
+        holder.release()
+        probe = _blocking_lock(kind, client, lock_name)  # nothing stranded: free at once
+        probe.acquire(blocking=False)
+        probe.release()
     finally:
         peak = conns.stop()
-        holder.release()
         client.close()
     assert peak <= BOUND, f"{peak} connections for one lock and {n} waiters"
 

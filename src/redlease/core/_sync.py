@@ -168,6 +168,56 @@ class SyncNode(_redis.NodeBase):
         except rex.NoScriptError:
             return self.client.execute_command(*req.eval())
 
+    def read(self, key: str, *args: Any) -> Any:
+        """One plain command on the node of ``key`` (``args`` includes it); raises an error
+        reply. None when the cluster's slot map is not ready."""
+        pool = self._pool(key)
+        if pool is None:
+            return None
+        reply = self._exchange(pool, args)
+        if isinstance(reply, rex.ResponseError):
+            raise reply
+        return reply
+
+    def run_all(self, calls: list[Call]) -> None:
+        """Run ``calls`` (scripts on the node of the first one's key, no owner's request
+        unanswered) written back to back and read in order: one write for all; a call answered
+        with an error (a script not loaded yet, a moved slot) runs again alone, and so do all
+        of them while the server's library is still to be checked."""
+        pool = self._pool(calls[0].keys[0])
+        run = _redis.scripting(pool) if pool is not None else None
+        if run is None or not run.settled:  # no slot map yet, or the library to be checked
+            for call in calls:
+                self.execute(call)
+            return
+        replies: list[Any] = [None] * len(calls)
+        slot = gate.enter(pool, self.socket_timeout)
+        try:
+            conn = idle.take(pool)
+            unread = 0
+            try:
+                packed = [part for c in calls for part in wire.pack(conn, run.command(c))]
+                conn.send_packed_command(packed, check_health=False)
+                unread = len(calls)
+                for i in range(len(calls)):
+                    if self.socket_timeout and not conn.can_read(timeout=self.socket_timeout):
+                        raise _redis.no_reply(self.socket_timeout)
+                    try:
+                        replies[i] = conn.read_response(disconnect_on_error=False)
+                    except rex.ResponseError as exc:
+                        replies[i] = exc
+                    unread -= 1
+            except BaseException:
+                self._close([_redis.Pinned(pool, conn, unread, 0.0)])
+                raise
+            idle.give(pool, conn)
+        finally:
+            if slot is not None:
+                slot.release()
+        for call, reply in zip(calls, replies, strict=True):
+            if isinstance(reply, rex.RedisError):
+                self.execute(call)
+
     def blpop(self, keys: tuple[str, ...], timeout: float) -> Any:
         """BLPOP for ``timeout`` seconds: [key, value], or None if nothing arrived in time.
 
@@ -206,6 +256,9 @@ class Listener:
     serves them from :class:`~redlease.core.waiting.WaitList`. It lingers a moment after the
     last waiter (the next one is often about to come), holding no connection meanwhile, then
     leaves the client's ``registry`` (waiters join under :data:`_LISTENERS`, it leaves under it).
+
+    Waiters due together are given up for together (as the asyncio listener does): the first
+    whose deadline passes reads the lease once for all those due then, one at a time.
     """
 
     def __init__(self, node: SyncNode, req: Wait, registry: dict[Any, Listener]) -> None:
@@ -214,6 +267,7 @@ class Listener:
         self.registry = registry
         self.cond = threading.Condition()
         self.running = False
+        self.giving_up = False  # a waiter's thread reads the lease for those due
 
     def join(self, req: Wait) -> waiting.Waiter:
         with self.cond:
@@ -228,13 +282,54 @@ class Listener:
 
     def wait(self, waiter: waiting.Waiter) -> Any:
         try:
-            waiter.signal.wait(waiter.wait.timeout)
+            if not waiter.signal.wait(waiter.wait.timeout) and waiter.wait.leave is not None:
+                self._give_up(waiter)
         finally:
             with self.cond:
                 self.waiters.leave(waiter)
         if waiter.error is not None:
             raise waiter.error
         return waiter.reply if waiter.done else False
+
+    def _give_up(self, waiter: waiting.Waiter) -> None:
+        """At ``waiter``'s deadline: unless another thread is giving up for the waiters due
+        (it serves ``waiter`` too before it stops), read the lease's owner (sent after the
+        deadlines of all those due now) and tell them, while any are due; then run the LEAVEs
+        of those given up, in one write."""
+        with self.cond:
+            mine = not self.giving_up and not waiter.done
+            self.giving_up = self.giving_up or mine
+        if not mine:
+            waiter.signal.wait()  # served, failed or given up for by the thread giving up
+            return
+        leaves: list[Call] = []
+        try:
+            while True:
+                with self.cond:
+                    batch = self.waiters.due(time.monotonic())
+                    if not batch:
+                        self.giving_up = False
+                        break
+                lease: Any = None
+                try:
+                    if self.waiters.together(batch):
+                        first = batch[0].wait
+                        lease = self.node.read(first.lease, "HMGET", first.lease, "owner", "holder")
+                except Exception:  # noqa: BLE001,S110 - each makes its own last attempt instead
+                    pass
+                with self.cond:
+                    settled = self.waiters.settle(batch, lease)
+                for w in settled:
+                    w.signal.set()
+                leaves += [w.wait.leave for w in settled if w.reply is not False and w.wait.leave]
+        finally:
+            with self.cond:
+                self.giving_up = False
+        if leaves:
+            try:
+                self.node.run_all(leaves)
+            except Exception as exc:  # noqa: BLE001 - the registrations expire on their own
+                log.cleanup_failed(self.node.lock, self.node.name, exc, reached=True)
 
     def _run(self) -> None:
         while True:

@@ -12,11 +12,11 @@ the listener only has to keep one BLPOP in flight while anyone waits.
 A grant whose waiter has gone (it timed out meanwhile) is dropped here: Redis still names that
 owner, and its next attempt takes the lease or its LEAVE passes it on (see the scripts).
 
-Waiters whose deadlines pass together give up together (asyncio): the listener reads the
-lease's owner once, at or after all their deadlines. A waiter whose lease another owner held
-then is told so (:class:`~redlease.core.requests.GaveUp`, what its own last attempt would have
-been told at that instant) and the listener runs their LEAVEs back to back afterwards; a free
-lease, or one granted to the waiter itself, sends it to its own last attempt.
+Waiters whose deadlines pass together give up together: the lease's owner is read once, at or
+after all their deadlines (by the asyncio listener, or by the first thread due). A waiter whose
+lease another owner held then is told so (:class:`~redlease.core.requests.GaveUp`, what its own
+last attempt would have been told at that instant) and their LEAVEs run back to back
+afterwards; a free lease, or one granted to the waiter itself, sends it to its own last attempt.
 """
 
 from __future__ import annotations
