@@ -322,9 +322,12 @@ class Listener:
                 for w in settled:
                     w.signal.set()
                 leaves += [w.wait.leave for w in settled if w.reply is not False and w.wait.leave]
-        finally:
+        finally:  # after a failure here too: whoever is due now makes its own last attempt
             with self.cond:
                 self.giving_up = False
+                left = self.waiters.due(time.monotonic())
+            for w in left:
+                w.signal.set()
         if leaves:
             try:
                 self.node.run_all(leaves)
