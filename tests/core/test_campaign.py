@@ -131,7 +131,7 @@ async def test_a_redis_lease_is_one_backend(redis_server: RedisServer, lock_name
             await leads.wait()
         assert campaign.leading() and (await lock.state()).holder == "me"
         other = RedisLease(aio.Lock(client, lock_name, ttl=1, identity="other"))
-        assert await other.acquire() == Held()  # contention is an answer, not an error
+        assert await other.acquire() == Held("me")  # contention is an answer naming the holder
         stop.set()
         await task
         assert told[1:] == [SHUTDOWN, True] and isinstance(told[0], int)
