@@ -25,6 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from redlease.core import aio, locks
 from redlease.core.election import Action, Election, classify
 from redlease.core.lease import Lease
+from redlease.core.state import LockState
 from redlease.errors import LockContention
 
 R = TypeVar("R")
@@ -243,7 +244,16 @@ class RedisLease:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.offload, functools.partial(call, **kwargs))
 
+    async def holder(self) -> str | None:
+        """Who holds the lock now, from the lock view (one read: an elector's start)."""
+        state: LockState = await self._call("state")
+        return state.holder
+
     async def acquire(self) -> Granted[Lease] | Held:
+        if self.lock.lease() is not None:
+            # a blocking lock's acquire runs on in its worker after the attempt's bound and
+            # may be granted: that lease is ours, renew it (an expired one is forgotten)
+            return await self.renew()
         try:
             lease: Lease = await self._call("acquire", timeout=self.wait)
         except LockContention as exc:

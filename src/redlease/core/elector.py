@@ -85,6 +85,7 @@ class ElectorCore:
             self.lock, timing.retry_period, renew_timeout=timing.renew_deadline, offload=offload
         )
         self.holder = None
+        await self._peek(backend)
         self.campaign = Campaign(
             Election(timing.retry_period, timing.retry_period, timing.renew_deadline),
             backend,
@@ -93,6 +94,17 @@ class ElectorCore:
             watcher=self,
         )
         await self.campaign.run(stop)
+
+    async def _peek(self, backend: RedisLease) -> None:
+        """Name the holder before the first acquire (it may wait a retry period): one read of
+        the lock view, at the start only; an error here is the campaign's to report."""
+        try:
+            async with asyncio.timeout(self.timing.retry_period):
+                holder = await backend.holder()
+        except Exception:  # noqa: BLE001 - the first acquire meets the same error and reports it
+            return
+        if holder is not None:
+            await self._observe(holder)
 
     # -- the campaign's hooks -----------------------------------------------------------------
 
