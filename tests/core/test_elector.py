@@ -55,8 +55,7 @@ class Record:
         return await asyncio.to_thread(self.next, kind)
 
 
-def elector(server: RedisServer, name: str, identity: str, rec: Record, **timing: float) -> Any:
-    client = server.client(socket_timeout=5)
+def elector(client: Any, name: str, identity: str, rec: Record, **timing: float) -> Any:
     return redlease.Elector(client, name, identity=identity, **(timing or SLOW), **rec.callbacks())
 
 
@@ -65,19 +64,19 @@ def aelector(client: Any, name: str, identity: str, rec: Record, **timing: float
 
 
 def test_one_leads_the_other_hears_of_it_and_takes_over_on_stop(
-    redis_server: RedisServer, lock_name: str
+    any_client: Any, lock_name: str
 ) -> None:
     first, second = Record(), Record()
-    a = elector(redis_server, lock_name, "a", first).start()
+    a = elector(any_client, lock_name, "a", first).start()
     try:
         kind, lease, _ = first.next()
         assert (kind, lease) == ("leader", "a")  # its own grant names it first
         kind, lease, _ = first.next()
         assert kind == "started" and isinstance(lease, Lease) and lease.valid
         assert a.leading and a.lease is lease and a.leader == "a"
-        b = elector(redis_server, lock_name, "b", second).start()
+        b = elector(any_client, lock_name, "b", second).start()
         try:
-            assert second.next()[:2] == ("leader", "a")  # from its refused acquire
+            assert second.next()[:2] == ("leader", "a")
             assert a.leading and not b.leading and b.lease is None
             stopped_at = time.monotonic()
             a.stop()
@@ -96,11 +95,39 @@ def test_one_leads_the_other_hears_of_it_and_takes_over_on_stop(
         assert second.next()[:2] == ("stopped", redlease.Elector.STOPPED)
     finally:
         a.stop()
-    assert redis_server.client().exists(f"redlease:{{{lock_name}}}") == 0  # released
+    assert any_client.exists(f"redlease:{{{lock_name}}}") == 0  # released
+
+
+def test_a_standby_hears_of_a_new_leader_from_its_refused_acquire(
+    redis_server: RedisServer, lock_name: str
+) -> None:
+    """Three candidates: when the leader stops, the standby that did not get the lease is told
+    who did by its next refused acquire (no extra read)."""
+    timing = {"ttl": 10.0, "renew_deadline": 6.0, "retry_period": 0.2}
+    records = {name: Record() for name in "abc"}
+    electors = {
+        name: elector(redis_server.client(socket_timeout=5), lock_name, name, rec, **timing)
+        for name, rec in records.items()
+    }
+    try:
+        electors["a"].start()
+        records["a"].next("started")
+        for name in "bc":
+            electors[name].start()
+            assert records[name].next()[:2] == ("leader", "a")
+        electors["a"].stop()
+        _, winner, _ = records["b"].next("leader")  # each standby: the one who got it
+        assert winner in "bc"
+        assert records["c"].next("leader")[1] == winner
+        records[winner].next("started")
+        assert [e.leading for e in electors.values()].count(True) == 1
+    finally:
+        for e in electors.values():
+            e.stop()
 
 
 async def test_asyncio_flavour_same_story_with_async_callbacks(
-    redis_server: RedisServer, lock_name: str
+    any_aclient: Any, lock_name: str
 ) -> None:
     first, second = Record(), Record()
     told: list[str] = []
@@ -110,7 +137,7 @@ async def test_asyncio_flavour_same_story_with_async_callbacks(
         told.append(identity)
         first.events.put(("leader", identity, time.monotonic()))
 
-    client = aioredis.Redis(host="127.0.0.1", port=redis_server.port)
+    client = any_aclient
     callbacks = first.callbacks() | {"on_new_leader": on_new_leader}
     a = aio.Elector(client, lock_name, identity="a", **SLOW, **callbacks)
     b = aelector(client, lock_name, "b", second)
@@ -130,7 +157,6 @@ async def test_asyncio_flavour_same_story_with_async_callbacks(
         assert b.leading and b.leader == "b"
     finally:
         await b.stop()
-        await client.aclose()
 
 
 def test_a_paused_redis_ends_the_term_at_the_renew_deadline(
@@ -138,7 +164,7 @@ def test_a_paused_redis_ends_the_term_at_the_renew_deadline(
 ) -> None:
     rec = Record()
     timing = {"ttl": 3.0, "renew_deadline": 1.0, "retry_period": 0.25}
-    e = elector(redis_server, lock_name, "a", rec, **timing).start()
+    e = elector(redis_server.client(socket_timeout=5), lock_name, "a", rec, **timing).start()
     try:
         _, lease, _ = rec.next("started")
         redis_server.pause()
@@ -219,7 +245,7 @@ def test_a_stopped_leader_leads_again_when_restarted(
     redis_server: RedisServer, lock_name: str
 ) -> None:
     rec = Record()
-    e = elector(redis_server, lock_name, "a", rec)
+    e = elector(redis_server.client(socket_timeout=5), lock_name, "a", rec)
     for _ in range(2):  # after stopping, the next term reports the holder again
         with e:
             assert rec.next()[:2] == ("leader", "a")

@@ -8,8 +8,9 @@ on an asyncio loop and turns its hooks into the user's callbacks. :class:`AsyncE
 :meth:`Elector.run`, or a background thread from :meth:`Elector.start`) over a blocking lock
 whose calls go to one worker thread.
 
-Who leads is learned without extra round trips: a refused acquire names the holder the script
-saw (``Held(holder)``), a grant names this process. A standby's acquire waits up to a retry
+Who leads is learned without extra round trips per period: a refused acquire names the holder
+the script saw (``Held(holder)``), a grant names this process, and one read of the lock view at
+the start names the holder before the first acquire. A standby's acquire waits up to a retry
 period for a release, which hands the lease over at once (notified, not polled), so a stopped
 leader's successor leads a round trip later, not a TTL later. See docs/elector.md.
 """
@@ -307,10 +308,14 @@ class Elector(_Facade):
 
     async def _main(self, ready: threading.Event | None) -> None:
         stop = asyncio.Event()
-        with self._guard:
-            self._running = (asyncio.get_running_loop(), stop)
-        if ready is not None:
-            ready.set()
+        try:
+            with self._guard:
+                if self._running is not None:
+                    raise RedleaseError("elector already running")
+                self._running = (asyncio.get_running_loop(), stop)
+        finally:
+            if ready is not None:
+                ready.set()
         offload = ThreadPoolExecutor(1, thread_name_prefix="redlease-elector-io")
         try:
             await self.core.run(stop, offload)
