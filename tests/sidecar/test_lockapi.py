@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from redlease.core.keys import LockKeys
-from redlease.devtools.localredis import RedisServer
+from redlease.devtools.localredis import LocalCluster, RedisServer
 from redlease.devtools.sidecarprocs import Sidecar, wait_until
 
 CURL = shutil.which("curl")
@@ -190,3 +190,40 @@ def test_off_by_default(
     sc = sidecars("pod-b", lock_name, [redis_server.url]).wait_up()
     code, _ = curl(sc, "/locks/jobs/a/acquire", {"ttl_ms": 1000})
     assert code in (404, 405)
+
+
+def test_a_client_that_hangs_up_while_waiting_leaves_no_lease(api: Sidecar) -> None:
+    code, first = acquire(api, "jobs/hangup")
+    assert code == 200
+    assert CURL is not None
+    impatient = subprocess.Popen(  # waits 20 s for the lock, but gives up after 1 s
+        [CURL, "-sS", "-X", "POST", "--max-time", "1", "-d", '{"ttl_ms": 60000, "wait_ms": 20000}',
+         f"http://127.0.0.1:{api.port}/locks/jobs/hangup/acquire"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert impatient.wait(30) != 0  # curl timed out: nobody knows the lease id it would get
+    assert curl(api, "/locks/jobs/hangup/release", {"lease": first["lease"]})[0] == 200
+    # the sidecar grants the waiter it still has, sees the client gone and releases
+    wait_until(lambda: acquire(api, "jobs/hangup")[0] == 200, timeout=15, step=0.05)
+
+
+def test_on_a_redlock_set_and_a_cluster(
+    sidecars: Callable[..., Sidecar],
+    redis_nodes: list[RedisServer],
+    redis_cluster: LocalCluster,
+    lock_name: str,
+) -> None:
+    quorum = sidecars("pod-q", lock_name, [s.url for s in redis_nodes],
+                      extra=["--api-locks", PREFIX])  # fmt: skip
+    seeds = [s.url for s in redis_cluster.servers]
+    cluster = sidecars("pod-c", lock_name, seeds, extra=["--api-locks", PREFIX, "--cluster"])
+    for sc in (quorum, cluster):
+        sc.wait_up()
+        code, first = acquire(sc, "jobs/anywhere")
+        assert code == 200, first
+        code, doc = acquire(sc, "jobs/anywhere", wait_ms=200)
+        assert (code, doc["holder"]) == (409, sc.identity)
+        assert curl(sc, "/locks/jobs/anywhere/extend", {"lease": first["lease"]})[0] == 200
+        assert curl(sc, "/locks/jobs/anywhere/release", {"lease": first["lease"]})[0] == 200
+        code, second = acquire(sc, "jobs/anywhere")
+        assert code == 200 and second["fencing_token"] > first["fencing_token"]

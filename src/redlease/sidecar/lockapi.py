@@ -317,6 +317,9 @@ class LockApi:
         if self._closing:  # granted while the sidecar stopped: nobody will release it
             await _quiet_release(Entry(name, lock))
             raise ApiError(503, "the sidecar is stopping")
+        if request.transport is None or request.transport.is_closing():  # the app hung up
+            await _quiet_release(Entry(name, lock))
+            raise ApiError(499, "the client closed the connection while waiting")
         return granted(self.leases.add(name, lock), lease)
 
     async def _extend(self, request: web.Request) -> dict[str, Any]:
