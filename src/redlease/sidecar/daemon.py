@@ -27,6 +27,7 @@ from redlease.kube.kubeconfig import required
 from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
 from redlease.sidecar.election import Transition
 from redlease.sidecar.elector import Elector, Hooks
+from redlease.sidecar.lockapi import LockApi
 from redlease.sidecar.lockref import LockRefFollower
 from redlease.sidecar.metrics import Metrics
 from redlease.sidecar.mirror import LeaderEvents, LeaseMirror, involved_lease, involved_lock
@@ -54,6 +55,7 @@ class Sidecar(Hooks):
         self._kube: KubeClient | None = None
         self._servers: list[GuardedServer] = []
         self._background: list[asyncio.Task[None]] = []
+        self.lockapi = LockApi(config.api_locks, config.identity) if config.api_locks else None
 
     # -- Source -------------------------------------------------------------------------------
 
@@ -232,6 +234,9 @@ class Sidecar(Hooks):
             self.state_file = StateFile(cfg.state_dir, election.lock)
         self.metrics_ = Metrics(election.lock)
         self.elector = Elector(election, hooks=self)
+        if self.lockapi is not None:
+            replicas = (election.replicas, election.replica_timeout)
+            self.lockapi.start(election.target, scope=election.scope, replicas=replicas)
         if self.follower is None:
             await self._listen(cfg.http)
         await self._listen(cfg.metrics, "--metrics", metrics_only=True)
@@ -243,7 +248,10 @@ class Sidecar(Hooks):
 
     async def _wind_down(self) -> None:
         """Stop the background tasks, then withdraw every output: pod label, Events, Lease
-        mirror, the leader marker; close the ports and the Kubernetes client."""
+        mirror, the leader marker; close the ports and the Kubernetes client. The lock API
+        releases the app's leases first."""
+        if self.lockapi is not None:
+            await self.lockapi.close()
         for task in self._background:
             task.cancel()
         for task in self._background:
@@ -291,7 +299,10 @@ class Sidecar(Hooks):
         if address is None:
             return
         try:
-            server = await serve(self, address.host, address.port, metrics_only=metrics_only)
+            more = None if metrics_only or self.lockapi is None else self.lockapi.add_routes
+            server = await serve(
+                self, address.host, address.port, metrics_only=metrics_only, more=more
+            )
         except OSError as exc:
             raise ConfigError(flag, f"cannot listen on {address}: {exc.strerror}") from None
         self._servers.append(server)
@@ -314,6 +325,7 @@ def _log_start(election: ElectionConfig, cfg: SidecarConfig) -> None:
         pod_label=cfg.pod_label,
         lease_mirror=cfg.lease_mirror,
         events=cfg.events,
+        api_locks=cfg.api_locks,
     )
 
 

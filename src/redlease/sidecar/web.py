@@ -7,6 +7,7 @@ deadline, so no answer claims leadership after it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -28,7 +29,12 @@ class Source(Protocol):
     def metrics(self) -> bytes: ...
 
 
-def make_app(source: Source, *, metrics_only: bool = False) -> web.Application:
+Routes = Callable[[web.Application], None]  # adds more endpoints (the lock API: lockapi.py)
+
+
+def make_app(
+    source: Source, *, metrics_only: bool = False, more: Routes | None = None
+) -> web.Application:
     """The endpoints; ``metrics_only``: just ``/metrics`` (``--metrics``, for a scraper on the
     pod network, while ``/status`` and the probes stay on the loopback ``--http``)."""
 
@@ -59,6 +65,8 @@ def make_app(source: Source, *, metrics_only: bool = False) -> web.Application:
     app.router.add_get("/", root)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    if more is not None:
+        more(app)
     return app
 
 
@@ -66,8 +74,9 @@ PORTS = 2  # --http and --metrics: each gets half of the descriptor budget
 
 
 async def serve(
-    source: Source, host: str, port: int, *, metrics_only: bool = False
+    source: Source, host: str, port: int, *, metrics_only: bool = False, more: Routes | None = None
 ) -> GuardedServer:
     """Start serving behind :func:`redlease.kube.httpguard.serve`; an ``OSError`` if the address
     cannot be bound."""
-    return await guarded(make_app(source, metrics_only=metrics_only), host, port, share=PORTS)
+    app = make_app(source, metrics_only=metrics_only, more=more)
+    return await guarded(app, host, port, share=PORTS)
