@@ -1,6 +1,6 @@
 """Measure how soon a hand-off reaches a waiting ``GET /status?wait=&since=``.
 
-Run: .venv/bin/python bench/measure_longpoll.py [REPS] [disk]
+Run: .venv/bin/python -m bench.measure_longpoll [REPS] [disk]
 Two real sidecars on a local redis-server; each round a long-poll waits at the standby, the
 leader is sent SIGTERM, and the answer's arrival (wall clock, in this process) is compared with
 the moment the standby published the new version (its ``status changed`` log line, written when
@@ -18,15 +18,16 @@ import http.client
 import json
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench import stats
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import Sidecar, wait_until
 
@@ -60,7 +61,9 @@ def published(sc: Sidecar, version: str) -> float:
     raise AssertionError(f"version {version} not logged")
 
 
-def main(reps: int, disk: bool = False) -> None:
+def measure(reps: int, disk: bool = False) -> list[float]:
+    """Milliseconds from the standby's publication of the new view to the long-poll's answer,
+    one a hand-off."""
     server = RedisServer().start()
     scs: list[Sidecar] = []
     lags: list[float] = []
@@ -80,7 +83,7 @@ def main(reps: int, disk: bool = False) -> None:
             leader.signal(signal.SIGTERM)
             t.join(30)
             doc, at = answers[-1]
-            lags.append(at - published(standby, doc["version"]))
+            lags.append((at - published(standby, doc["version"])) * 1000)
             leader.wait()
             leader.stop()
             leader = standby
@@ -90,12 +93,28 @@ def main(reps: int, disk: bool = False) -> None:
             if not disk:
                 shutil.rmtree(sc.state_dir, ignore_errors=True)
         server.stop()
-    ms = sorted(x * 1000 for x in lags)
-    p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
+    return lags
+
+
+def scenario(
+    *, reps: int, disk: bool = False, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """The figures for results.json: samples, p50, p99 and max (ms)."""
     where = "disk" if disk else "tmpfs"
-    print(f"{reps} hand-offs, state dir on {where}: published -> long-poll answer "
-          f"p50 {statistics.median(ms):.1f} ms, p99 {p99:.1f} ms, max {ms[-1]:.1f} ms")  # fmt: skip
+    log(f"long-poll: {reps} hand-offs, state directory on {where} ...")
+    ms = measure(reps, disk)
+    result = {
+        "reps": reps,
+        "state_dir": where,
+        "samples_ms": [round(x, 2) for x in ms],
+        "p50_ms": stats.percentile(ms, 50),
+        "p99_ms": stats.percentile(ms, 99),
+        "max_ms": max(ms),
+    }
+    log(f"  published -> long-poll answer: p50 {result['p50_ms']:.1f} ms, "
+        f"p99 {result['p99_ms']:.1f} ms, max {result['max_ms']:.1f} ms")  # fmt: skip
+    return result
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20, "disk" in sys.argv[2:])
+    scenario(reps=int(sys.argv[1]) if len(sys.argv) > 1 else 20, disk="disk" in sys.argv[2:])
