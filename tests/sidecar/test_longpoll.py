@@ -248,3 +248,19 @@ def test_wait_and_status_watch_follow_the_hand_off(
         for proc in (waiting, watch):
             proc.kill()
             proc.wait(10)
+
+
+def test_status_http_reads_the_sidecar_and_watch_needs_it(
+    redis_server: RedisServer, sidecars: Callable[..., Sidecar], lock_name: str
+) -> None:
+    sc = alone(sidecars, redis_server, lock_name)
+    address = f"127.0.0.1:{sc.port}"
+    out, err = redlease("status", "--http", address, "--json").communicate(timeout=30)
+    doc = json.loads(out)
+    assert doc["leader"] and doc["holder"] == "pod-a" and doc["version"], err
+    text, _ = redlease("status", "--http", address).communicate(timeout=30)
+    assert "pod-a (leader)" in text and f"{doc['version']}" in text
+    lone = redlease("status", "--lock", lock_name, "--redis", redis_server.url, "--watch")
+    _, err = lone.communicate(timeout=30)
+    assert lone.returncode == 2 and "--watch" in err and "--http" in err
+    assert len(err.strip().splitlines()) == 1
