@@ -28,6 +28,7 @@ class Plan:
 
     operator: tuple[int, ...]
     operator_window: float
+    operator_first_pass: float
     fleet: tuple[int, ...]
     fleet_window: float
     waiters: tuple[int, ...]
@@ -39,27 +40,58 @@ class Plan:
 
 PLANS = {
     "full": Plan(
-        (100, 500, 1000, 5000),
-        8.0,
-        (10, 100, 500, 1000),
-        20.0,
-        (1, 10, 100, 500, 1000),
-        2000,
-        4,
-        3000,
-        5,
+        operator=(100, 500, 1000, 5000),
+        operator_window=8.0,
+        operator_first_pass=180.0,
+        fleet=(10, 100, 500, 1000),
+        fleet_window=20.0,
+        waiters=(1, 10, 100, 500, 1000),
+        quorum_pairs=2000,
+        quorum_rounds=4,
+        floor_pairs=3000,
+        floor_reps=5,
     ),
-    "quick": Plan((100, 500), 4.0, (10, 100), 6.0, (1, 100), 300, 2, 1000, 3),
+    "quick": Plan(
+        operator=(100, 500),
+        operator_window=4.0,
+        operator_first_pass=60.0,
+        fleet=(10, 100),
+        fleet_window=6.0,
+        waiters=(1, 100),
+        quorum_pairs=300,
+        quorum_rounds=2,
+        floor_pairs=1000,
+        floor_reps=3,
+    ),
 }
 
 
 def _run(name: str, plan: Plan, log: Callable[[str], None]) -> dict[str, Any]:
+    """One curve, with the load average before, during (as the curve records it) and after;
+    a curve that fails is recorded with its error and the others still run."""
     load = [os.getloadavg()[0]]
     t0 = time.monotonic()
+    try:
+        out = _curve(name, plan, log)
+    except Exception as exc:  # noqa: BLE001 - reported in the results
+        log(f"{name}: {type(exc).__name__}: {exc}")
+        out = {"error": f"{type(exc).__name__}: {exc}"}
+    out["load_1min"] = [*load, *out.get("load_1min", []), os.getloadavg()[0]]
+    out["duration_s"] = time.monotonic() - t0
+    return out
+
+
+def _curve(name: str, plan: Plan, log: Callable[[str], None]) -> dict[str, Any]:
+    out: dict[str, Any]
     if name == "operator":
         from bench.scale import operator
 
-        out = operator.scenario(plan.operator, log=log, min_window=plan.operator_window)
+        out = operator.scenario(
+            plan.operator,
+            log=log,
+            min_window=plan.operator_window,
+            first_pass_limit=plan.operator_first_pass,
+        )
     elif name == "fleet":
         from bench.scale import fleet
 
@@ -79,8 +111,6 @@ def _run(name: str, plan: Plan, log: Callable[[str], None]) -> dict[str, Any]:
             "exec_us": floor_samples(plan.floor_pairs, plan.floor_reps),
             "pairs": plan.floor_pairs,
         }
-    out["load_1min"] = [*load, *out.get("load_1min", []), os.getloadavg()[0]]
-    out["duration_s"] = time.monotonic() - t0
     return out
 
 

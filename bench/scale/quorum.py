@@ -1,10 +1,10 @@
 """Curve 4: acquire latency on RedLock sets of 3, 5 and 7 local nodes (``redlease.quorum``).
 
-One process, one ``NodeSet`` per set size, sync (``redlease.Lock``) and asyncio
-(``redlease.aio.Lock``) clients; each sample is one uncontended ``acquire`` call (the release
-that follows is not timed). The set sizes run interleaved in rounds so a drift of the machine
-hits them alike. All the nodes share the machine's 2 cores with the client: a larger set pays
-for its nodes' CPU too, as it would not on separate hosts.
+One process, one ``NodeSet`` per set size on servers of its own, sync (``redlease.Lock``) and
+asyncio (``redlease.aio.Lock``) clients; each sample is one uncontended ``acquire`` call (the
+release that follows is not timed). The set sizes run interleaved in rounds so a drift of the
+machine hits them alike. All the nodes share the machine's 2 cores with the client: a larger
+set pays for its nodes' CPU too, as it would not on separate hosts.
 """
 
 from __future__ import annotations
@@ -51,14 +51,16 @@ def scenario(
     from redlease.quorum import NodeSet
 
     load = [os.getloadavg()[0]]
-    servers = [RedisServer().start() for _ in range(max(SIZES))]
+    # a set of servers per size: a node in several sets would carry the others' fencing
+    # counters, and a set refuses members it sees as restarted without their data
+    sets = {k: [RedisServer().start() for _ in range(k)] for k in SIZES}
+    servers = [s for members in sets.values() for s in members]
     runner = asyncio.Runner()
     try:
         sync_locks = {
-            k: redlease.Lock(NodeSet([s.client() for s in servers[:k]]), f"q{k}", ttl=10)
-            for k in SIZES
+            k: redlease.Lock(NodeSet([s.client() for s in sets[k]]), f"q{k}", ttl=10) for k in SIZES
         }
-        async_sets = {k: NodeSet([aioredis.Redis(port=s.port) for s in servers[:k]]) for k in SIZES}
+        async_sets = {k: NodeSet([aioredis.Redis(port=s.port) for s in sets[k]]) for k in SIZES}
         async_locks = {k: aio.Lock(ns, f"qa{k}", ttl=10) for k, ns in async_sets.items()}
         samples: dict[tuple[str, int], list[float]] = {}
         per_round = max(1, pairs // rounds)

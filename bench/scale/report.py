@@ -183,14 +183,11 @@ def _floor_goals(res: Mapping[str, Any] | None) -> list[Goal]:
 
 
 def goals(results: Mapping[str, Any]) -> list[Goal]:
+    """The goals of every curve the run has, in the curves' order."""
     c = results.get("curves", {})
-    return [
-        *_operator_goals(c.get("operator")),
-        *_fleet_goals(c.get("fleet")),
-        *_waiter_goals(c.get("waiters")),
-        *_quorum_goals(c.get("quorum")),
-        *_floor_goals(c.get("floor")),
-    ]
+    of = {"operator": _operator_goals, "fleet": _fleet_goals, "waiters": _waiter_goals,
+          "quorum": _quorum_goals, "floor": _floor_goals}  # fmt: skip
+    return [g for name, goals_of in of.items() if name in c for g in goals_of(c[name])]
 
 
 TITLES = {
@@ -236,7 +233,7 @@ def _operator_rows(res: Mapping[str, Any]) -> list[str]:
     rows = []
     for p in res.get("points", []):
         if "error" in p:
-            rows.append([f"{p['locks']:,}", p["error"], *[""] * 9])
+            rows.append([f"{p['locks']:,}", p["error"], *[""] * 10])
             continue
         rows.append(
             [
@@ -251,6 +248,7 @@ def _operator_rows(res: Mapping[str, Any]) -> list[str]:
                 _n(p["peak_rss_mb"], 0),
                 _n(p["first_status_s"], 1),
                 _n(p["first_pass_s"], 1),
+                f"{p.get('statuses_written', p['locks']):,}",
             ]
         )
     return _table(
@@ -266,6 +264,7 @@ def _operator_rows(res: Mapping[str, Any]) -> list[str]:
             "peak RSS MB",
             "first status s",
             "first pass s",
+            "statuses written",
         ],
         rows,
     )
@@ -365,6 +364,8 @@ def markdown(results: Mapping[str, Any], charts: Mapping[str, Path]) -> str:
                 "",
             ]
         out += [HOW[name], ""]
+        if "error" in res:
+            out += [f"The curve failed: {res['error']}", ""]
         if name == "waiters":
             from bench import waiters
 
