@@ -71,12 +71,16 @@ def _proc(pid: int) -> dict[str, float]:
 
 
 async def _metrics(port: int) -> dict[str, float]:
-    """The operator's own counters from its /metrics (cycles, round trips)."""
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(f"http://127.0.0.1:{port}/metrics") as resp,
-    ):
-        text = await resp.text()
+    """The operator's own counters from its /metrics (cycles, round trips); empty when it does
+    not answer within 15 s (an operator whose loop is saturated)."""
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as session,
+            session.get(f"http://127.0.0.1:{port}/metrics") as resp,
+        ):
+            text = await resp.text()
+    except (aiohttp.ClientError, TimeoutError):
+        return {}
     out: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("redlease_operator_"):
@@ -225,7 +229,8 @@ async def _window(
     m1 = await _metrics(port)
     load.append(os.getloadavg()[0])
     refreshes = reads / n
-    cycles = m1["refresh_cycles_total"] - m0["refresh_cycles_total"]
+    nan = math.nan
+    cycles = m1.get("refresh_cycles_total", nan) - m0.get("refresh_cycles_total", nan)
     api_delta = {k: v - q0.get(k, 0) for k, v in q1.items() if v - q0.get(k, 0)}
     calls, usec = curves.totals(delta)
     cpu = p1["cpu_s"] - p0["cpu_s"]
@@ -240,7 +245,8 @@ async def _window(
         "redis_us_per_lock": curves.per(usec, reads),
         "redis_calls_per_cycle": curves.per(calls, cycles),
         "round_trips_per_cycle": curves.per(
-            m1["redis_round_trips_total"] - m0["redis_round_trips_total"], cycles
+            m1.get("redis_round_trips_total", nan) - m0.get("redis_round_trips_total", nan),
+            cycles,
         ),
         "api_requests_per_cycle": curves.per(sum(api_delta.values()), cycles),
         "api_requests": api_delta,
