@@ -263,7 +263,8 @@ def lines(path: Path, title: str, panels: list[Panel]) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    width = max(7.5, 5.5 * len(panels))
+    fig, axes = plt.subplots(1, len(panels), figsize=(width, 4), squeeze=False)
     for ax, panel in zip(axes.flat, panels, strict=True):
         for label, xs, ys in panel.series:
             pts = [(x, y) for x, y in zip(xs, ys, strict=True) if not math.isnan(y)]
@@ -281,7 +282,7 @@ def lines(path: Path, title: str, panels: list[Panel]) -> bool:
         ax.set_ylim(bottom=None if panel.logy else 0)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(title)
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

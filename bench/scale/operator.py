@@ -187,7 +187,7 @@ async def _point(
                     await asyncio.sleep(1.0)  # a scan costs the emulator's loop too
                 out["statuses_written"] = done
                 out["first_pass_s"] = time.perf_counter() - started if done == n else math.nan
-                out.setdefault("first_status_s", math.nan)
+                out.setdefault("first_status_s", out["first_pass_s"] if done else math.nan)
                 await asyncio.sleep(2 * REFRESH)  # the first writes settle
                 out.update(await _window(n, proc.pid, port, api, rc, min_window, load))
             finally:
