@@ -21,6 +21,7 @@ help:
 	@echo "make test-matrix tests/core and tests/core/quorum on Redis 7, Redis 6.2 and Valkey 8"
 	@echo "make chaos       the safety check under faults (< 5 min); chaos-quick < 1 min"
 	@echo "make bench       redlease against its peers (< 10 min); bench-quick < 1 min"
+	@echo "make bench-scale how cost grows with locks, sidecars, waiters (<= 15 min); -quick < 2 min"
 	@echo "make image       build $(IMAGE):$(VERSION) with Docker; make image-push pushes it"
 
 $(PY):
@@ -104,6 +105,14 @@ bench: $(BENCH_STAMP)  ## full benchmark, < 10 min: bench/results.json, docs/ben
 
 bench-quick: $(BENCH_STAMP)  ## the same, shorter (< 1 min)
 	$(PY) -m bench --quick
+
+# --- scale curves (bench/scale, docs/scale.md): locks, sidecars, waiters, nodes; not in `make test`
+.PHONY: bench-scale bench-scale-quick
+bench-scale: $(BENCH_STAMP)  ## <= 15 min on 2 cores: bench/scale.json, docs/scale.md, docs/scale-*.png
+	$(PY) -m bench.scale
+
+bench-scale-quick: $(BENCH_STAMP)  ## fewer points (< 2 min)
+	$(PY) -m bench.scale --quick
 
 # --- soak (soak/soak.py, docs/soak.md): not part of `make test` -----------------------------------
 .PHONY: soak

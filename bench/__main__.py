@@ -10,15 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import platform
 import sys
-import time
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ("uncontended", "handoff", "failover", "quorum", "waiters")
@@ -45,49 +40,6 @@ PLANS = {
 }
 
 
-def _versions() -> dict[str, str]:
-    out = {}
-    for dist in ("redlease", "redis", "hiredis", "python-redis-lock", "pottery", "aioredlock"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
-
-
-def _environment() -> dict[str, Any]:
-    from redlease.devtools.localredis import server_version
-
-    return {
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "redis_server": ".".join(map(str, server_version())),
-        "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-        "versions": _versions(),
-    }
-
-
-def _clean(obj: Any) -> Any:
-    """NaN → None so results.json stays strict JSON."""
-    if isinstance(obj, float) and math.isnan(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def _unclean(obj: Any) -> Any:
-    if obj is None:
-        return math.nan
-    if isinstance(obj, dict):
-        return {k: (v if k in ("skipped", "available") else _unclean(v)) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_unclean(v) for v in obj]
-    return obj
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="short run (< 1 minute)")
@@ -105,25 +57,17 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--only: unknown scenario(s) {', '.join(sorted(unknown))}")
 
     from bench import report
+    from bench.runinfo import clean, finish, start, unclean
     from bench.targets import evaluate
 
     if args.render_only:
-        results = _unclean(json.loads(args.json.read_text()))
+        results = unclean(json.loads(args.json.read_text()))
     else:
         from bench import failover, handoff, uncontended
 
         mode = "quick" if args.quick else "full"
         plan = PLANS[mode]
-        t0 = time.monotonic()
-        results = {
-            "mode": mode,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "plan": plan.__dict__,
-            "environment": _environment(),
-        }
-
-        def log(msg: str) -> None:
-            print(f"[{time.monotonic() - t0:6.1f}s] {msg}", flush=True)
+        results, log = start(mode, plan)
 
         if "uncontended" in only:
             results["uncontended"] = uncontended.scenario(
@@ -148,10 +92,9 @@ def main(argv: list[str] | None = None) -> int:
 
             counts = waiters.COUNTS if mode == "full" else waiters.COUNTS[:3]
             results["waiters"] = waiters.scenario(counts, log=log)
-        results["environment"]["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-        results["duration_s"] = time.monotonic() - t0
+        finish(results)
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(_clean(results), indent=1) + "\n")
+        args.json.write_text(json.dumps(clean(results), indent=1) + "\n")
     args.markdown.parent.mkdir(parents=True, exist_ok=True)
     has_chart = report.chart(results, args.chart)
     rel = os.path.relpath(args.chart, args.markdown.parent) if has_chart else None

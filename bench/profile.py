@@ -123,6 +123,11 @@ end)
 def floor_exec(pairs: int, reps: int) -> dict[str, float]:
     """Redis execution us per pair (``INFO commandstats``, as the bench measures it) of the
     floor above, redlease's Lock and redis-py's Lock; interleaved repetitions, medians."""
+    return {name: statistics.median(v) for name, v in floor_samples(pairs, reps).items()}
+
+
+def floor_samples(pairs: int, reps: int) -> dict[str, list[float]]:
+    """:func:`floor_exec`'s repetitions, every one (us per pair, in the order they ran)."""
     with RedisServer() as server:
         client = server.client()
         client.function_load(FLOOR_LIBRARY)
@@ -156,7 +161,7 @@ def floor_exec(pairs: int, reps: int) -> dict[str, float]:
                     pair()
                 out[name].append(exec_usec([client]) / pairs)
         client.close()
-    return {name: statistics.median(v) for name, v in out.items()}
+    return out
 
 
 def quorum_ceiling(seconds: float = 1.0, reps: int = 5) -> tuple[float, float, float]:

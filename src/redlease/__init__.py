@@ -3,6 +3,7 @@
 Blocking API here; the asyncio API with the same names lives in :mod:`redlease.aio`.
 """
 
+from redlease.core.elector import Elector
 from redlease.core.lease import Lease
 from redlease.core.locks import (
     Lock,
@@ -38,6 +39,7 @@ __all__ = [
     "ClockStepped",
     "ConfigError",
     "ConnectionLimit",
+    "Elector",
     "Lease",
     "LeaseLost",
     "Lock",

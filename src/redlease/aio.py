@@ -13,9 +13,11 @@ from redlease.core.aio import (
     ReentrantLock,
     WriteLock,
 )
+from redlease.core.elector import AsyncElector as Elector
 
 __all__ = [
     "AsyncRenewer",
+    "Elector",
     "Lock",
     "MultiLock",
     "ReadLock",

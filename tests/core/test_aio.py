@@ -126,9 +126,10 @@ async def test_cancelled_release_still_releases(redis_server: RedisServer) -> No
 async def test_hold_renews_and_loss_cancels_the_guarded_block(
     any_aclient: Any, lock_name: str
 ) -> None:
-    lock = aio.Lock(any_aclient, lock_name, ttl=0.3)
+    # a TTL that leaves a renewal 0.6 s of slack on a busy machine (ttl 0.3 once lost leases there)
+    lock = aio.Lock(any_aclient, lock_name, ttl=1.0)
     async with lock.hold() as lease:
-        await asyncio.sleep(0.9)  # three TTLs: only renewal keeps it
+        await asyncio.sleep(1.6)  # past the TTL: only renewal keeps it
         assert lease.valid and (await lock.state()).holder is not None
     lost: list[LeaseLost] = []
     with pytest.raises(LeaseLost):
@@ -139,9 +140,9 @@ async def test_hold_renews_and_loss_cancels_the_guarded_block(
 
 
 async def test_reentrant_hold_renews_for_the_calling_task(any_aclient: Any, lock_name: str) -> None:
-    lock = aio.ReentrantLock(any_aclient, lock_name, ttl=0.3)
+    lock = aio.ReentrantLock(any_aclient, lock_name, ttl=1.0)
     async with lock.hold() as lease:
-        await asyncio.sleep(0.9)  # three TTLs: only renewal (for this task) keeps it
+        await asyncio.sleep(1.6)  # past the TTL: only renewal (for this task) keeps it
         assert lease.valid
         assert (await lock.state()).holder is not None
     assert (await lock.state()).holder is None

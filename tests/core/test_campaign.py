@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import redis.asyncio as aioredis
 
+import redlease
 from redlease import aio
 from redlease.core.campaign import SHUTDOWN, Campaign, Granted, Held, RedisLease
 from redlease.core.election import DEADLINE_PASSED, Election
@@ -131,10 +133,37 @@ async def test_a_redis_lease_is_one_backend(redis_server: RedisServer, lock_name
             await leads.wait()
         assert campaign.leading() and (await lock.state()).holder == "me"
         other = RedisLease(aio.Lock(client, lock_name, ttl=1, identity="other"))
-        assert await other.acquire() == Held()  # contention is an answer, not an error
+        assert await other.acquire() == Held("me")  # contention is an answer naming the holder
         stop.set()
         await task
         assert told[1:] == [SHUTDOWN, True] and isinstance(told[0], int)
         assert (await lock.state()).holder is None
     finally:
         await client.aclose()
+
+
+async def test_a_blocking_lock_runs_on_its_worker_and_a_late_grant_is_kept(
+    redis_server: RedisServer, lock_name: str
+) -> None:
+    """A blocking lock's acquire runs on in its worker past the attempt's bound; if it was
+    granted meanwhile, the next acquire renews that lease instead of being refused."""
+    client = redis_server.client(socket_timeout=5)
+    worker = ThreadPoolExecutor(1)
+    try:
+        lock = redlease.Lock(client, lock_name, ttl=5, identity="me")
+        backend = RedisLease(lock, 0.05, offload=worker)
+        other = redlease.Lock(client, lock_name, ttl=5, identity="other")
+        other.acquire()
+        held = await backend.acquire()  # waited for a release that did not come
+        assert held == Held("other", waited=True)
+        other.release()
+        lock.acquire()  # what a late grant leaves: the handle holds a lease
+        first = lock.lease()
+        assert first is not None
+        granted = await backend.acquire()
+        assert isinstance(granted, Granted) and granted.record is first
+        assert await backend.holder() == "me"
+        assert await backend.release() and lock.lease() is None
+    finally:
+        worker.shutdown()
+        client.close()

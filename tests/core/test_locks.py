@@ -136,13 +136,14 @@ def test_waiter_is_woken_at_expiry_of_a_crashed_holder(any_client: Any, lock_nam
 
 
 def test_context_manager_and_hold_with_renewal(any_client: Any, lock_name: str) -> None:
-    lock = redlease.Lock(any_client, lock_name, ttl=0.3)
+    # a TTL that leaves a renewal 0.6 s of slack on a busy machine (ttl 0.3 once lost leases there)
+    lock = redlease.Lock(any_client, lock_name, ttl=1.0)
     with lock as lease:
         assert lease.fencing_token > 0
     assert lock.state().holder is None
     with lock.hold(timeout=1) as lease:
-        # held over three TTLs: only renewal keeps it
-        end = time.monotonic() + 1.0
+        # held past the TTL: only renewal keeps it
+        end = time.monotonic() + 1.6
         while time.monotonic() < end:
             assert lease.valid
             assert lock.state().holder is not None
@@ -290,9 +291,9 @@ def test_mutual_exclusion_between_threads(any_client: Any, lock_name: str) -> No
 
 
 def test_reentrant_hold_renews_for_the_calling_thread(any_client: Any, lock_name: str) -> None:
-    lock = redlease.ReentrantLock(any_client, lock_name, ttl=0.3)
+    lock = redlease.ReentrantLock(any_client, lock_name, ttl=1.0)
     with lock.hold() as lease:
-        end = time.monotonic() + 0.9  # three TTLs: only renewal (for this thread) keeps it
+        end = time.monotonic() + 1.6  # past the TTL: only renewal (for this thread) keeps it
         while time.monotonic() < end:
             assert lease.valid
             time.sleep(0.05)

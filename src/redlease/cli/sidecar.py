@@ -29,6 +29,13 @@ OWN = (
         DEFAULT_READY,
         choices=READY_MODES,
     ),
+    Flag(
+        (sa.API_LOCKS,),
+        "serve the lock API (POST /locks/NAME/acquire|extend|release) for lock names starting "
+        "with PREFIX, on the --http address; '' for off",
+        "",
+        metavar="PREFIX",
+    ),
 )
 KUBE = (
     Flag((sa.POD_LABEL,), "label own pod redlease.dev/leader", kind="switch"),
@@ -46,6 +53,7 @@ def sidecar_config(
 ) -> SidecarConfig:
     """The sidecar's configuration from its parsed flags, its pod and its API login."""
     from redlease.sidecar import config as sc
+    from redlease.sidecar.lockapi import validate_prefix
 
     ref = flags.lock_ref(args, pod.namespace)
     return sc.SidecarConfig(
@@ -62,6 +70,7 @@ def sidecar_config(
         namespace=pod.namespace,
         lease_mirror=args.lease_mirror,
         events=args.events,
+        api_locks=validate_prefix(args.api_locks, sa.API_LOCKS),
     )
 
 

@@ -3,6 +3,11 @@
 Works with every node-set kind (one Redis, a Sentinel-managed master, a cluster, a RedLock set):
 each node is read and the lock view (:mod:`redlease.core.view`) decides what to show, exactly
 as the sidecar's ``/status`` and the operator do.
+
+``--http ADDRESS`` asks a sidecar instead (its ``/status``: the same view, plus what that sidecar
+knows of itself); ``--watch`` (with ``--http``) prints the document again each time it changes,
+by the sidecar's long-poll (:mod:`redlease.cli.longpoll`): a watch that read Redis would have to
+poll it, the sidecar already reads it and says when something changed.
 """
 
 from __future__ import annotations
@@ -11,16 +16,20 @@ import argparse
 import asyncio
 import contextlib
 import json
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from redlease.cli import flags
 from redlease.cli.command import Command, Flag
+from redlease.cli.longpoll import follow, get, status_url
 from redlease.core import view as lockview
 from redlease.core.connect import Target, connect_target
 from redlease.core.observe import read_view
 from redlease.core.view import LockView
+from redlease.errors import ConfigError
+from redlease.kube import sidecar_args as sa
 
 READ_TIMEOUT = 3.0
 
@@ -45,29 +54,37 @@ def describe(view: LockView) -> dict[str, Any]:
 
 
 def render(doc: dict[str, Any]) -> str:
-    nodes = doc["nodes"]
-    ttl = doc["expires_in_ms"]
-    holder = doc["holder"] or ("(unknown)" if doc["holder_unknown"] else "(free)")
-    rows = [
-        ("lock", doc["lock"] if len(doc["keys"]) == 1 else ", ".join(doc["keys"])),
+    """A status document for people: a direct read's (:func:`describe`) or a sidecar's."""
+    nodes = doc.get("nodes") or {"healthy": 0, "total": 0, "quorum": 0}
+    ttl = doc.get("expires_in_ms")
+    keys = doc.get("keys") or [doc.get("lock")]
+    holder = doc.get("holder") or ("(unknown)" if doc.get("holder_unknown") else "(free)")
+    candidates = doc.get("candidates")
+    rows: list[tuple[str, Any]] = [("lock", doc.get("lock") if len(keys) == 1 else ", ".join(keys))]
+    if "identity" in doc:  # a sidecar's document: who answered
+        role = "leader" if doc.get("leader") else "not leader"
+        rows.append(("this sidecar", f"{doc['identity']} ({role})"))
+    rows += [
         ("holder", holder),
-        ("fencing token", doc["fencing_token"] if doc["fencing_token"] is not None else "-"),
+        ("fencing token", doc.get("fencing_token") or "-"),
         ("ttl left", f"{ttl / 1000:.3f}s" if ttl is not None else "-"),
-        ("acquired at", doc["acquired_at"] or "-"),
-        ("renewed at", doc["renewed_at"] or "-"),
-        ("transitions", doc["transitions"]),
-        ("candidates", ", ".join(doc["candidates"]) or "-"),
+        ("acquired at", doc.get("acquired_at") or "-"),
+        ("renewed at", doc.get("renewed_at") or "-"),
+        ("transitions", doc.get("transitions", "-")),
+        ("candidates", ", ".join(candidates) if isinstance(candidates, list) else candidates),
         ("nodes healthy", f"{nodes['healthy']}/{nodes['total']} (quorum {nodes['quorum']})"),
     ]
-    if doc["holder_unknown"]:
+    if doc.get("holder_unknown"):
         rows.append(("why unknown", doc["holder_unknown"]))
     for node, why in (doc.get("unhealthy") or {}).items():
         rows.append(("unreachable", f"{node}: {why}"))
-    for node, why in doc["nodes_not_counting"].items():
+    for node, why in (doc.get("nodes_not_counting") or {}).items():
         rows.append(("not counting", f"{node}: {why}"))
     for node, action in (doc.get("operator_action") or {}).items():
         rows.append(("to bring back", f"{node}: {action}"))
-    return "\n".join(f"{k + ':':<15}{v}" for k, v in rows)
+    if "version" in doc:
+        rows.append(("version", doc["version"]))
+    return "\n".join(f"{k + ':':<15}{'-' if v in (None, '') else v}" for k, v in rows)
 
 
 async def read(keys: Sequence[str], target: Target) -> LockView:
@@ -95,7 +112,37 @@ def show_status(keys: Sequence[str], target: Target, *, as_json: bool = False) -
     return 0 if view.nodes.reachable else 1
 
 
+def show_sidecar(url: str, *, as_json: bool = False) -> int:
+    """Print a sidecar's status document; exit 1 when it cannot be read."""
+    doc = get(url)
+    if not isinstance(doc, dict):
+        print(f"redlease: cannot read {url}", file=sys.stderr)
+        return 1
+    print(json.dumps(doc, indent=2) if as_json else render(doc))
+    return 0
+
+
+def watch(url: str, *, as_json: bool = False) -> int:
+    """Print the sidecar's status document now and after each change (one JSON line each with
+    ``as_json``), until interrupted; say once while it cannot be read."""
+    unreadable = False
+    for doc in follow(url):
+        if not isinstance(doc, dict):
+            if not unreadable:
+                print(f"redlease: cannot read {url}; retrying", file=sys.stderr, flush=True)
+            unreadable = True
+            continue
+        unreadable = False
+        print(json.dumps(doc, sort_keys=True) if as_json else render(doc) + "\n", flush=True)
+    return 0  # follow() without a deadline never ends
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.http is not None:
+        url = status_url(args.http)
+        return watch(url, as_json=args.json) if args.watch else show_sidecar(url, as_json=args.json)
+    if args.watch:
+        raise ConfigError("--watch", "needs --http (the sidecar's address): it long-polls /status")
     return show_status(flags.lock_keys(args), flags.target(args), as_json=args.json)
 
 
@@ -103,9 +150,17 @@ COMMAND = Command(
     name="status",
     summary="holder, fencing token, TTL left, nodes healthy",
     description="One read of a lock: holder, fencing token, TTL left, nodes healthy. Exit 1 "
-    "when Redis cannot be read.",
-    example="redlease status --lock orders --redis redis://redis:6379/0 --json",
-    flags=(*flags.CONNECTION, Flag(("--json",), "print JSON", kind="switch")),
+    "when Redis cannot be read. With --http, a sidecar's /status instead of Redis (then --lock "
+    "and --redis are not used); --watch prints it again at each change (the sidecar's "
+    "long-poll: no polling), one JSON line per change with --json.",
+    example="redlease status --lock orders --redis redis://redis:6379/0 --json\n"
+    "  redlease status --http 127.0.0.1:4040 --watch --json",
+    flags=(
+        *flags.CONNECTION,
+        Flag(("--json",), "print JSON", kind="switch"),
+        Flag((sa.HTTP,), f"read this sidecar's /status, e.g. {sa.DEFAULT_HTTP}", metavar="URL"),
+        Flag(("--watch",), "with --http: print each change until interrupted", kind="switch"),
+    ),
     run=main,
     credentials=True,
 )

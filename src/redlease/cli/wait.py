@@ -1,8 +1,9 @@
 """`redlease wait`: block an application's entrypoint until its pod's sidecar leads.
 
-Reads the sidecar's state file (leader only while ``leader`` is true *and* ``leader_until`` is
-still ahead, so a file left by a frozen sidecar, or one it could not rewrite, does not count) or
-its ``/status`` endpoint.
+Reads the sidecar's state file, every ``--interval``, or long-polls its ``/status`` endpoint
+(:mod:`redlease.cli.longpoll`: answered as soon as the sidecar publishes a change). Leader only
+while ``leader`` is true *and* ``leader_until`` is still ahead, so a file left by a frozen
+sidecar, or one it could not rewrite, does not count.
 Exit 0 once leader; 1 on timeout.
 """
 
@@ -12,13 +13,14 @@ import argparse
 import json
 import sys
 import time
-import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from redlease.cli.command import Command, Flag
 from redlease.cli.durations import positive_duration
+from redlease.cli.longpoll import follow, status_url
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args as sa
 from redlease.sidecar.statefile import file_name, until_epoch
@@ -47,10 +49,7 @@ def resolve_source(
             raise ConfigError("--lock", "is required with --state-dir")
         return Source(path=Path(state_dir) / file_name(lock))
     assert http is not None
-    url = http if "://" in http else f"http://{http}"
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError("--http", f"not an http URL: {http!r}")
-    return Source(url=url.rstrip("/") + "/status")
+    return Source(url=status_url(http))
 
 
 def is_leader(doc: Any, now: float | None = None) -> bool:
@@ -62,22 +61,31 @@ def is_leader(doc: Any, now: float | None = None) -> bool:
     return end is not None and (time.time() if now is None else now) < end
 
 
-def read(source: Source) -> Any:
+def read(path: Path) -> Any:
     try:
-        if source.path is not None:
-            return json.loads(source.path.read_text())
-        assert source.url is not None
-        with urllib.request.urlopen(source.url, timeout=2.0) as resp:  # noqa: S310 - http(s) only
-            return json.loads(resp.read())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def documents(source: Source, deadline: float | None, interval: float) -> Iterator[Any]:
+    """The status documents to look at until ``deadline``: the sidecar's after each change
+    (long-poll), or the state file every ``interval``."""
+    if source.url is not None:
+        yield from follow(source.url, until=deadline, interval=interval)
+        return
+    assert source.path is not None
+    while True:
+        yield read(source.path)
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        time.sleep(interval if deadline is None else min(interval, deadline - time.monotonic()))
 
 
 def wait_for_leader(source: Source, *, timeout: float | None, interval: float) -> int:
     deadline = None if timeout is None else time.monotonic() + timeout
     told = False
-    while True:
-        doc = read(source)
+    for doc in documents(source, deadline, interval):
         if not told and not is_leader(doc):
             told = True
             limit = "no timeout" if timeout is None else f"timeout {timeout:g}s"
@@ -90,10 +98,9 @@ def wait_for_leader(source: Source, *, timeout: float | None, interval: float) -
                 flush=True,
             )
             return 0
-        if deadline is not None and time.monotonic() >= deadline:
-            sys.stderr.write(f"redlease: not leader within {timeout:g}s ({source})\n")
-            return 1
-        time.sleep(interval if deadline is None else min(interval, deadline - time.monotonic()))
+    assert timeout is not None
+    sys.stderr.write(f"redlease: not leader within {timeout:g}s ({source})\n")
+    return 1
 
 
 def main(args: argparse.Namespace) -> int:
@@ -105,7 +112,8 @@ COMMAND = Command(
     name="wait",
     summary="block until this pod's sidecar leads",
     description="Block until this pod's sidecar leads (its state file or /status says so and "
-    "leader_until is ahead). Exit 0 once leader, 1 on --timeout.",
+    "leader_until is ahead). With --http it long-polls /status (woken by the sidecar's change, "
+    "no polling). Exit 0 once leader, 1 on --timeout.",
     example="redlease wait --state-dir /var/run/redlease --lock orders && exec ./app",
     flags=(
         Flag(("--state-file",), "the sidecar's <lock>.json", metavar="PATH"),
@@ -118,7 +126,14 @@ COMMAND = Command(
             parse=positive_duration,
             metavar="DURATION",
         ),
-        Flag(("--interval",), "poll period", 0.2, positive_duration, metavar="DURATION"),
+        Flag(
+            ("--interval",),
+            "poll period of the state file (--http long-polls: it retries only while the "
+            "sidecar cannot be read, at this period)",
+            0.2,
+            positive_duration,
+            metavar="DURATION",
+        ),
     ),
     run=main,
 )

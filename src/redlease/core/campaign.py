@@ -6,23 +6,27 @@ client-go's ``LeaderElector.Run`` over its ``resourcelock.Interface``: :class:`C
 (a Redis lease: :class:`RedisLease`; a Kubernetes Lease: ``redlease.kube.leaselock``); it
 answers every attempt with a typed result, :class:`Granted` or :class:`Held`, and says which of
 its errors mean the lock is gone (:meth:`LockBackend.loss`). Every attempt is bounded: by the
-term's deadline while leading, by ``acquire_timeout`` while acquiring.
+term's deadline while leading, by ``acquire_timeout`` while acquiring. An optional
+:class:`Watcher` hears the holder each refusal names (the public elector's ``on_new_leader``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from redlease.core import aio
+from redlease.core import aio, locks
 from redlease.core.election import Action, Election, classify
 from redlease.core.lease import Lease
-from redlease.errors import LockTimeout
+from redlease.core.state import LockState
+from redlease.errors import LockContention
 
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
@@ -45,9 +49,13 @@ class Granted(Generic[R_co]):
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """Someone else holds the lock (``holder`` when the backend knows who): try again later."""
+    """Someone else holds the lock (``holder`` when the backend knows who): try again later.
+    ``waited``: the attempt itself waited for a release (a blocking acquire), so that wait
+    counts as the retry period: the next attempt is due a retry period after this one's send.
+    """
 
     holder: str | None = None
+    waited: bool = False
 
 
 class LockBackend(Protocol[R_co]):
@@ -89,11 +97,20 @@ class Hooks(Protocol[R_contra]):
         ...
 
 
+class Watcher(Protocol):
+    """Who else holds the lock, as the attempts learn it (client-go's ``OnNewLeader`` source):
+    optional beside the hooks, awaited inline."""
+
+    async def held(self, holder: str | None) -> None:
+        """An attempt was refused: ``holder`` holds the lock (None: the backend cannot say)."""
+        ...
+
+
 class Campaign(Generic[R]):
     """Runs for ``backend`` until stopped (see the module docstring), telling ``hooks``.
 
     ``acquire_timeout`` bounds an acquire and the release at the end; ``jitter`` spreads a
-    candidate's waits (not a leader's).
+    candidate's waits (not a leader's); ``watcher`` hears every refusal's holder.
     """
 
     def __init__(
@@ -105,8 +122,10 @@ class Campaign(Generic[R]):
         acquire_timeout: float,
         jitter: Callable[[float], float] = lambda wait: wait,
         clock: Callable[[], float] = time.monotonic,
+        watcher: Watcher | None = None,
     ) -> None:
         self.election = election
+        self.watcher = watcher
         self.backend = backend
         self.hooks = hooks
         self.acquire_timeout = acquire_timeout
@@ -151,7 +170,9 @@ class Campaign(Generic[R]):
         self.last_error = None
         if isinstance(result, Held):
             self.holder = result.holder
-            self.election.failed(self.clock(), None)
+            self.election.failed(sent if result.waited else self.clock(), None)
+            if self.watcher is not None:
+                await self.watcher.held(result.holder)
             return
         if self.election.succeeded(result.sent_at, self.clock(), result.deadline):
             self.holder = None
@@ -196,29 +217,57 @@ class Campaign(Generic[R]):
 
 
 class RedisLease:
-    """A Redis lease as a :class:`LockBackend`: ``lock`` is an asyncio lock of
-    :mod:`redlease.core.aio` (a ``Lock`` or ``MultiLock``); an acquire waits at most ``wait``
-    seconds for a release."""
+    """A Redis lease as a :class:`LockBackend`: ``lock`` is a ``Lock`` or ``MultiLock``, asyncio
+    (:mod:`redlease.core.aio`) or blocking (:mod:`redlease.core.locks`: give ``offload``, the
+    executor its calls run on, one at a time: one worker). An acquire waits at most ``wait``
+    seconds for a release (a release hands the lease over at once: notified, not polled); a
+    renewal waits at most ``renew_timeout`` for Redis (None: the client's socket timeout).
+    A refusal names the holder the script saw (:class:`Held`), no extra round trip."""
 
-    def __init__(self, lock: aio.Lock | aio.MultiLock, wait: float = 0.0) -> None:
+    def __init__(
+        self,
+        lock: aio.Lock | aio.MultiLock | locks.Lock | locks.MultiLock,
+        wait: float = 0.0,
+        *,
+        renew_timeout: float | None = None,
+        offload: Executor | None = None,
+    ) -> None:
         self.lock = lock
         self.wait = wait
+        self.renew_timeout = renew_timeout
+        self.offload = offload
+
+    async def _call(self, method: str, **kwargs: Any) -> Any:
+        call = getattr(self.lock, method)
+        if self.offload is None:
+            return await call(**kwargs)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.offload, functools.partial(call, **kwargs))
+
+    async def holder(self) -> str | None:
+        """Who holds the lock now, from the lock view (one read: an elector's start)."""
+        state: LockState = await self._call("state")
+        return state.holder
 
     async def acquire(self) -> Granted[Lease] | Held:
+        if self.lock.lease() is not None:
+            # a blocking lock's acquire runs on in its worker after the attempt's bound and
+            # may be granted: that lease is ours, renew it (an expired one is forgotten)
+            return await self.renew()
         try:
-            lease = await self.lock.acquire(timeout=self.wait)
-        except LockTimeout:
-            return Held()
+            lease: Lease = await self._call("acquire", timeout=self.wait)
+        except LockContention as exc:
+            return Held(exc.holder, waited=self.wait > 0)
         return Granted(lease.sent_at, lease, lease.deadline)
 
     async def renew(self) -> Granted[Lease] | Held:
-        lease = await self.lock.extend()
+        lease: Lease = await self._call("extend", timeout=self.renew_timeout)
         return Granted(lease.sent_at, lease, lease.deadline)
 
     async def release(self) -> bool:
         if self.lock.lease() is None:
             return False
-        await self.lock.release()
+        await self._call("release")
         return True
 
     def loss(self, exc: BaseException) -> str | None:

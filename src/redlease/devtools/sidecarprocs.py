@@ -176,6 +176,14 @@ class Sidecar:
                 self._conn = None
         return 0, None
 
+    def metric(self, name: str) -> float | None:
+        """The value of the (single-series) metric ``name`` in ``/metrics``; None if absent."""
+        code, text = self.get("/metrics")
+        for line in text.splitlines() if code == 200 else ():
+            if line.startswith((f"{name}{{", f"{name} ")):
+                return float(line.split()[-1])
+        return None
+
     def status(self) -> dict[str, Any] | None:
         code, doc = self.get("/status")
         return doc if code == 200 else None

@@ -10,7 +10,11 @@ answers, no state-file writes). :class:`ConnectionGuard` wraps aiohttp's protoco
 * caps live connections below the descriptor limit; at the cap, a new connection evicts the
   oldest idle one, so a kubelet probe still gets through while an attacker fills the cap;
 * :class:`RateLimit` bounds repeated log lines (accept errors) to one per interval;
-* :func:`serve` lengthens the kernel's listen queue, which costs no descriptors.
+* :func:`serve` lengthens the kernel's listen queue, which costs no descriptors;
+* a request that waits long on purpose (a long-poll) is parked (:meth:`~ConnectionGuard.park`):
+  a busy connection is never evicted nor timed out, so at most half the cap may be parked
+  (:attr:`~ConnectionGuard.park_cap`; the rest of the cap stays for probes and short requests);
+  a parked request learns when its connection goes away or the server closes, and stops waiting.
 
 :func:`serve` puts an aiohttp application behind a guard on ``host:port`` (TLS if given).
 """
@@ -50,13 +54,14 @@ def connection_cap(wanted: int, share: int = 1) -> int:
 
 
 class _Conn:
-    __slots__ = ("busy", "since", "timer", "transport")
+    __slots__ = ("busy", "gone", "since", "timer", "transport")
 
     def __init__(self, transport: asyncio.Transport, since: float) -> None:
         self.transport = transport
         self.since = since
         self.busy = 0
         self.timer: asyncio.TimerHandle | None = None
+        self.gone: asyncio.Event | None = None  # while parked: set when the waiting must end
 
 
 class ConnectionGuard:
@@ -69,6 +74,36 @@ class ConnectionGuard:
         self.conns: dict[object, _Conn] = {}  # by socket; insertion order: oldest first
         self.evicted = 0
         self.timed_out = 0
+        self.parked = 0
+        self.refused_parks = 0
+        self._none_parked: asyncio.Event | None = None  # while closing with parked requests
+
+    @property
+    def park_cap(self) -> int:
+        """How many requests may wait long at once: half the cap."""
+        return max(1, self.cap // 2)
+
+    def park(self, transport: Any) -> asyncio.Event | None:
+        """A request on ``transport`` is about to wait long (a long-poll). ``None``: refused
+        (:attr:`park_cap` requests already wait, or the connection is gone); else an event set
+        when its connection goes away or the server closes: stop waiting then. Pair with
+        :meth:`unpark`."""
+        conn = self.conns.get(_key(transport)) if transport is not None else None
+        if conn is None or conn.gone is not None or self.parked >= self.park_cap:
+            self.refused_parks += conn is not None
+            return None
+        self.parked += 1
+        conn.gone = asyncio.Event()
+        return conn.gone
+
+    def unpark(self, gone: asyncio.Event) -> None:
+        """The parked request that got ``gone`` has answered (or failed)."""
+        self.parked -= 1
+        for conn in self.conns.values():
+            if conn.gone is gone:
+                conn.gone = None
+        if self.parked == 0 and self._none_parked is not None:
+            self._none_parked.set()
 
     def wrap(
         self, factory: Callable[[], asyncio.Protocol], ssl_context: ssl.SSLContext | None = None
@@ -107,6 +142,21 @@ class ConnectionGuard:
         conn = self.conns.pop(_key(transport), None)
         if conn is not None and conn.timer is not None:
             conn.timer.cancel()
+        if conn is not None and conn.gone is not None:
+            conn.gone.set()
+
+    async def release_parked(self, timeout: float) -> None:
+        """Closing: tell every parked request to answer now, and give them ``timeout`` seconds
+        to have written their answers."""
+        if self.parked == 0:
+            return
+        self._none_parked = asyncio.Event()
+        for conn in self.conns.values():
+            if conn.gone is not None:
+                conn.gone.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._none_parked.wait()
 
     def started(self, transport: Any) -> None:
         conn = self.conns.get(_key(transport)) if transport is not None else None
@@ -222,6 +272,14 @@ class RateLimit(logging.Filter):
         return True
 
 
+GUARD = web.AppKey("redlease-guard", ConnectionGuard)
+
+
+def guard_of(request: web.Request) -> ConnectionGuard | None:
+    """The guard in front of ``request``'s application (``None`` when served without one)."""
+    return request.app.get(GUARD)
+
+
 class GuardedServer:
     """An aiohttp application on ``host:port`` behind a :class:`ConnectionGuard`."""
 
@@ -237,6 +295,7 @@ class GuardedServer:
 
     async def close(self) -> None:
         self.server.close()
+        await self.guard.release_parked(1.0)
         for conn in list(self.guard.conns.values()):
             conn.transport.abort()
         with contextlib.suppress(TimeoutError):
@@ -262,6 +321,7 @@ async def serve(
     logging.getLogger("asyncio").addFilter(_ACCEPT_ERRORS)
     guard = ConnectionGuard(cap=connection_cap(cap, share), timeout=timeout)
     app.middlewares.append(guard.middleware)
+    app[GUARD] = guard
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=timeout)
     await runner.setup()
     assert runner.server is not None

@@ -181,6 +181,7 @@ class SidecarConfig:
     metrics: HttpAddress | None = None  # /metrics alone on another address (for scrapers)
     lease_mirror: bool = False  # keep a coordination.k8s.io Lease named after the lock
     events: bool = False  # post became/stopped-leading Events
+    api_locks: str | None = None  # the lock API's name prefix (sidecar/lockapi.py); None: off
 
     def lock_object(self, lock: str) -> tuple[str, str]:
         """(namespace, name) of the Kubernetes object named after the lock, for the Lease

@@ -24,9 +24,11 @@ from redlease.errors import ConfigError
 from redlease.kube.client import KubeClient
 from redlease.kube.httpguard import GuardedServer
 from redlease.kube.kubeconfig import required
+from redlease.sidecar.changes import Changes
 from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
 from redlease.sidecar.election import Transition
 from redlease.sidecar.elector import Elector, Hooks
+from redlease.sidecar.lockapi import LockApi
 from redlease.sidecar.lockref import LockRefFollower
 from redlease.sidecar.metrics import Metrics
 from redlease.sidecar.mirror import LeaderEvents, LeaseMirror, involved_lease, involved_lock
@@ -49,25 +51,31 @@ class Sidecar(Hooks):
         self.mirror: LeaseMirror | None = None
         self.events: LeaderEvents | None = None
         self.writes = WriteHealth()
+        self.changes = Changes()  # the documents' versions; wakes long-polls
         self._stopping = asyncio.Event()
         self.follower: LockRefFollower | None = None
         self._kube: KubeClient | None = None
         self._servers: list[GuardedServer] = []
         self._background: list[asyncio.Task[None]] = []
+        self.lockapi = LockApi(config.api_locks, config.identity) if config.api_locks else None
 
     # -- Source -------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         if self.elector is None:
             election = self.config.election
-            return {
+            doc = {
                 "lock": election.lock if election else None,
                 "identity": self.config.identity,
                 "leader": False,
                 "holder": None,
             }
+            return self.changes.stamp(doc)
         self.elector.refresh()
         return self._snapshot()
+
+    async def wait_change(self, since: str, timeout: float) -> None:
+        await self.changes.wait(since, timeout)
 
     def health(self) -> dict[str, Any]:
         """``/healthz``: ok while the election loop runs and the state file can be written."""
@@ -100,6 +108,7 @@ class Sidecar(Hooks):
 
     def metrics(self) -> bytes:
         self.changed()
+        self.metrics_.waiting(self.changes.waiting)
         return self.metrics_.render()
 
     # -- Hooks --------------------------------------------------------------------------------
@@ -160,8 +169,13 @@ class Sidecar(Hooks):
             )
 
     def _snapshot(self) -> dict[str, Any]:
+        """The status document, versioned (a new version wakes the long-polls)."""
         assert self.elector is not None
-        return self.elector.election.snapshot(time.monotonic(), time.time())
+        before = self.changes.version
+        doc = self.changes.stamp(self.elector.election.snapshot(time.monotonic(), time.time()))
+        if doc["version"] != before:  # its time stamp is when the long-polls were woken
+            log.debug("status changed", version=doc["version"], leader=doc["leader"])
+        return doc
 
     # -- running ------------------------------------------------------------------------------
 
@@ -232,6 +246,9 @@ class Sidecar(Hooks):
             self.state_file = StateFile(cfg.state_dir, election.lock)
         self.metrics_ = Metrics(election.lock)
         self.elector = Elector(election, hooks=self)
+        if self.lockapi is not None:
+            replicas = (election.replicas, election.replica_timeout)
+            self.lockapi.start(election.target, scope=election.scope, replicas=replicas)
         if self.follower is None:
             await self._listen(cfg.http)
         await self._listen(cfg.metrics, "--metrics", metrics_only=True)
@@ -243,7 +260,10 @@ class Sidecar(Hooks):
 
     async def _wind_down(self) -> None:
         """Stop the background tasks, then withdraw every output: pod label, Events, Lease
-        mirror, the leader marker; close the ports and the Kubernetes client."""
+        mirror, the leader marker; answer the long-polls, close the ports and the Kubernetes
+        client. The lock API releases the app's leases first."""
+        if self.lockapi is not None:
+            await self.lockapi.close()
         for task in self._background:
             task.cancel()
         for task in self._background:
@@ -261,6 +281,7 @@ class Sidecar(Hooks):
                 self.state_file.remove_marker()
             except OSError as exc:  # its `until` runs out by itself
                 log.error("leader marker not removed", error=str(exc))
+        self.changes.close()
         for server in self._servers:
             await server.close()
         if self._kube is not None:
@@ -291,7 +312,10 @@ class Sidecar(Hooks):
         if address is None:
             return
         try:
-            server = await serve(self, address.host, address.port, metrics_only=metrics_only)
+            more = None if metrics_only or self.lockapi is None else self.lockapi.add_routes
+            server = await serve(
+                self, address.host, address.port, metrics_only=metrics_only, more=more
+            )
         except OSError as exc:
             raise ConfigError(flag, f"cannot listen on {address}: {exc.strerror}") from None
         self._servers.append(server)
@@ -314,6 +338,7 @@ def _log_start(election: ElectionConfig, cfg: SidecarConfig) -> None:
         pod_label=cfg.pod_label,
         lease_mirror=cfg.lease_mirror,
         events=cfg.events,
+        api_locks=cfg.api_locks,
     )
 
 

@@ -100,6 +100,12 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        self.waiting_ = Gauge(
+            "redlease_status_waiting",
+            "Long-polls of /status (?wait=) waiting for a change right now",
+            labels,
+            registry=self.registry,
+        )
         self.is_leader.labels(lock).set(0)
         self.leader_seen.labels(lock).set(time.time())
         self.state_file_writable.labels(lock).set(1)
@@ -127,6 +133,9 @@ class Metrics:
         outside = doc.get("nodes_not_counting")
         self.nodes.labels(self.lock, "not_counting").set(len(outside or ()))  # type: ignore[arg-type]
         self.holder_known.labels(self.lock).set(0 if doc.get("holder_unknown") else 1)
+
+    def waiting(self, count: int) -> None:
+        self.waiting_.labels(self.lock).set(count)
 
     def renewed(self, latency: float) -> None:
         self.renew.labels(self.lock).observe(latency)

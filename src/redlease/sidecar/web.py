@@ -1,19 +1,60 @@
 """The sidecar's HTTP endpoints (aiohttp), as docs/sidecar.md specifies them.
 
-``/status`` (the status document), ``/`` (``{"name": holder}``, like the classic k8s
-leader-elector), ``/healthz``, ``/readyz`` and ``/metrics``. Every handler first applies the renew
-deadline, so no answer claims leadership after it.
+``/status`` (the status document; ``?wait=SECONDS&since=VERSION`` long-polls: :func:`long_poll`),
+``/`` (``{"name": holder}``, like the classic k8s leader-elector), ``/healthz``, ``/readyz`` and
+``/metrics``. Every handler first applies the renew deadline, so no answer claims leadership
+after it.
+
+A long-poll waits on the sidecar's publication of a new version (:mod:`.changes`), never on a
+timer or Redis; it is parked with the port's guard (:meth:`~redlease.kube.httpguard.
+ConnectionGuard.park`): at most half the connection cap waits at once, the rest get 503 with
+``Retry-After``, and a waiter whose client went away stops waiting.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import math
+import re
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from aiohttp import web
 
-from redlease.kube.httpguard import GuardedServer
+from redlease.kube.httpguard import GuardedServer, guard_of
 from redlease.kube.httpguard import serve as guarded
+from redlease.sidecar.changes import MAX_WAIT
 from redlease.sidecar.metrics import CONTENT_TYPE
+
+VERSION_SHAPE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+class BadParameter(ValueError):
+    """A query parameter that is not understood; ``name`` says which."""
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(f"{name}: {why}")
+        self.name = name
+
+
+def long_poll(query: Mapping[str, str]) -> tuple[float, str | None] | None:
+    """``(wait, since)`` of ``/status?wait=SECONDS&since=VERSION`` (pure): ``wait`` capped at
+    :data:`~redlease.sidecar.changes.MAX_WAIT`; ``since`` ``None`` means "the version now" (wait
+    for the next change). ``None``: no ``wait``, answer at once."""
+    since = query.get("since")
+    if since is not None and not VERSION_SHAPE.fullmatch(since):
+        raise BadParameter("since", "not a version of /status (1-64 of A-Z a-z 0-9 . _ -)")
+    raw = query.get("wait")
+    if raw is None:
+        return None
+    try:
+        wait = float(raw)
+    except ValueError:
+        wait = math.nan
+    if not math.isfinite(wait) or wait < 0:
+        raise BadParameter("wait", f"seconds to wait, a number >= 0 (at most {MAX_WAIT:g} used)")
+    return min(wait, MAX_WAIT), since
 
 
 class Source(Protocol):
@@ -23,17 +64,58 @@ class Source(Protocol):
 
     def status(self) -> dict[str, Any]: ...
 
+    async def wait_change(self, since: str, timeout: float) -> None:
+        """Return once the status version differs from ``since``, or after ``timeout``."""
+
     def health(self) -> dict[str, Any]: ...
 
     def metrics(self) -> bytes: ...
 
 
-def make_app(source: Source, *, metrics_only: bool = False) -> web.Application:
+Routes = Callable[[web.Application], None]  # adds more endpoints (the lock API: lockapi.py)
+
+
+def make_app(
+    source: Source, *, metrics_only: bool = False, more: Routes | None = None
+) -> web.Application:
     """The endpoints; ``metrics_only``: just ``/metrics`` (``--metrics``, for a scraper on the
     pod network, while ``/status`` and the probes stay on the loopback ``--http``)."""
 
-    async def status(_: web.Request) -> web.Response:
-        return web.json_response(source.status())
+    async def status(request: web.Request) -> web.StreamResponse:
+        try:
+            poll = long_poll(request.query)
+        except BadParameter as exc:
+            return web.json_response({"error": str(exc), "parameter": exc.name}, status=400)
+        doc = source.status()
+        if poll is None or poll[0] == 0 or (poll[1] is not None and poll[1] != doc["version"]):
+            return web.json_response(doc)
+        return await waited(request, poll[0], doc["version"])
+
+    async def waited(request: web.Request, wait: float, since: str) -> web.StreamResponse:
+        """Park, wait for a new version (or the timeout, or the client or server going away),
+        then write the answer before leaving the park (a closing server waits for it)."""
+        guard = guard_of(request)
+        gone = guard.park(request.transport) if guard is not None else asyncio.Event()
+        if gone is None:
+            waiting = guard.parked if guard is not None else 0
+            body = {"error": f"too many waiting requests ({waiting}): retry, or omit wait"}
+            return web.json_response(body, status=503, headers={"Retry-After": "1"})
+        try:
+            change = asyncio.ensure_future(source.wait_change(since, wait))
+            stop = asyncio.ensure_future(gone.wait())
+            try:
+                await asyncio.wait({change, stop}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                change.cancel()
+                stop.cancel()
+            resp = web.json_response(source.status())
+            with contextlib.suppress(ConnectionError):
+                await resp.prepare(request)
+                await resp.write_eof()
+            return resp
+        finally:
+            if guard is not None:
+                guard.unpark(gone)
 
     async def root(_: web.Request) -> web.Response:
         return web.json_response({"name": source.status()["holder"] or ""})
@@ -59,6 +141,8 @@ def make_app(source: Source, *, metrics_only: bool = False) -> web.Application:
     app.router.add_get("/", root)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    if more is not None:
+        more(app)
     return app
 
 
@@ -66,8 +150,9 @@ PORTS = 2  # --http and --metrics: each gets half of the descriptor budget
 
 
 async def serve(
-    source: Source, host: str, port: int, *, metrics_only: bool = False
+    source: Source, host: str, port: int, *, metrics_only: bool = False, more: Routes | None = None
 ) -> GuardedServer:
     """Start serving behind :func:`redlease.kube.httpguard.serve`; an ``OSError`` if the address
     cannot be bound."""
-    return await guarded(make_app(source, metrics_only=metrics_only), host, port, share=PORTS)
+    app = make_app(source, metrics_only=metrics_only, more=more)
+    return await guarded(app, host, port, share=PORTS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import redlease
 import redlease.aio
 from redlease import LockContention, LockTimeout, NotOwned, QuorumUnavailable
 from redlease.core.quorum import _async, _sync
+from redlease.core.quorum.channel import RETRY_CONNECT
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.netfault import DelayProxy as Proxy
 from redlease.devtools.polling import wait_until
@@ -218,6 +220,48 @@ def test_renewal_needs_a_quorum(redis_nodes: list[RedisServer], lock_name: str) 
         assert lost.wait(3.0)
         assert not lease.valid
     ns.close()
+
+
+def test_a_dead_node_costs_no_node_timeout(redis_nodes: list[RedisServer], lock_name: str) -> None:
+    """With one of three nodes killed, acquire and release answer from the two live ones at
+    once: the dead node's reconnects fail in one attempt, not after redis-py's retries with
+    back-off (which made every acquire wait out node_timeout and every release two)."""
+    ns = nodeset(redis_nodes, node_timeout=2.0)
+    lock = redlease.Lock(ns, lock_name, ttl=10)
+    lock.acquire()
+    lock.release()  # first contact with all three: the set is marked
+    redis_nodes[0].kill()
+    slowest = 0.0
+    for _ in range(4):  # across several reconnect windows of the dead node
+        start = time.monotonic()
+        lock.acquire()
+        lock.release()
+        slowest = max(slowest, time.monotonic() - start)
+        time.sleep(RETRY_CONNECT)  # the fault's own timing: the next request reconnects
+    assert slowest < 1.0, f"a pair took {slowest:.2f}s with node_timeout 2s"
+    ns.close()
+
+
+async def test_a_dead_node_costs_no_node_timeout_asyncio(
+    redis_nodes: list[RedisServer], lock_name: str
+) -> None:
+    clients = [aioredis.Redis(port=s.port, socket_timeout=5) for s in redis_nodes]
+    ns = NodeSet(clients, node_timeout=2.0)
+    lock = redlease.aio.Lock(ns, lock_name, ttl=10)
+    await lock.acquire()
+    await lock.release()
+    redis_nodes[0].kill()
+    slowest = 0.0
+    for _ in range(4):
+        start = time.monotonic()
+        await lock.acquire()
+        await lock.release()
+        slowest = max(slowest, time.monotonic() - start)
+        await asyncio.sleep(RETRY_CONNECT)
+    assert slowest < 1.0, f"a pair took {slowest:.2f}s with node_timeout 2s"
+    await ns.aclose()
+    for c in clients:
+        await c.aclose()
 
 
 # --- no stale keys -------------------------------------------------------------------------------

@@ -159,18 +159,15 @@ class Channel(channel.Channel):
             self._sleepers -= 1
 
     async def _disconnect(self, conn: Any) -> None:
-        try:
-            await conn.disconnect()
-        finally:
-            await self.client.connection_pool.release(conn)
+        await conn.disconnect()
 
     async def _run(self) -> None:
-        """Background connect: handshake and probe on a connection of the client's pool, then
+        """Background connect: handshake and probe on a connection of the channel's own, then
         the replies are pushed (:class:`_Feed`)."""
-        pool = self.client.connection_pool
         try:
-            conn = await pool.get_connection()
+            conn = channel.own_connection(self.client)
             try:
+                await conn.connect()
                 probe_cmds = conn.pack_commands(_probe.COMMANDS)
                 await conn.send_packed_command(probe_cmds, check_health=False)
                 replies = [await _reply(conn) for _ in _probe.COMMANDS]

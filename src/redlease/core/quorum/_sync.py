@@ -70,7 +70,6 @@ class Channel(channel.Channel):
 
     def _dispose(self, conn: Any) -> None:
         conn.disconnect()  # shuts the socket down: a reader blocked on it wakes up
-        self.client.connection_pool.release(conn)
 
     def _notify(self) -> None:
         self._cond.notify_all()
@@ -104,17 +103,16 @@ class Channel(channel.Channel):
                 return
 
     def _run(self) -> None:
-        """Background connect: handshake and probe on a connection of the client's pool."""
-        pool = self.client.connection_pool
+        """Background connect: handshake and probe on a connection of the channel's own."""
         try:
-            conn = pool.get_connection()
+            conn = channel.own_connection(self.client)
             try:
+                conn.connect()
                 conn.send_packed_command(conn.pack_commands(_probe.COMMANDS), check_health=False)
                 replies = [_reply(conn) for _ in _probe.COMMANDS]
                 probe = _probe.parse(replies, time.monotonic())
             except BaseException:
                 conn.disconnect()
-                pool.release(conn)
                 raise
         except Exception as exc:  # noqa: BLE001 - every failure is reported to the waiters
             self._connect_failed(exc)

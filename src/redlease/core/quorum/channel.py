@@ -31,6 +31,8 @@ from dataclasses import replace
 from typing import Any
 
 import redis.exceptions as rex
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from redlease.core import wire
 from redlease.core.rules import Probe
@@ -42,6 +44,20 @@ FIRST_CONTACT = 2.0  # how long the first operation of a node set waits for conn
 LATE_GRACE = 0.01
 
 Memo = dict[Any, Any]
+
+
+def own_connection(client: Any) -> Any:
+    """A connection for one channel, made with ``client``'s settings (its pool's connection
+    class and arguments: TLS, credentials, a Sentinel-managed or consent-checked class) but not
+    lent by the pool, and connected in one attempt: the channel's own back-off
+    (:data:`RETRY_CONNECT`) is the retry policy. With redis-py's default (three retries with
+    back-off) a dead node's connect outlived ``node_timeout``, so every acquire waited out the
+    node timeout and every release two (tests/core/quorum/test_quorum.py,
+    ``test_a_dead_node_costs_no_node_timeout``)."""
+    pool = client.connection_pool
+    conn = pool.connection_class(**pool.connection_kwargs)
+    conn.retry = Retry(NoBackoff(), 0)
+    return conn
 
 
 class Slot:

@@ -1,0 +1,94 @@
+"""What every benchmark run records about itself, and strict JSON in and out (NaN <-> null).
+
+Shared by ``python -m bench`` and ``python -m bench.scale``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from collections.abc import Callable
+from importlib import metadata
+from typing import Any
+
+
+def versions() -> dict[str, str]:
+    """The installed versions of redlease and of the peers the benchmark compares."""
+    out = {}
+    for dist in ("redlease", "redis", "hiredis", "python-redis-lock", "pottery", "aioredlock"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def environment() -> dict[str, Any]:
+    """The machine, the interpreter, the server and the load average before the run."""
+    from redlease.devtools.localredis import server_version
+
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "redis_server": ".".join(map(str, server_version())),
+        "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "versions": versions(),
+    }
+
+
+def clean(obj: Any) -> Any:
+    """NaN → None so results.json stays strict JSON."""
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [clean(v) for v in obj]
+    return obj
+
+
+def unclean(obj: Any) -> Any:
+    """None → NaN when re-reading results (``--render-only``); flags and reasons stay."""
+    if obj is None:
+        return math.nan
+    if isinstance(obj, dict):
+        return {k: (v if k in ("skipped", "available") else unclean(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [unclean(v) for v in obj]
+    return obj
+
+
+def start(mode: str, plan: Any) -> tuple[dict[str, Any], Callable[[str], None]]:
+    """A run's results header (mode, start time, plan, environment) and its progress logger
+    (seconds since the start on every line)."""
+    t0 = time.monotonic()
+    results = {
+        "mode": mode,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "plan": plan.__dict__,
+        "environment": environment(),
+        "t0": t0,
+    }
+
+    def log(msg: str) -> None:
+        print(f"[{time.monotonic() - t0:6.1f}s] {msg}", flush=True)
+
+    return results, log
+
+
+def finish(results: dict[str, Any]) -> None:
+    """Stamp the load average after the run and its duration."""
+    results["environment"]["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    results["duration_s"] = time.monotonic() - results.pop("t0")
+
+
+def run_line(results: dict[str, Any]) -> str:
+    """The report's one-line account of the run and the machine."""
+    env = results["environment"]
+    return (
+        f"Run: {results['mode']} mode, {results['started']}, {results['duration_s']:.0f} s; "
+        f"{env['cpus']} CPUs, load average {env['load_before']} before and "
+        f"{env['load_after']} after; redis-server {env['redis_server']}, Python {env['python']}."
+    )

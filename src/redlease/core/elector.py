@@ -1,0 +1,333 @@
+"""The public elector: client-go's ``LeaderElector`` callbacks for Python programs.
+
+One logic for both flavours: :class:`ElectorCore` runs the one campaign loop
+(:class:`~redlease.core.campaign.Campaign` over a :class:`~redlease.core.campaign.RedisLease`)
+on an asyncio loop and turns its hooks into the user's callbacks. :class:`AsyncElector`
+(``redlease.aio.Elector``) runs it on the caller's loop over an asyncio lock; :class:`Elector`
+(``redlease.Elector``) runs the same core on a loop of its own (in the thread that calls
+:meth:`Elector.run`, or a background thread from :meth:`Elector.start`) over a blocking lock
+whose calls go to one worker thread.
+
+Who leads is learned without extra round trips per period: a refused acquire names the holder
+the script saw (``Held(holder)``), a grant names this process, and one read of the lock view at
+the start names the holder before the first acquire. A standby's acquire waits up to a retry
+period for a release, which hands the lease over at once (notified, not polled), so a stopped
+leader's successor leads a round trip later, not a TTL later. See docs/elector.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any
+
+from redlease.core import _log as log
+from redlease.core import aio, locks
+from redlease.core.campaign import SHUTDOWN, Campaign, Granted, RedisLease
+from redlease.core.election import DEADLINE_PASSED, Election
+from redlease.core.lease import Lease
+from redlease.core.timing import DEFAULT_TTL, Timing, validate_timing
+from redlease.errors import ConfigError, RedleaseError
+
+__all__ = ["STOPPED", "AsyncElector", "Elector", "ElectorCore"]
+
+STOPPED = SHUTDOWN  # the reason given to on_stopped_leading by stop(): the lease is released
+Callback = Callable[[Any], Any]  # returns None, or an awaitable (asyncio flavour)
+
+
+def check_callbacks(**callbacks: Callback | None) -> None:
+    """Each callback is None or callable; ConfigError names the one that is not."""
+    for name, callback in callbacks.items():
+        if callback is not None and not callable(callback):
+            raise ConfigError(name, f"must be callable or None, got {callback!r}")
+
+
+class ElectorCore:
+    """The campaign for one lock and the callbacks it drives (both flavours).
+
+    ``lock``: the lease this candidate runs for (asyncio, or blocking with ``offload`` set by
+    the caller per run); ``timing``: client-go's three timings (the leader renews every retry
+    period, leads until its renew deadline; a standby's acquire waits a retry period).
+    """
+
+    def __init__(
+        self,
+        lock: aio.Lock | locks.Lock,
+        timing: Timing,
+        callbacks: dict[str, Callback | None],
+    ) -> None:
+        self.lock = lock
+        self.timing = timing
+        self.callbacks = callbacks
+        self.campaign: Campaign[Lease] | None = None
+        self.holder: str | None = None  # the holder last reported to on_new_leader
+
+    @property
+    def identity(self) -> str:
+        return self.lock.identity
+
+    def leading(self) -> bool:
+        """True while this candidate leads: a term runs and its renew deadline is ahead."""
+        return self.campaign is not None and self.campaign.leading()
+
+    def lease(self) -> Lease | None:
+        """The lease while leading (its ``fencing_token`` is the term's), else None."""
+        return self.lock.lease() if self.leading() else None
+
+    async def run(self, stop: asyncio.Event, offload: ThreadPoolExecutor | None = None) -> None:
+        """Campaign until ``stop`` is set; a running term ends (``on_stopped_leading`` with
+        :data:`STOPPED`) and the lease is released on the way out."""
+        timing = self.timing
+        backend = RedisLease(
+            self.lock, timing.retry_period, renew_timeout=timing.renew_deadline, offload=offload
+        )
+        self.holder = None
+        await self._peek(backend)
+        self.campaign = Campaign(
+            Election(timing.retry_period, timing.retry_period, timing.renew_deadline),
+            backend,
+            self,
+            acquire_timeout=timing.retry_period * 2,
+            watcher=self,
+        )
+        await self.campaign.run(stop)
+
+    async def _peek(self, backend: RedisLease) -> None:
+        """Name the holder before the first acquire (it may wait a retry period): one read of
+        the lock view, at the start only; an error here is the campaign's to report."""
+        try:
+            async with asyncio.timeout(self.timing.retry_period):
+                holder = await backend.holder()
+        except Exception:  # noqa: BLE001 - the first acquire meets the same error and reports it
+            return
+        if holder is not None:
+            await self._observe(holder)
+
+    # -- the campaign's hooks -----------------------------------------------------------------
+
+    async def started(self, granted: Granted[Lease]) -> None:
+        await self._observe(self.identity)
+        await self._call("on_started_leading", granted.record)
+
+    async def stopped(self, reason: str) -> None:
+        self.holder = None  # the next holder seen is reported, even this process again
+        await self._call("on_stopped_leading", reason)
+
+    def released(self, outcome: bool | Exception) -> None:
+        if isinstance(outcome, Exception):
+            log.warning(
+                "lease not released (it expires by itself)", lock=self.lock.name, error=str(outcome)
+            )
+
+    async def held(self, holder: str | None) -> None:
+        if holder is not None:
+            await self._observe(holder)
+
+    async def _observe(self, holder: str) -> None:
+        if holder != self.holder:
+            self.holder = holder
+            await self._call("on_new_leader", holder)
+
+    async def _call(self, name: str, arg: object) -> None:
+        """Run one callback (awaiting what it returns, if awaitable); an error is logged and
+        the campaign goes on."""
+        callback = self.callbacks.get(name)
+        if callback is None:
+            return
+        try:
+            result = callback(arg)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:  # noqa: BLE001 - a user callback must not kill the elector
+            log.exception(f"{name} callback failed", lock=self.lock.name)
+
+
+class _Facade:
+    """What both flavours share: the options (checked the same way; ConfigError names the
+    argument), the core and what it reports. ``lock_class``: the flavour's lock."""
+
+    STOPPED = STOPPED
+    DEADLINE_PASSED = DEADLINE_PASSED
+    lock_class: type[aio.Lock] | type[locks.Lock]
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        identity: str | None = None,
+        ttl: float = DEFAULT_TTL,
+        renew_deadline: float | None = None,
+        retry_period: float | None = None,
+        on_started_leading: Callable[[Lease], Awaitable[None] | None] | None = None,
+        on_stopped_leading: Callable[[str], Awaitable[None] | None] | None = None,
+        on_new_leader: Callable[[str], Awaitable[None] | None] | None = None,
+    ) -> None:
+        for field, value in (
+            ("ttl", ttl),
+            ("renew_deadline", renew_deadline),
+            ("retry_period", retry_period),
+        ):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            ):
+                raise ConfigError(field, f"must be a number of seconds, got {value!r}")
+        timing = validate_timing(
+            ttl, renew_deadline, retry_period, names=("ttl", "renew_deadline", "retry_period")
+        )
+        callbacks: dict[str, Callback | None] = {
+            "on_started_leading": on_started_leading,
+            "on_stopped_leading": on_stopped_leading,
+            "on_new_leader": on_new_leader,
+        }
+        check_callbacks(**callbacks)
+        lock = self.lock_class(client, name, ttl=timing.ttl, identity=identity)
+        self.core = ElectorCore(lock, timing, callbacks)
+        self._setup()
+
+    def _setup(self) -> None:
+        """The flavour's own state (its task or thread)."""
+
+    @property
+    def identity(self) -> str:
+        return self.core.identity
+
+    @property
+    def leading(self) -> bool:
+        """True while this process leads (before its renew deadline)."""
+        return self.core.leading()
+
+    @property
+    def lease(self) -> Lease | None:
+        """The lease while leading (``lease.fencing_token``), else None."""
+        return self.core.lease()
+
+    @property
+    def leader(self) -> str | None:
+        """The holder last reported to ``on_new_leader`` (None: none seen since the start or
+        since this process stopped leading)."""
+        return self.core.holder
+
+
+class AsyncElector(_Facade):
+    """Leader election on one lock, asyncio (``redlease.aio.Elector``).
+
+    ``client``: ``redis.asyncio.Redis``, ``redis.asyncio.cluster.RedisCluster`` or an asyncio
+    :class:`redlease.quorum.NodeSet`. Callbacks may be plain functions or coroutine functions;
+    they run inline on the elector's task (keep them short: renewals wait for them).
+    """
+
+    lock_class = aio.Lock
+
+    def _setup(self) -> None:
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        """Campaign until :meth:`stop` (or cancellation); releases the lease on the way out."""
+        self._stop.clear()
+        await self.core.run(self._stop)
+
+    async def start(self) -> AsyncElector:
+        """Run in a background task; returns at once."""
+        if self._task is not None and not self._task.done():
+            raise RedleaseError("elector already started")
+        self._task = asyncio.create_task(self.run(), name=f"redlease-elector-{self.core.lock.name}")
+        return self
+
+    async def stop(self) -> None:
+        """Stop campaigning: a leader tells ``on_stopped_leading`` (:data:`STOPPED`), then
+        releases the lease so a standby takes over at once. Waits for the task :meth:`start`
+        made (a standby's pending acquire ends within a retry period)."""
+        self._stop.set()
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            await task
+
+    async def __aenter__(self) -> AsyncElector:
+        return await self.start()
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+class Elector(_Facade):
+    """Leader election on one lock, blocking (``redlease.Elector``).
+
+    ``client``: ``redis.Redis``, ``redis.cluster.RedisCluster`` or a blocking
+    :class:`redlease.quorum.NodeSet`. The campaign runs on an asyncio loop of its own (in the
+    thread of :meth:`run`, or a background thread from :meth:`start`); its Redis calls go to
+    one worker thread. Callbacks are plain functions; they run on the elector's thread, one at
+    a time (keep them short: renewals wait for them). Give the client a ``socket_timeout`` so
+    a hung Redis frees the worker (the elector stops leading at its renew deadline regardless).
+    """
+
+    lock_class = locks.Lock
+
+    def _setup(self) -> None:
+        self._guard = threading.Lock()
+        self._running: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+        self._thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        """Campaign in this thread until :meth:`stop` is called (from a callback or another
+        thread) or KeyboardInterrupt; releases the lease on the way out."""
+        asyncio.run(self._main(None))
+
+    def start(self) -> Elector:
+        """Run in a background thread; returns once it is campaigning."""
+        with self._guard:
+            if self._thread is not None and self._thread.is_alive():
+                raise RedleaseError("elector already started")
+            ready = threading.Event()
+            self._thread = threading.Thread(
+                target=lambda: asyncio.run(self._main(ready)),
+                name=f"redlease-elector-{self.core.lock.name}",
+                daemon=True,
+            )
+            self._thread.start()
+        ready.wait()
+        return self
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop campaigning (see :meth:`AsyncElector.stop`); waits up to ``timeout`` for the
+        thread :meth:`start` made, unless called from the elector's own thread."""
+        with self._guard:
+            if self._running is not None:
+                loop, stop = self._running
+                loop.call_soon_threadsafe(stop.set)
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    async def _main(self, ready: threading.Event | None) -> None:
+        stop = asyncio.Event()
+        try:
+            with self._guard:
+                if self._running is not None:
+                    raise RedleaseError("elector already running")
+                self._running = (asyncio.get_running_loop(), stop)
+        finally:
+            if ready is not None:
+                ready.set()
+        offload = ThreadPoolExecutor(1, thread_name_prefix="redlease-elector-io")
+        try:
+            await self.core.run(stop, offload)
+        finally:
+            with self._guard:
+                self._running = None
+            offload.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> Elector:
+        return self.start()
+
+    def __exit__(
+        self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

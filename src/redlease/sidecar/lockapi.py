@@ -1,0 +1,390 @@
+"""The lock API for apps in any language (``--api-locks PREFIX``; docs/lockapi.md).
+
+``POST /locks/{name}/acquire`` ``{"ttl_ms", "wait_ms"?}`` -> 200 ``{"lease", "fencing_token",
+"expires_in_ms"}`` | 409 ``{"holder"}``; ``/extend`` ``{"lease", "ttl_ms"?}`` and ``/release``
+``{"lease"}`` -> 200 | 410 (the lease was lost) | 404 (no such lease for this name). Names outside
+the prefix: 403; a bad body: 400 naming the field; Redis unreachable: 503.
+
+The sidecar keeps the Redis connection (its own ``--redis`` target or DistributedLock: one node,
+Cluster, Sentinel or a RedLock set, with its credentials and TLS) and one
+:class:`redlease.aio.Lock` per lease; the app gets an opaque lease id and the fencing token. The
+sidecar does not renew: the app extends. Leases still held are released when the sidecar stops.
+
+Pure parts first (validation, the lease table, the answers), then :class:`LockApi`, the aiohttp
+handlers over them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from redlease.core.aio import Lock
+from redlease.core.connect import Target, connect_target
+from redlease.core.keys import scoped_name, validate_name
+from redlease.core.lease import Lease
+from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
+from redlease.core.timing import TTL_RANGE
+from redlease.errors import ConfigError, LockContention, LockError, NotOwned
+
+MAX_BODY = 4096  # bytes of a request body; the largest valid one is under 200
+MAX_WAIT_MS = 60_000  # longest blocking acquire: an HTTP request should not hang for longer
+MAX_LEASES = 1024  # leases one sidecar holds for its app at once (each is a Lock object)
+TTL_MS = (round(TTL_RANGE[0] * 1000), round(TTL_RANGE[1] * 1000))
+CLOSE_TIMEOUT = 2.0  # seconds to release the app's leases at shutdown; the rest expire
+
+
+class ApiError(Exception):
+    """An answer other than 200: its HTTP status and the JSON body (``field`` names the bad
+    one)."""
+
+    def __init__(self, status: int, message: str, *, field: str | None = None, **extra: Any):
+        super().__init__(message)
+        self.status = status
+        self.body: dict[str, Any] = {"error": message, **extra}
+        if field is not None:
+            self.body["field"] = field
+
+
+# -- validation (pure) -------------------------------------------------------------------------
+
+
+def validate_prefix(value: str | None, flag: str = "--api-locks") -> str | None:
+    """The ``--api-locks`` prefix: None (off) when empty, else a valid start of a lock name."""
+    if not value:
+        return None
+    return validate_name(value, flag, scoped=False)
+
+
+def check_name(name: str, prefix: str) -> str:
+    """``name`` if the app may lock it: 403 outside ``prefix``, 400 if not a lock name."""
+    if not name.startswith(prefix):
+        raise ApiError(403, f"lock names must start with {prefix!r}", field="name")
+    try:
+        return validate_name(name, "name", scoped=False)
+    except ConfigError as exc:
+        raise ApiError(400, exc.message, field="name") from None
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """A JSON object (an empty body is ``{}``); 400 otherwise."""
+    if not raw.strip():
+        return {}
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "the body is not JSON", field="body") from None
+    if not isinstance(doc, dict):
+        raise ApiError(400, "the body must be a JSON object", field="body")
+    return doc
+
+
+def _integer(doc: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
+    """``doc[name]``, an integer in ``lo``-``hi``; None when absent; 400 otherwise."""
+    if name not in doc:
+        return None
+    value = doc[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"{name} must be an integer, got {value!r}", field=name)
+    if not lo <= value <= hi:
+        raise ApiError(400, f"{name} must be {lo}-{hi}, got {value}", field=name)
+    return value
+
+
+def _lease_id(doc: dict[str, Any]) -> str:
+    value = doc.get("lease")
+    if not isinstance(value, str) or not value:
+        raise ApiError(400, "lease must be the lease id acquire answered", field="lease")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireRequest:
+    ttl_ms: int
+    wait_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendRequest:
+    lease: str
+    ttl_ms: int | None = None  # None: the TTL the lease was acquired with
+
+
+def parse_acquire(raw: bytes) -> AcquireRequest:
+    """``{"ttl_ms": int in the TTL range, "wait_ms": 0-MAX_WAIT_MS (default 0)}``."""
+    doc = parse_body(raw)
+    if "ttl_ms" not in doc:
+        raise ApiError(400, "ttl_ms is required", field="ttl_ms")
+    ttl = _integer(doc, "ttl_ms", *TTL_MS)
+    assert ttl is not None
+    return AcquireRequest(ttl, _integer(doc, "wait_ms", 0, MAX_WAIT_MS) or 0)
+
+
+def parse_extend(raw: bytes) -> ExtendRequest:
+    """``{"lease": id, "ttl_ms"?: int in the TTL range}``."""
+    doc = parse_body(raw)
+    return ExtendRequest(_lease_id(doc), _integer(doc, "ttl_ms", *TTL_MS))
+
+
+def parse_release(raw: bytes) -> str:
+    """``{"lease": id}``: the lease id."""
+    return _lease_id(parse_body(raw))
+
+
+# -- the leases this sidecar holds for its app (pure) -----------------------------------------
+
+
+@dataclass(slots=True)
+class Entry:
+    """One lease of the app: its lock name, the lock handle holding it, and a mutex so that
+    one lease's extends and releases run one at a time."""
+
+    name: str
+    lock: Any  # redlease.aio.Lock
+    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Leases:
+    """Lease id -> :class:`Entry`. Ids are random (``secrets.token_urlsafe``): knowing one is
+    what lets an app extend or release that lease; an id is valid only with its own name."""
+
+    def __init__(self, limit: int = MAX_LEASES) -> None:
+        self.limit = limit
+        self._entries: dict[str, Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def room(self) -> None:
+        """429 when the table is full."""
+        if len(self._entries) >= self.limit:
+            raise ApiError(429, f"this sidecar holds {self.limit} leases already")
+
+    def add(self, name: str, lock: Any) -> str:
+        lease_id = secrets.token_urlsafe(18)
+        self._entries[lease_id] = Entry(name, lock)
+        return lease_id
+
+    def get(self, lease_id: str, name: str) -> Entry:
+        """The entry of ``lease_id`` under ``name``; 404 when unknown or another name's."""
+        entry = self._entries.get(lease_id)
+        if entry is None or entry.name != name:
+            raise ApiError(404, f"no lease {lease_id!r} on lock {name!r}", field="lease")
+        return entry
+
+    def remove(self, lease_id: str) -> None:
+        self._entries.pop(lease_id, None)
+
+    def drain(self) -> list[Entry]:
+        """Every entry, removed from the table."""
+        entries = list(self._entries.values())
+        self._entries.clear()
+        return entries
+
+
+# -- answers (pure) ---------------------------------------------------------------------------
+
+
+def granted(lease_id: str, lease: Lease) -> dict[str, Any]:
+    """200 of acquire and extend. ``expires_in_ms`` counts to the local deadline (the TTL less
+    the drift allowance, from when the request was sent), so it never overstates the lease."""
+    return {
+        "lease": lease_id,
+        "fencing_token": lease.fencing_token,
+        "expires_in_ms": max(0, int(lease.remaining() * 1000)),
+    }
+
+
+def held(name: str, exc: LockContention) -> ApiError:
+    """409: the lock is held (by ``holder``, when the nodes said who)."""
+    return ApiError(409, f"lock {name!r} is held", holder=exc.holder)
+
+
+def lost(lease_id: str, exc: NotOwned) -> ApiError:
+    """410: the lease ended (expired, or taken after it expired); the id is forgotten."""
+    return ApiError(410, f"lease {lease_id!r} was lost: {exc.message}", field="lease")
+
+
+def unavailable(exc: LockError) -> ApiError:
+    return ApiError(503, f"Redis did not answer: {exc.message}")
+
+
+# -- the handlers ------------------------------------------------------------------------------
+
+
+async def read_capped(request: web.Request, cap: int = MAX_BODY) -> bytes:
+    """The body, or 413 past ``cap`` bytes (whether or not a Content-Length says so)."""
+    if request.content_length is not None and request.content_length > cap:
+        raise ApiError(413, f"the body is over {cap} bytes", field="body")
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.read(cap + 1 - size):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > cap:
+            raise ApiError(413, f"the body is over {cap} bytes", field="body")
+    return b"".join(chunks)
+
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+class LockApi:
+    """The lock endpoints of one sidecar: :meth:`add_routes` when the HTTP app is built,
+    :meth:`start` once the Redis target is known (503 until then), :meth:`close` at shutdown
+    (releases every lease of the app, closes the client)."""
+
+    def __init__(self, prefix: str, identity: str) -> None:
+        self.prefix = prefix
+        self.identity = identity
+        self.leases = Leases()
+        self._client: Any = None
+        self._scope: str | None = None
+        self._replicas = (0, DEFAULT_REPLICA_TIMEOUT)
+        self._closing = False
+
+    def start(
+        self,
+        target: Target,
+        *,
+        scope: str | None = None,
+        replicas: tuple[int, float] = (0, DEFAULT_REPLICA_TIMEOUT),
+    ) -> None:
+        """Connect to ``target`` (the sidecar's own); a DistributedLock's ``scope`` prefixes the
+        Redis names as it does the election's; ``replicas``: (count, timeout) to WAIT for."""
+        if self._client is None:
+            self._client = connect_target(target, asyncio=True)
+            self._scope, self._replicas = scope, replicas
+
+    async def close(self) -> None:
+        """Refuse new requests, release every lease still held (bounded), close the client."""
+        self._closing = True
+        entries = self.leases.drain()
+        if entries and self._client is not None:
+            await asyncio.wait(
+                [asyncio.ensure_future(_quiet_release(e)) for e in entries], timeout=CLOSE_TIMEOUT
+            )
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await client.aclose()
+            except (OSError, TimeoutError, LockError):
+                pass
+
+    def add_routes(self, app: web.Application) -> None:
+        for verb, handler in (("acquire", self._acquire), ("extend", self._extend),
+                              ("release", self._release)):  # fmt: skip
+            # a lock name may contain "/": the name is everything between /locks/ and the verb
+            app.router.add_post(f"/locks/{{name:.+}}/{verb}", _answering(handler))
+
+    def _ready(self, request: web.Request) -> str:
+        if self._closing:
+            raise ApiError(503, "the sidecar is stopping")
+        if self._client is None:
+            raise ApiError(503, "the lock's Redis settings are not read yet")
+        return check_name(request.match_info["name"], self.prefix)
+
+    async def _acquire(self, request: web.Request) -> dict[str, Any]:
+        name = self._ready(request)
+        ask = parse_acquire(await read_capped(request))
+        self.leases.room()
+        replicas, replica_timeout = self._replicas
+        lock = Lock(
+            self._client,
+            scoped_name(self._scope, name),
+            ttl=ask.ttl_ms / 1000,
+            identity=self.identity,
+            replicas=replicas,
+            replica_timeout=replica_timeout,
+        )
+        try:
+            if ask.wait_ms:  # the library's notified wait: woken when the holder releases
+                lease = await lock.acquire(timeout=ask.wait_ms / 1000)
+            else:
+                lease = await lock.acquire(blocking=False)
+        except LockContention as exc:
+            raise held(name, exc) from None
+        except LockError as exc:
+            raise unavailable(exc) from None
+        if self._closing:  # granted while the sidecar stopped: nobody will release it
+            await _quiet_release(Entry(name, lock))
+            raise ApiError(503, "the sidecar is stopping")
+        if request.transport is None or request.transport.is_closing():  # the app hung up
+            await _quiet_release(Entry(name, lock))
+            raise ApiError(499, "the client closed the connection while waiting")
+        return granted(self.leases.add(name, lock), lease)
+
+    async def _extend(self, request: web.Request) -> dict[str, Any]:
+        name = self._ready(request)
+        ask = parse_extend(await read_capped(request))
+        entry = self.leases.get(ask.lease, name)
+        async with entry.busy:
+            entry = self.leases.get(ask.lease, name)  # released meanwhile: 404
+            ttl = None if ask.ttl_ms is None else ask.ttl_ms / 1000
+            try:
+                lease = await entry.lock.extend(ttl)
+            except NotOwned as exc:
+                self.leases.remove(ask.lease)
+                raise lost(ask.lease, exc) from None
+            except LockError as exc:  # the lease may still be there: the app may try again
+                raise unavailable(exc) from None
+        return granted(ask.lease, lease)
+
+    async def _release(self, request: web.Request) -> dict[str, Any]:
+        name = self._ready(request)
+        lease_id = parse_release(await read_capped(request))
+        entry = self.leases.get(lease_id, name)
+        async with entry.busy:
+            entry = self.leases.get(lease_id, name)
+            try:
+                await entry.lock.release()
+            except NotOwned as exc:
+                self.leases.remove(lease_id)
+                raise lost(lease_id, exc) from None
+            except LockError as exc:
+                raise unavailable(exc) from None
+            self.leases.remove(lease_id)
+        return {"lease": lease_id, "released": True}
+
+
+def _answering(handler: Callable[[web.Request], Awaitable[dict[str, Any]]]) -> Handler:
+    """``handler``'s dict as a 200 JSON answer, an :class:`ApiError` as its status."""
+
+    async def answer(request: web.Request) -> web.Response:
+        try:
+            return web.json_response(await handler(request))
+        except ApiError as exc:
+            return web.json_response(exc.body, status=exc.status)
+
+    return answer
+
+
+async def _quiet_release(entry: Entry) -> None:
+    """Release at shutdown: a lease already lost, or Redis gone, is no error here."""
+    with contextlib.suppress(LockError):
+        await entry.lock.release()
+
+
+__all__ = [
+    "MAX_BODY",
+    "MAX_LEASES",
+    "MAX_WAIT_MS",
+    "AcquireRequest",
+    "ApiError",
+    "ExtendRequest",
+    "Leases",
+    "LockApi",
+    "check_name",
+    "parse_acquire",
+    "parse_extend",
+    "parse_release",
+    "validate_prefix",
+]
