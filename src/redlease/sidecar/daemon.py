@@ -71,6 +71,7 @@ class Sidecar(Hooks):
                 "lock": election.lock if election else None,
                 "identity": self.config.identity,
                 "leader": False,
+                "draining": False,
                 "holder": None,
             }
             return self.changes.stamp(doc)
