@@ -34,6 +34,8 @@ def pair(
     second = start("pod-b", lock, [server.url], ttl=TTL, renew_deadline=DEADLINE,
                    retry_period=RETRY, extra=extra).wait_up()  # fmt: skip
     wait_until(lambda: (second.status() or {}).get("holder") == "pod-a")
+    for sc in (first, second):
+        wait_until(lambda sc=sc: (sc.status() or {}).get("candidates") == 2)  # type: ignore[misc]
     return first, second
 
 
@@ -153,7 +155,7 @@ def test_sigterm_waits_for_the_app_then_hands_off_in_milliseconds(
     assert app.standby_before is not None and app.standby_before["leader"] is False
     acquired = epoch(doc["acquired_at"])
     assert acquired >= int(sent * 1000) / 1000, (acquired, sent)
-    assert acquired - signalled >= APP_WORK
+    assert acquired - signalled >= APP_WORK - 0.001  # Redis times are whole milliseconds
     assert acquired - signalled < 5.0  # not the timeout
     assert doc["fencing_token"] > mine["fencing_token"]
     check_old_leader(app)
@@ -203,8 +205,11 @@ def test_a_second_signal_ends_the_drain_at_once(
     mine = old.status()
     assert mine is not None and mine["leader"]
     old.signal(signal.SIGTERM)
-    code, doc = request(old.port, "GET", f"/status?wait=10&since={mine['version']}")
-    assert code == 200 and doc["draining"] is True and doc["leader"] is False
+    doc = mine
+    while not doc["draining"]:
+        code, doc = request(old.port, "GET", f"/status?wait=10&since={doc['version']}")
+        assert code == 200, (code, doc)
+    assert doc["leader"] is False
     again = time.time()
     old.signal(signal.SIGTERM)
     doc, _ = granted(new, timeout=30)
