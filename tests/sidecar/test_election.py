@@ -269,3 +269,55 @@ def test_a_slow_failed_renewal_is_retried_a_retry_period_after_its_send() -> Non
     e.renew_started(term, 104.0)
     e.renew_failed(term, LockUnavailable("L", "down"))
     assert e.next_action(107.0) == Renew(0.0, 3.0)  # due at 106: at once
+
+
+def test_drain_publishes_not_leader_renews_then_steps_down_when_the_app_is_done() -> None:
+    e, term = leader()
+    assert not e.app_drained(101.0)  # nothing to drain: POST /drained answers 409
+    assert not e.begin_drain(101.0, 0.0, "shutting down")  # drain off
+    assert e.begin_drain(101.0, 5.0, "shutting down")
+    assert not e.begin_drain(101.5, 5.0, "shutting down")  # already draining
+    doc = e.snapshot(101.0, 0.0)
+    assert doc["leader"] is False and doc["draining"] is True
+    assert doc["holder"] is None and doc["leader_until"] is None
+    assert e.leading(101.0)  # the term runs on: renewed, so nobody else is granted the lease
+    assert e.next_action(101.0) == Renew(1.0, 4.0)  # the budget ends with the drain (106)
+    assert e.next_action(102.0) == Renew(0.0, 4.0)
+    e.renew_started(term, 102.0)
+    e.renewed(term, sent_at=102.0, server_ms=2, lease_deadline=117.0)
+    assert e.next_action(103.0) == Renew(1.0, 2.0)  # the next renewal, within the drain
+    assert e.app_drained(103.0)
+    assert e.next_action(103.0) == StepDown("shutting down: the app drained")
+    t = e.stepped_down("shutting down: the app drained")
+    assert t is not None and t.kind == "stepped_down" and e.drain is None
+    assert e.snapshot(103.0, 0.0)["draining"] is False
+
+
+def test_drain_ends_at_its_timeout() -> None:
+    e, _ = leader()
+    assert e.begin_drain(101.0, 0.5, "hand-off")
+    assert e.next_action(101.25) == Renew(0.25, 0.0)  # wakes at the drain's end
+    assert e.next_action(101.5) == StepDown("hand-off: drain timed out (0.5s)")
+
+
+def test_drain_ends_before_the_lease_deadline_when_renewals_fail() -> None:
+    """A drain longer than the term can run: renewals failing, it ends one retry period before
+    the term's deadline (110), so the lease is released, never lost."""
+    e, term = leader()
+    assert e.begin_drain(101.0, 60.0, "shutting down")
+    for at in (102.0, 104.0, 106.0):
+        assert e.next_action(at) == Renew(0.0, 108.0 - at)  # budget ends at the drain's end
+        e.renew_started(term, at)
+        assert e.renew_failed(term, LockUnavailable("L", "down")) is None
+    assert e.next_action(107.0) == Renew(1.0, 0.0)
+    reason = "shutting down: drain ended before the lease's deadline (60s)"
+    assert e.next_action(108.0) == StepDown(reason)
+    assert e.leading(108.0)
+
+
+def test_a_lost_term_ends_the_drain() -> None:
+    e, term = leader()
+    assert e.begin_drain(101.0, 5.0, "shutting down")
+    assert e.renew_failed(term, NotOwned("L", "gone")) is not None
+    assert e.drain is None and not e.app_drained(101.0)
+    assert e.snapshot(101.0, 0.0)["draining"] is False

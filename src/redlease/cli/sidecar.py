@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from redlease.cli import flags
 from redlease.cli.command import Command, Flag
+from redlease.cli.durations import parse_duration
 from redlease.cli.login import Pod, sidecar_login, this_pod
 from redlease.kube import sidecar_args as sa
 from redlease.kube.spec import DEFAULT_READY, READY_MODES
@@ -35,6 +36,15 @@ OWN = (
         "with PREFIX, on the --http address; '' for off",
         "",
         metavar="PREFIX",
+    ),
+    Flag(
+        (sa.DRAIN_TIMEOUT,),
+        "on SIGTERM or a hand-off, publish leader: false, draining: true and keep the lease "
+        "until the app calls POST /drained, at most DURATION (ends early, released, if the "
+        "renewals stop succeeding); 0 for off",
+        0.0,
+        parse_duration,
+        metavar="DURATION",
     ),
 )
 KUBE = (
@@ -71,6 +81,7 @@ def sidecar_config(
         lease_mirror=args.lease_mirror,
         events=args.events,
         api_locks=validate_prefix(args.api_locks, sa.API_LOCKS),
+        drain_timeout=args.drain_timeout,
     )
 
 

@@ -4,7 +4,7 @@ The lock's own model (keys, node set, timing, credentials) lives below: flags go
 :func:`redlease.core.timing.validate_timing` and :func:`redlease.core.connect.validate_target`, a
 DistributedLock through :func:`redlease.kube.spec.parse_spec`, and :func:`election_from_spec`
 turns the latter into an :class:`ElectionConfig`. This module only adds what is the sidecar's
-own: its HTTP address, readiness mode, state directory and Kubernetes settings.
+own: its HTTP address, readiness mode, state directory, drain timeout and Kubernetes settings.
 """
 
 from __future__ import annotations
@@ -182,6 +182,7 @@ class SidecarConfig:
     lease_mirror: bool = False  # keep a coordination.k8s.io Lease named after the lock
     events: bool = False  # post became/stopped-leading Events
     api_locks: str | None = None  # the lock API's name prefix (sidecar/lockapi.py); None: off
+    drain_timeout: float = 0.0  # seconds a planned step-down waits for POST /drained; 0: off
 
     def lock_object(self, lock: str) -> tuple[str, str]:
         """(namespace, name) of the Kubernetes object named after the lock, for the Lease

@@ -4,8 +4,11 @@ a Lease mirror and Events: :mod:`.mirror`).
 Start-up order: state directory, Kubernetes settings (``--lock-ref``), HTTP server, then the
 election. On SIGTERM/SIGINT the step-down is published and the lease released at once (a
 standby takes over within milliseconds), the pod label is set to ``false``, and the process
-exits 0. If the step-down cannot be written to the state directory, the lease is held,
-unrenewed, until the published claim has run out (:mod:`.statefile`), then released.
+exits 0. With ``--drain-timeout`` a leader first drains: it publishes ``leader: false,
+draining: true`` (status, state file without the marker, pod label) and keeps renewing until
+the app calls ``POST /drained`` or the drain ends (:mod:`.elector`), then releases; a second
+signal releases at once. If the step-down cannot be written to the state directory, the lease
+is held, unrenewed, until the published claim has run out (:mod:`.statefile`), then released.
 """
 
 from __future__ import annotations
@@ -68,11 +71,15 @@ class Sidecar(Hooks):
                 "lock": election.lock if election else None,
                 "identity": self.config.identity,
                 "leader": False,
+                "draining": False,
                 "holder": None,
             }
             return self.changes.stamp(doc)
         self.elector.refresh()
         return self._snapshot()
+
+    def drained(self) -> bool:
+        return self.elector is not None and self.elector.drained()
 
     async def wait_change(self, since: str, timeout: float) -> None:
         await self.changes.wait(since, timeout)
@@ -245,7 +252,7 @@ class Sidecar(Hooks):
         if cfg.state_dir is not None:
             self.state_file = StateFile(cfg.state_dir, election.lock)
         self.metrics_ = Metrics(election.lock)
-        self.elector = Elector(election, hooks=self)
+        self.elector = Elector(election, hooks=self, drain_timeout=cfg.drain_timeout)
         if self.lockapi is not None:
             replicas = (election.replicas, election.replica_timeout)
             self.lockapi.start(election.target, scope=election.scope, replicas=replicas)
@@ -339,6 +346,7 @@ def _log_start(election: ElectionConfig, cfg: SidecarConfig) -> None:
         lease_mirror=cfg.lease_mirror,
         events=cfg.events,
         api_locks=cfg.api_locks,
+        drain_timeout=cfg.drain_timeout,
     )
 
 

@@ -6,7 +6,9 @@ sent, lead until ``renew_deadline`` after the last successful send or the lease'
 deadline, whichever comes first; a late success does not revive; a refusal or a clock step
 ends the term). This module adds what only the sidecar does: when to try to acquire (woken
 early by the release notification; paused, deferring to a preferred holder, backing off after
-an outage), the hand-off to the preferred holder, the lock view read after the grant that
+an outage), the hand-off to the preferred holder, the drain before a planned step-down
+(:class:`Drain`: ``leader: false`` published, the lease still renewed until the app is done or
+the drain's end), the lock view read after the grant that
 must show this term's lease, and the ``/status`` document.
 
 The driver (:mod:`redlease.sidecar.elector`) asks :meth:`Election.next_action`, does the I/O and
@@ -87,6 +89,18 @@ class Term:
     attempt_at: float = 0.0  # monotonic time the current (or last) extend attempt was sent
 
 
+@dataclass(slots=True)
+class Drain:
+    """A planned step-down waiting for the app: ``leader: false, draining: true`` is published
+    while the lease is still renewed (nobody else is granted it), until the app says it is done
+    or ``until`` (monotonic) passes."""
+
+    reason: str
+    timeout: float
+    until: float
+    drained: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class Observation:
     """The latest lock view and the monotonic time its read started."""
@@ -106,6 +120,7 @@ class Election:
         self.failures = 0  # consecutive outage errors (drives the back-off)
         self.retry_at = 0.0
         self.last_holder: str | None = None
+        self.drain: Drain | None = None  # set only while a term runs
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -127,6 +142,17 @@ class Election:
     def leading(self, now: float) -> bool:
         """Leader iff a term exists and its local deadline has not passed."""
         return self.term is not None and self.timer.leading(now)
+
+    def draining(self, now: float) -> bool:
+        """Leading, but told the app it no longer leads and waiting for it to finish."""
+        return self.drain is not None and self.leading(now)
+
+    def drain_end(self) -> float:
+        """When the drain ends without the app: its timeout, or one retry period before the
+        term's deadline if that comes first (renewals failing), so the lease is released, not
+        lost (tests/sidecar/test_election.py)."""
+        assert self.drain is not None
+        return min(self.drain.until, self.timer.deadline - self.config.timing.retry_period)
 
     def preferred_alive(self, now: float) -> bool:
         """The configured preferred holder (not us) is a live candidate, as last read."""
@@ -168,6 +194,8 @@ class Election:
             step = self.timer.next(now)
             if step.action is not elector.Action.RENEW:
                 return Renew(0.0, 0.0)  # over: the next check() ends the term
+            if self.drain is not None:
+                return self._draining(now, step.at)
             wait = max(0.0, step.at - now)
             if wait == 0.0 and self.preferred_alive(now):
                 return StepDown(f"hand-off to preferred holder {self.config.preferred_holder!r}")
@@ -243,6 +271,24 @@ class Election:
             return self._end("lost", step.reason)
         self.outage()
         return None
+
+    def begin_drain(self, now: float, timeout: float, reason: str) -> bool:
+        """Start draining before the planned step-down ``reason`` (hand-off or shutdown), for at
+        most ``timeout`` seconds; False (nothing changes) when not leading, already draining,
+        or ``timeout`` is 0 (drain off)."""
+        if timeout <= 0 or self.drain is not None or not self.leading(now):
+            return False
+        self.drain = Drain(reason, timeout, now + timeout)
+        return True
+
+    def app_drained(self, now: float) -> bool:
+        """The app says its work is done: the drain ends at the next step. False when not
+        draining."""
+        if not self.draining(now):
+            return False
+        assert self.drain is not None
+        self.drain.drained = True
+        return True
 
     def stepped_down(self, reason: str) -> Transition | None:
         """This process released (hand-off or shutdown)."""
@@ -321,7 +367,8 @@ class Election:
         hand, and the view agrees once the next read comes in).
         """
         cfg = self.config
-        term = self.term if self.leading(now) else None
+        draining = self.draining(now)
+        term = self.term if self.leading(now) and not draining else None
         obs = self.observed
         view = self.view()
         age_ms = int((now - obs.at) * 1000) if obs is not None else 0
@@ -331,6 +378,7 @@ class Election:
             "keys": list(cfg.keys),
             "identity": cfg.identity,
             "leader": term is not None,
+            "draining": draining,
             **lockview.document(view, expires_in_ms=left),
             "candidates": len(view.candidates),
             "leader_until": None,
@@ -352,7 +400,8 @@ class Election:
             )
         elif doc["holder"] == cfg.identity:
             # Redis still shows our last lease, but we no longer lead (deadline passed or
-            # stepped down): never present ourselves as the holder while leader is false.
+            # stepped down, draining): never present ourselves as the holder while leader is
+            # false.
             doc.update(holder=None, fencing_token=None, expires_in_ms=None)
         return doc
 
@@ -361,9 +410,24 @@ class Election:
     def _end(self, kind: str, reason: str) -> Transition:
         term = self.term
         self.term = None
+        self.drain = None
         self.timer.reset()
         self.last_holder = None
         return self._transition(kind, term.fencing_token if term else None, reason)
+
+    def _draining(self, now: float, renew_at: float) -> Action:
+        """While draining: renew as usual until the app is done or :meth:`drain_end`, then
+        step down."""
+        drain = self.drain
+        assert drain is not None
+        end = self.drain_end()
+        if drain.drained:
+            return StepDown(f"{drain.reason}: the app drained")
+        if now >= end:
+            why = "timed out" if end >= drain.until else "ended before the lease's deadline"
+            return StepDown(f"{drain.reason}: drain {why} ({drain.timeout:g}s)")
+        wait = min(renew_at, end) - now
+        return Renew(wait, max(0.0, min(self.timer.deadline, end) - now - wait))
 
     def _transition(self, kind: str, token: int | None, reason: str) -> Transition:
         holder = self.identity if kind == "elected" else None

@@ -2,7 +2,10 @@
 
 One :class:`Elector` runs the candidate loop (acquire / renew / step down) and, beside it, the
 observer loop (candidate heartbeat and a STATUS read every retry period). It owns the Redis
-client. What it learns goes to :class:`Hooks` (publish state, metrics, logs); the sidecar and
+client. With a drain timeout, a planned step-down (:meth:`Elector.stop` while leading, the
+hand-off to the preferred holder) first drains: the election publishes ``leader: false, draining:
+true`` and keeps renewing until :meth:`Elector.drained` or the drain's end, then the lease is
+released. What it learns goes to :class:`Hooks` (publish state, metrics, logs); the sidecar and
 `redlease run` are two different sets of hooks on the same elector.
 """
 
@@ -71,8 +74,12 @@ class _Stopped(Exception):
 class Elector:
     """Runs the election for one lock until :meth:`stop`; releases and withdraws on the way out."""
 
-    def __init__(self, config: ElectionConfig, hooks: Hooks | None = None) -> None:
+    def __init__(
+        self, config: ElectionConfig, hooks: Hooks | None = None, drain_timeout: float = 0.0
+    ) -> None:
         self.election = Election(config)
+        self.drain_timeout = drain_timeout  # seconds; 0: a planned step-down releases at once
+        self._stop_after_drain = False
         self.hooks = hooks or Hooks()
         self._client: Any = None
         self._lock: aio.MultiLock | None = None
@@ -116,8 +123,24 @@ class Elector:
         self._wake.set()
 
     def stop(self) -> None:
+        """Stop: release and withdraw. While leading with a drain timeout, drain first (or join
+        the drain under way); a second call stops at once."""
+        if not self._stop_after_drain and (
+            self.election.drain is not None or self._drain("shutting down")
+        ):
+            self._stop_after_drain = True
+            return
         self._stop.set()
         self._wake.set()
+
+    def drained(self) -> bool:
+        """The app finished its work: end the drain now (the lease is released at once).
+        False when not draining."""
+        if not self.election.app_drained(time.monotonic()):
+            return False
+        log.info("app drained: releasing", lock=self.config.lock)
+        self._wake.set()
+        return True
 
     async def run(self) -> None:
         """The candidate loop; returns after :meth:`stop` (lease released, candidate withdrawn)."""
@@ -146,13 +169,15 @@ class Elector:
             await self._apply_pending()
         self.refresh()
         self.hooks.changed()
+        if self._stop_after_drain and self.election.term is None:
+            raise _Stopped  # drained and released (or the term ended meanwhile)
         action = self.election.next_action(time.monotonic())
         if isinstance(action, Acquire):
             await self._acquire(action)
         elif isinstance(action, Renew):
             await self._renew(action)
         elif isinstance(action, StepDown):
-            await self._step_down(action.reason)
+            await self._step_down(action.reason, drain=True)
         elif isinstance(action, Idle):
             await self._sleep(action.wait)
 
@@ -228,7 +253,11 @@ class Elector:
             received_at=time.monotonic(),
         )
 
-    async def _step_down(self, reason: str) -> None:
+    async def _step_down(self, reason: str, *, drain: bool = False) -> None:
+        """Stop leading and release; ``drain``: a planned step-down, which drains first if a
+        drain timeout is set (this returns at once; the election steps down again after)."""
+        if drain and self._drain(reason):
+            return
         term = self.election.term
         transition = self.election.stepped_down(reason)
         if transition is not None:
@@ -239,6 +268,21 @@ class Elector:
             await self._drop_lease(term)
         else:
             self._lock = None
+
+    def _drain(self, reason: str) -> bool:
+        """Begin draining before the step-down ``reason`` and publish it; False if there is
+        nothing to drain (drain off, not leading, already draining)."""
+        if not self.election.begin_drain(time.monotonic(), self.drain_timeout, reason):
+            return False
+        log.info(
+            "draining: leader: false published, waiting for the app (POST /drained)",
+            lock=self.config.lock,
+            reason=reason,
+            timeout=self.drain_timeout,
+        )
+        self._wake.set()
+        self.hooks.changed()
+        return True
 
     async def _outwait_claim(self, term: Term) -> bool:
         """Keep the lease of the term that just ended, unrenewed, while a published claim of it

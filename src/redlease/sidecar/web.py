@@ -1,9 +1,10 @@
 """The sidecar's HTTP endpoints (aiohttp), as docs/sidecar.md specifies them.
 
-``/status`` (the status document; ``?wait=SECONDS&since=VERSION`` long-polls: :func:`long_poll`),
-``/`` (``{"name": holder}``, like the classic k8s leader-elector), ``/healthz``, ``/readyz`` and
-``/metrics``. Every handler first applies the renew deadline, so no answer claims leadership
-after it.
+``/status`` (the status document; ``?wait=SECONDS&since=VERSION`` long-polls:
+:func:`long_poll`), ``/`` (``{"name": holder}``, like the classic k8s leader-elector),
+``/healthz``, ``/readyz``, ``/metrics`` and ``POST /drained`` (the app finished its work during
+a drain: 200, else 409). Every handler first applies the renew deadline, so no answer claims
+leadership after it.
 
 A long-poll waits on the sidecar's publication of a new version (:mod:`.changes`), never on a
 timer or Redis; it is parked with the port's guard (:meth:`~redlease.kube.httpguard.
@@ -69,6 +70,9 @@ class Source(Protocol):
 
     def health(self) -> dict[str, Any]: ...
 
+    def drained(self) -> bool:
+        """The app says its work is done; False when no drain is under way."""
+
     def metrics(self) -> bytes: ...
 
 
@@ -128,6 +132,11 @@ def make_app(
         ok, leader = source.ready()
         return web.json_response({"ready": ok, "leader": leader}, status=200 if ok else 503)
 
+    async def drained(_: web.Request) -> web.Response:
+        if source.drained():
+            return web.json_response({"drained": True})
+        return web.json_response({"error": "not draining"}, status=409)
+
     async def metrics(_: web.Request) -> web.Response:
         body = source.metrics()
         content_type, _sep, charset = CONTENT_TYPE.partition("; charset=")
@@ -141,6 +150,7 @@ def make_app(
     app.router.add_get("/", root)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_post("/drained", drained)
     if more is not None:
         more(app)
     return app
