@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = ("uncontended", "handoff", "failover", "quorum", "waiters")
+SCENARIOS = ("uncontended", "handoff", "failover", "quorum", "waiters", "longpoll")
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,12 @@ class Plan:
     failover_reps: int
     failover_ttl: float
     idle_seconds: float
+    longpoll_reps: int
 
 
 PLANS = {
-    "full": Plan(1.0, 5, 0.3, 40_000, 1.0, 4, 5, 2.0, 10.0),
-    "quick": Plan(0.25, 2, 0.1, 10_000, 0.5, 1, 2, 1.0, 2.0),
+    "full": Plan(1.0, 5, 0.3, 40_000, 1.0, 4, 5, 2.0, 10.0, 20),
+    "quick": Plan(0.25, 2, 0.1, 10_000, 0.5, 1, 2, 1.0, 2.0, 3),
 }
 
 
@@ -92,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
 
             counts = waiters.COUNTS if mode == "full" else waiters.COUNTS[:3]
             results["waiters"] = waiters.scenario(counts, log=log)
+        if "longpoll" in only:
+            from bench import measure_longpoll
+
+            results["longpoll"] = measure_longpoll.scenario(reps=plan.longpoll_reps, log=log)
         finish(results)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(clean(results), indent=1) + "\n")

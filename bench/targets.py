@@ -127,4 +127,15 @@ def evaluate(results: dict[str, Any]) -> list[Check]:
         out.append(Check("idle sidecar RSS <= 50 MB", f"{rss:.1f} MB", rss <= 50))
     else:
         out.append(Check("idle sidecar RSS <= 50 MB", fo.get("skipped", "not measured"), None))
+    out.append(_longpoll_check(results.get("longpoll", {})))
     return out
+
+
+def _longpoll_check(lp: dict[str, Any]) -> Check:
+    """Push, not poll: a SIGTERM hand-off reaches a waiting ``GET /status?wait=`` within 50 ms
+    of the new leader's view (p99; bench/measure_longpoll.py)."""
+    target = "hand-off reaches a waiting GET /status?wait= p99 <= 50 ms"
+    if "p99_ms" not in lp:
+        return Check(target, lp.get("skipped", "not measured"), None)
+    measured = f"p50 {lp['p50_ms']:.1f} ms, p99 {lp['p99_ms']:.1f} ms ({lp['reps']} hand-offs)"
+    return Check(target, measured, lp["p99_ms"] <= 50)
