@@ -138,7 +138,9 @@ def watch(url: str, *, as_json: bool = False) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.http is not None:
+    # --redis wins over --http (either may come from the environment: a sidecar's container
+    # carries REDLEASE_HTTP for its own port), except for --watch, which needs the sidecar
+    if args.http is not None and (args.watch or not args.redis):
         url = status_url(args.http)
         return watch(url, as_json=args.json) if args.watch else show_sidecar(url, as_json=args.json)
     if args.watch:
@@ -150,8 +152,8 @@ COMMAND = Command(
     name="status",
     summary="holder, fencing token, TTL left, nodes healthy",
     description="One read of a lock: holder, fencing token, TTL left, nodes healthy. Exit 1 "
-    "when Redis cannot be read. With --http, a sidecar's /status instead of Redis (then --lock "
-    "and --redis are not used); --watch prints it again at each change (the sidecar's "
+    "when Redis cannot be read. With --http and no --redis, a sidecar's /status instead of "
+    "Redis; --watch prints it again at each change (the sidecar's "
     "long-poll: no polling), one JSON line per change with --json.",
     example="redlease status --lock orders --redis redis://redis:6379/0 --json\n"
     "  redlease status --http 127.0.0.1:4040 --watch --json",
