@@ -96,9 +96,9 @@ class Patcher:
                 log.warning("%s: %s: %s", path, type(exc).__name__, exc)
             else:
                 self.sent += 1
-                self._failures.pop(path, None)
             finally:
                 if not again:
+                    self._failures.pop(path, None)
                     self._busy.discard(path)
                     if path in self._pending:
                         self._ready.put_nowait(path)
