@@ -130,3 +130,72 @@ def test_health_fails_without_refresh_loop() -> None:
     config = OperatorConfig(namespaces=("a",), kube=ClusterAuth("http://127.0.0.1:9"))
     with pytest.raises(kopf.PermanentError):
         Runtime(config).health()
+
+
+async def test_concurrent_reads_of_one_namespace_share_one_request() -> None:
+    import asyncio
+
+    from redlease.devtools.kubeemulator import until
+    from redlease.kube.spec import parse_spec as parse
+    from redlease.operator.secrets import SecretSource
+
+    gets: list[str] = []
+    answer = asyncio.Event()
+
+    class Kube:
+        async def request(self, method: str, path: str, **_: Any) -> Any:
+            gets.append(path)
+            await answer.wait()
+            return {"metadata": {"labels": {}}}
+
+    source = SecretSource(Kube(), ttl=0.0)  # type: ignore[arg-type]
+    s = parse(spec())
+    waiting = [asyncio.ensure_future(source.scoped(s, "apps")) for _ in range(100)]
+    await until(lambda: bool(gets), timeout=10, what="the first GET")
+    answer.set()
+    scoped = await asyncio.gather(*waiting)
+    assert gets == ["/api/v1/namespaces/apps"]
+    assert {x.scope for x in scoped} == {"apps"}
+
+
+async def test_patcher_bounds_orders_and_folds_patches() -> None:
+    import asyncio
+
+    from redlease.devtools.kubeemulator import until
+    from redlease.errors import KubeError
+    from redlease.operator.patcher import Patcher
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+    in_flight = peak = 0
+    gate = asyncio.Event()
+    fail_once = {"/a"}
+
+    async def send(path: str, patch: dict[str, Any]) -> None:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            await gate.wait()
+            if path in fail_once:
+                fail_once.discard(path)
+                raise KubeError("PATCH /a: no answer", None, "no answer")
+            sent.append((path, patch))
+        finally:
+            in_flight -= 1
+
+    patcher = Patcher(send, limit=4)
+    try:
+        patcher.submit("/a", {"status": {"holder": "x", "token": 1}})
+        for i in range(20):
+            patcher.submit(f"/o{i}", {"status": {"n": i}})
+        await until(lambda: in_flight == 4, timeout=10, what="4 requests in flight")
+        patcher.submit("/a", {"status": {"holder": None}})  # while /a is in flight
+        assert peak == 4
+        gate.set()
+        await until(lambda: patcher.in_flight() == 0, timeout=10, what="every patch sent")
+        assert peak == 4
+        # the failed patch, retried with the newer one folded in: newest wins
+        assert [p for path, p in sent if path == "/a"] == [{"status": {"holder": None, "token": 1}}]
+        assert len(sent) == 21
+    finally:
+        await patcher.aclose()

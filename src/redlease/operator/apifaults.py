@@ -19,12 +19,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from redlease.errors import KubeError
 from redlease.operator import watchgone
 
 REQUEST_TIMEOUT = 15.0  # s: one API request, answer included (kopf's default: 300)
 CONNECT_TIMEOUT = 5.0  # s: to open a connection to the API server
 WATCH_SERVER_TIMEOUT = 300  # s: the API server ends a watch after this; kopf resumes it
 MAX_BACKOFF = 10.0  # s: the longest pause between two attempts of a request
+
+
+def transient(exc: KubeError) -> bool:
+    """Whether a failed request may succeed if made again: no answer, 5xx, 408 or 429 (the
+    API server is away or busy), not a refusal such as 403 or 404."""
+    return exc.status is None or exc.status >= 500 or exc.status in (408, 429)
 
 
 class EndlessBackoff:

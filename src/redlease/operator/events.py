@@ -5,7 +5,8 @@ stored it, kopf's retry stores it a second time (found by tests/operator/test_ap
 Here each Event gets its name when the operator decides it (``kube.events.event_body``), so a
 retried POST is answered 409 AlreadyExists, which counts as posted. One object's Events are
 posted in the order they were decided, and retried for as long as the API server is away
-(:class:`.apifaults.EndlessBackoff`).
+(:class:`.apifaults.EndlessBackoff`). At most ``limit`` POSTs are in flight at once: a cycle
+that changes thousands of locks opens no more API connections than that.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ log = logging.getLogger("redlease.operator")
 class EventPoster:
     """Post Events of kopf-handled objects in the background (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = 16) -> None:
         self._tails: dict[str, asyncio.Task[None]] = {}  # object uid -> its last posting
+        self.limit = limit
+        self._slots: asyncio.Semaphore | None = None
 
     def post(self, body: Any, *, type: str, reason: str, message: str) -> None:
         """Queue an Event about ``body``; call it from a kopf handler (it uses kopf's login)."""
@@ -61,8 +64,11 @@ class EventPoster:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(previous)  # in order (a posting never raises: see below)
         url = kopfint.events_url(payload["metadata"]["namespace"])
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.limit)
         try:
-            await kopfint.post(url, payload, log, EndlessBackoff())
+            async with self._slots:
+                await kopfint.post(url, payload, log, EndlessBackoff())
         except kopfint.APIConflictError:
             pass  # stored already: the answer to an earlier attempt was lost
         except (kopfint.APIError, aiohttp.ClientError) as exc:

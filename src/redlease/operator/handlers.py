@@ -1,12 +1,15 @@
 """The kopf side: thin handlers over :mod:`reconcile` and :mod:`reader`.
 
-One kopf timer per DistributedLock does everything (validation, force release, status, events),
-so the operator keeps no change-detection annotations on the objects. The timer parks in
-:class:`Refresher` until the next cycle; the cycle reads every lock at once.
+One refresh loop (:meth:`Runtime.run`) does everything (validation, force release, status,
+events) for every DistributedLock at once: one read per node per cycle (:class:`Refresher`),
+then only the changed statuses are written, a bounded number at a time (:class:`Patcher`). The
+loop learns the objects from one idle kopf daemon per object, whose ``body`` kopf keeps up to
+date from its watch; no handler records progress, so the operator keeps no change-detection
+annotations on the objects.
 
-Finalizer policy: kopf puts its finalizer on each object only to stop that object's timer
+Finalizer policy: kopf puts its finalizer on each object only to stop that object's daemon
 cleanly. A delete never touches Redis (the lease, its holder and the fence counter stay), and the
-finalizer is removed as soon as the timer has stopped. See docs/operator.md.
+finalizer is removed as soon as the daemon has stopped. See docs/operator.md.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ import contextlib
 import copy
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
 
@@ -37,12 +40,15 @@ from redlease.kube.spec import (
 )
 from redlease.operator import apifaults, metrics, ports, reconcile, webhook
 from redlease.operator.events import EventPoster
+from redlease.operator.patcher import Patcher
 from redlease.operator.reader import NodeReader
-from redlease.operator.refresher import Refresher
+from redlease.operator.refresher import Observation, Refresher
 from redlease.operator.secrets import SecretSource
 
 log = logging.getLogger("redlease.operator")
 FINALIZER = "redlease.dev/operator"
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +59,8 @@ class OperatorConfig:
     clusterwide: bool = False
     liveness: str | None = None
     refresh: float = 5.0
-    concurrency: int = 16
+    concurrency: int = 16  # Redis nodes read at once
+    api_requests: int = 16  # the refresh cycle's API requests in flight (patches, Events, reads)
     node_timeout: float = 3.0
     verbose: bool = False
     metrics: tuple[str, int] | None = None  # (host, port) of /metrics; None: not served
@@ -75,7 +82,8 @@ def _always() -> bool:
 
 
 class Runtime:
-    """What the handlers share: the node reader, the cycle batcher and the secret source.
+    """What the handlers share: the objects to refresh, the refresh loop, the node reader, the
+    cycle batcher, the status patcher and the secret source.
 
     ``leading`` says whether this replica is the active one (see :mod:`.leadership`): nothing
     is read, written or posted while it is false. ``serve_metrics``: this runtime serves
@@ -93,19 +101,24 @@ class Runtime:
         self.config = config
         self.leading = leading
         self.serve_metrics = serve_metrics
-        self.failures = 0  # reconcile ticks that failed (kopf retries them)
+        self.failures = 0  # cycles, or one object's refresh, that failed (tried again next cycle)
         self.reader = NodeReader(concurrency=config.concurrency, timeout=config.node_timeout)
         self.refresher = Refresher(self.reader.read, config.refresh)
         kube = secrets.kube if secrets is not None else api_client(config)
+        self.kube = kube
         self.secrets = secrets or SecretSource(kube)
+        limit = max(1, config.api_requests)
+        self.patcher = Patcher(self._send, limit=limit, allowed=leading)
+        self.tracked: dict[str, kopf.Body] = {}  # uid -> kopf's live body of the object
+        self.gone: dict[str, float] = {}  # uid -> monotonic time its daemon stopped
+        self._arrived = asyncio.Event()
         self.locks = locks or webhook.LockSource(kube, timeout=lock_timeout(config))
         self.written: dict[str, dict[str, Any]] = {}  # uid -> the status we last wrote
         self.names: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name)
-        self.seen: dict[str, float] = {}  # uid -> monotonic time of its last timer tick
         self.released: dict[str, str] = {}  # uid -> force-release annotation already acted on
-        self.events = EventPoster()
-        self._next_forget = 0.0
+        self.events = EventPoster(limit=limit)
         self._task: asyncio.Task[None] | None = None
+        self._cycles: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._metrics: Any = None
 
@@ -113,6 +126,8 @@ class Runtime:
         self._loop = asyncio.get_running_loop()
         if self._task is None:
             self._task = self._loop.create_task(self.refresher.run())
+        if self._cycles is None:
+            self._cycles = self._loop.create_task(self.run())
         if self.serve_metrics and self.config.metrics is not None and self._metrics is None:
             host, port = self.config.metrics
             self._metrics = await ports.serve_metrics(host, port, self.metrics_text)
@@ -147,17 +162,20 @@ class Runtime:
         if self._metrics is not None:
             await self._metrics.close()
             self._metrics = None
+        for task in (self._cycles, self._task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._cycles = self._task = None
+        await self.patcher.aclose()
         await self.events.aclose()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
         await self.reader.aclose()
         await close_clients(self.locks, self.secrets)
 
     def health(self) -> dict[str, Any]:
-        if self._task is None or self._task.done() or self.refresher.stale():
+        loops = (self._task, self._cycles)
+        if any(t is None or t.done() for t in loops) or self.refresher.stale():
             raise kopf.PermanentError("the refresh loop is not running")
         return {"cycles": self.refresher.cycles, "locks": self.refresher.last_cycle_size}
 
@@ -166,99 +184,156 @@ class Runtime:
             return None
         return await self.secrets.get(namespace, spec.secret_ref, spec.target.urls)
 
-    async def reconcile(
-        self,
-        body: kopf.Body,
-        patch: Any,
-    ) -> None:
-        """One timer tick for one object: validate, force-release if asked, observe, write.
-        Only the active replica does anything (the gate is checked again before writing)."""
-        if not self.leading():
-            await asyncio.sleep(self.config.refresh)
-            return
-        meta = body.get("metadata", {})
-        uid = str(meta.get("uid") or meta.get("name"))
-        namespace = str(meta.get("namespace") or "default")
-        generation = meta.get("generation")
-        previous = self.written.get(uid)
-        if previous is None:
-            previous = copy.deepcopy(dict(body.get("status") or {}))
-        invalid: ConfigError | None = None
-        try:
-            spec = await self.secrets.with_tls(parse_spec(body.get("spec")), namespace)
-            spec = await self.secrets.scoped(spec, namespace)
-            creds = await self.credentials(spec, namespace)
-        except ConfigError as exc:
-            invalid = exc
-            new = reconcile.invalid_status(
-                exc, generation=generation, previous=previous, now=time.time()
-            )
-        else:
-            request = (meta.get("annotations") or {}).get(FORCE_RELEASE_ANNOTATION)
-            if request is None:
-                self.released.pop(uid, None)
-            elif self.released.get(uid) != request and await self._force_release(
-                body, spec, creds, patch
-            ):
-                self.released[uid] = request  # done; skip it until its removal is seen
-            view, read_at = await self.refresher.observe(spec, creds)
-            new = reconcile.compute_status(
-                spec,
-                view,
-                read_at=read_at,
-                generation=generation,
-                previous=previous,
-                now=time.time(),
-            )
-        diff = reconcile.status_patch(previous, new, now=time.time(), refresh=self.config.refresh)
-        if not self.leading():
-            return  # the lease was lost while reading: the next active replica writes
-        for event in reconcile.decide_events(previous, new, invalid):
-            self.events.post(body, type=event.type, reason=event.reason, message=event.message)
-            # Our own logger: kopf's per-object logger is quiet unless --verbose (see runner).
-            log.log(
-                logging.WARNING if event.type == reconcile.WARNING else logging.INFO,
-                "%s/%s %s: %s",
-                namespace,
-                meta.get("name"),
-                event.reason,
-                event.message,
-            )
-        if diff is not None:
-            for key, value in diff.items():
-                patch.status[key] = value
-            self.written[uid] = new
-        elif invalid is not None:
-            await asyncio.sleep(self.config.refresh)  # nothing to wait for: keep the cadence
-        self.names[uid] = (namespace, str(meta.get("name")))
-        self.seen[uid] = time.monotonic()
-        self._forget_deleted()
+    def track(self, uid: str, body: kopf.Body) -> None:
+        """Refresh this object from the next cycle on (``body``: kopf's live view of it)."""
+        self.tracked[uid] = body
+        self.gone.pop(uid, None)
+        self._arrived.set()
 
-    def _forget_deleted(self) -> None:
-        """Drop memory of objects whose timer stopped (deleted): no kopf delete handler is
-        needed for that, so kopf keeps no change-tracking annotations on the objects."""
-        now = time.monotonic()
-        if now < self._next_forget:
-            return
+    def untrack(self, uid: str) -> None:
+        """Stop refreshing an object whose daemon stopped. What was written for it is kept a
+        while: kopf restarts daemons (a relist) with bodies that can be older than our last
+        status patch, and the memory keeps the Events of such a restart from being posted
+        again (tests/operator/test_api_faults.py)."""
+        self.tracked.pop(uid, None)
+        self.gone[uid] = time.monotonic()
+
+    def _forget_gone(self) -> None:
+        """Drop the memory of objects untracked long ago (deleted)."""
         horizon = max(10 * self.config.refresh, 60.0)
-        self._next_forget = now + horizon
-        for uid in [u for u, t in self.seen.items() if now - t > horizon]:
-            self.seen.pop(uid, None)
+        now = time.monotonic()
+        for uid in [u for u, t in self.gone.items() if now - t > horizon]:
+            self.gone.pop(uid, None)
             self.written.pop(uid, None)
             self.names.pop(uid, None)
             self.released.pop(uid, None)
 
-    async def _force_release(
-        self,
-        body: kopf.Body,
-        spec: LockSpec,
-        creds: Credentials | None,
-        patch: Any,
-    ) -> bool:
-        """Force-release on every node; True (and the annotation cleared) once a quorum did."""
-        value = (body.get("metadata", {}).get("annotations") or {}).get(FORCE_RELEASE_ANNOTATION)
-        holder = (body.get("status") or {}).get("holder")
-        results = await self.reader.force_release(spec, creds)
+    async def run(self) -> None:
+        """The refresh loop: one :meth:`cycle` after another (the refresher keeps the cadence),
+        on the active replica only, while there is anything to refresh."""
+        while True:
+            if not self.tracked:
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            if not self.leading():
+                await asyncio.sleep(self.config.refresh)
+                continue
+            try:
+                await self.cycle()
+            except Exception:  # noqa: BLE001 - a failed cycle is logged; the next one runs
+                self.failures += 1
+                log.exception("refresh cycle failed")
+                await asyncio.sleep(self.config.refresh)
+
+    async def cycle(self) -> None:
+        """Refresh every tracked object: validate, force-release if asked, read them all in one
+        read per node, then post the Events and hand the changed statuses to the patcher."""
+        self._forget_gone()
+        bodies = list(self.tracked.items())
+        limit = max(1, self.config.api_requests)
+        prepared = [p for p in await bounded(bodies, self._prepare, limit) if p is not None]
+        valid = [p for p in prepared if p.spec is not None]
+        for p in valid:
+            await self._maybe_release(p)
+        views = await self.refresher.observe_all([(p.spec, p.creds) for p in valid])  # type: ignore[misc]
+        observed = {id(p): v for p, v in zip(valid, views, strict=True)}
+        if not self.leading():
+            return  # the lease was lost while reading: the next active replica writes
+        for p in prepared:
+            if p.uid in self.tracked:
+                self._finish(p, observed.get(id(p)))
+
+    async def _prepare(self, item: tuple[str, kopf.Body]) -> Prepared | None:
+        """One object's spec with its scope and Secrets (or why it is invalid); None when it
+        cannot be prepared at all (logged; its next cycle tries again)."""
+        uid, body = item
+        meta = body.get("metadata", {})
+        p = Prepared(
+            uid=uid,
+            body=body,
+            namespace=str(meta.get("namespace") or "default"),
+            name=str(meta.get("name")),
+            generation=meta.get("generation"),
+            previous=self.written.get(uid),
+        )
+        if p.previous is None:
+            p.previous = copy.deepcopy(dict(body.get("status") or {}))
+        try:
+            spec = await self.secrets.with_tls(parse_spec(body.get("spec")), p.namespace)
+            p.spec = await self.secrets.scoped(spec, p.namespace)
+            p.creds = await self.credentials(p.spec, p.namespace)
+        except ConfigError as exc:
+            p.spec, p.invalid = None, exc
+        except Exception:  # noqa: BLE001 - one object's failure never fails the others
+            self.failures += 1
+            log.exception("%s/%s: cannot refresh", p.namespace, p.name)
+            return None
+        return p
+
+    async def _maybe_release(self, p: Prepared) -> None:
+        """Act on a force-release annotation once (until the annotation is removed)."""
+        request = (p.body.get("metadata", {}).get("annotations") or {}).get(
+            FORCE_RELEASE_ANNOTATION
+        )
+        if request is None:
+            self.released.pop(p.uid, None)
+        elif self.released.get(p.uid) != request and await self._force_release(p):
+            self.released[p.uid] = request  # done; skip it until its removal is seen
+
+    def _finish(self, p: Prepared, observation: Observation | None) -> None:
+        """The object's new status from its read: post the Events it warrants and queue the
+        status patch if anything changed."""
+        previous = p.previous or {}
+        if p.spec is None or observation is None:
+            assert p.invalid is not None
+            new = reconcile.invalid_status(
+                p.invalid, generation=p.generation, previous=previous, now=time.time()
+            )
+        else:
+            view, read_at = observation
+            new = reconcile.compute_status(
+                p.spec,
+                view,
+                read_at=read_at,
+                generation=p.generation,
+                previous=previous,
+                now=time.time(),
+            )
+        diff = reconcile.status_patch(previous, new, now=time.time(), refresh=self.config.refresh)
+        for event in reconcile.decide_events(previous, new, p.invalid):
+            self.events.post(p.body, type=event.type, reason=event.reason, message=event.message)
+            # Our own logger: kopf's per-object logger is quiet unless --verbose (see runner).
+            log.log(
+                logging.WARNING if event.type == reconcile.WARNING else logging.INFO,
+                "%s/%s %s: %s",
+                p.namespace,
+                p.name,
+                event.reason,
+                event.message,
+            )
+        if diff is not None:
+            self.patcher.submit(object_path(p.namespace, p.name) + "/status", {"status": diff})
+            self.written[p.uid] = new
+        self.names[p.uid] = (p.namespace, p.name)
+
+    async def _send(self, path: str, patch: dict[str, Any]) -> None:
+        await self.kube.request(
+            "PATCH",
+            path,
+            body=patch,
+            content_type="application/merge-patch+json",
+            timeout=apifaults.REQUEST_TIMEOUT,
+        )
+
+    async def _force_release(self, p: Prepared) -> bool:
+        """Force-release on every node; True (and the annotation's removal queued) once a
+        quorum did."""
+        assert p.spec is not None
+        meta = p.body.get("metadata", {})
+        value = (meta.get("annotations") or {}).get(FORCE_RELEASE_ANNOTATION)
+        holder = (p.body.get("status") or {}).get("holder")
+        results = await self.reader.force_release(p.spec, p.creds)
         failed = {n: r for n, r in results.items() if isinstance(r, BaseException)}
         done = len(results) - len(failed)
         removed = sum(r[0] for r in results.values() if not isinstance(r, BaseException))
@@ -269,13 +344,49 @@ class Runtime:
         )
         if failed:
             message += "; failed on " + ", ".join(f"{n}: {e}" for n, e in failed.items())
-        self.events.post(body, type=reconcile.WARNING, reason="ForceReleased", message=message)
-        meta = body.get("metadata", {})
-        log.warning("%s/%s ForceReleased: %s", meta.get("namespace"), meta.get("name"), message)
-        if done < spec.quorum:
+        self.events.post(p.body, type=reconcile.WARNING, reason="ForceReleased", message=message)
+        log.warning("%s/%s ForceReleased: %s", p.namespace, p.name, message)
+        if done < p.spec.quorum:
             return False  # keep the annotation: retried next cycle
-        patch.metadata.setdefault("annotations", {})[FORCE_RELEASE_ANNOTATION] = None
+        annotations = {FORCE_RELEASE_ANNOTATION: None}
+        self.patcher.submit(
+            object_path(p.namespace, p.name), {"metadata": {"annotations": annotations}}
+        )
         return True
+
+
+@dataclass(slots=True)
+class Prepared:
+    """One object in one cycle: what :meth:`Runtime.cycle` knows about it before the read."""
+
+    uid: str
+    body: kopf.Body
+    namespace: str
+    name: str
+    generation: Any
+    previous: dict[str, Any] | None
+    spec: LockSpec | None = None
+    creds: Credentials | None = None
+    invalid: ConfigError | None = None
+
+
+def object_path(namespace: str, name: str) -> str:
+    """The API path of a DistributedLock."""
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+
+
+async def bounded(items: Sequence[T], fn: Callable[[T], Awaitable[R]], limit: int) -> list[R]:
+    """``[await fn(item) for item in items]`` with at most ``limit`` awaiting at once (that
+    many tasks, not one per item; items that need no I/O run without a switch)."""
+    results: list[R | None] = [None] * len(items)
+    todo = iter(enumerate(items))
+
+    async def worker() -> None:
+        for i, item in todo:
+            results[i] = await fn(item)
+
+    await asyncio.gather(*(worker() for _ in range(min(limit, len(items)))))
+    return results  # type: ignore[return-value]
 
 
 def operator_settings(
@@ -384,27 +495,14 @@ def build_registry(
     async def cleanup(**_: Any) -> None:
         await runtime.stop()
 
-    @kopf.timer(
-        GROUP,
-        VERSION,
-        PLURAL,
-        registry=reg,
-        id="refresh",
-        interval=min(0.1, config.refresh / 10),
-        backoff=config.refresh,
-    )
-    async def refresh(body: Any, patch: Any, **kwargs: Any) -> None:
-        # Waiting for the next cycle must not delay shutdown or deletion: race it with `stopped`.
-        work = asyncio.ensure_future(runtime.reconcile(body, patch))
-        stop = asyncio.ensure_future(kwargs["stopped"].wait())
+    @kopf.daemon(GROUP, VERSION, PLURAL, registry=reg, id="refresh")
+    async def refresh(body: kopf.Body, meta: Any, stopped: Any, **_: Any) -> None:
+        # Idle: the refresh loop reads kopf's live body; stopping (a delete) ends the tracking.
+        uid = str(meta.get("uid") or meta.get("name"))
+        runtime.track(uid, body)
         try:
-            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await stopped.wait()
         finally:
-            for task in (work, stop):
-                if not task.done():
-                    task.cancel()
-        if work.done() and not work.cancelled() and work.exception() is not None:
-            runtime.failures += 1
-            work.result()  # re-raise a failure for kopf's retry/backoff
+            runtime.untrack(uid)
 
     return reg

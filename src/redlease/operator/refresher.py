@@ -1,9 +1,9 @@
 """Batch the per-lock status reads of one refresh cycle into one read per node.
 
-Every DistributedLock's kopf timer calls :meth:`Refresher.observe`, which parks the request
-until the next cycle. A cycle starts at most once per ``interval`` seconds and hands every
-parked request to :meth:`NodeReader.read` at once, so 1,000 locks on one node cost a few
-pipelined round trips per cycle instead of 1,000.
+The operator's refresh loop hands every DistributedLock to :meth:`Refresher.observe_all`,
+which parks the requests until the next cycle. A cycle starts at most once per ``interval``
+seconds and hands every parked request to :meth:`NodeReader.read` at once, so 1,000 locks on
+one node cost a few pipelined round trips per cycle instead of 1,000.
 """
 
 from __future__ import annotations
@@ -39,6 +39,31 @@ class Refresher:
         self._pending.append((spec, creds, fut))
         self._arrived.set()
         return await fut
+
+    async def observe_all(
+        self, requests: Sequence[tuple[LockSpec, Credentials | None]]
+    ) -> list[Observation]:
+        """Each lock's state as read by the next cycle (one future each, no task)."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Observation]] = []
+        for spec, creds in requests:
+            fut: asyncio.Future[Observation] = loop.create_future()
+            self._pending.append((spec, creds, fut))
+            futures.append(fut)
+        if not futures:
+            return []
+        self._arrived.set()
+        try:
+            await asyncio.wait(futures)
+        except asyncio.CancelledError:
+            for fut in futures:
+                fut.cancel()
+            raise
+        failures = [fut.exception() for fut in futures]  # all retrieved, the first raised
+        for exc in failures:
+            if exc is not None:
+                raise exc
+        return [fut.result() for fut in futures]
 
     def stale(self, now: float | None = None) -> bool:
         """True when requests have waited several intervals without a cycle (a hung loop)."""

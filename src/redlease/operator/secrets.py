@@ -4,15 +4,19 @@ labels, :func:`redlease.kube.spec.key_scope`).
 
 Reads go through :class:`~redlease.kube.client.KubeClient` on the caller's loop, one attempt of
 at most ``timeout`` seconds (a stalled API server costs one timeout: the next refresh tries
-again), and are cached for ``ttl`` seconds. Failures are :class:`ConfigError` naming the spec
-field that led to the read.
+again), and are cached for ``ttl`` seconds; while the API server is away (no answer, 5xx), the
+last value read is used past its ``ttl``, so an outage does not turn valid locks invalid.
+Concurrent reads of one object share one request (single flight: a cold start with thousands of
+locks in one namespace reads its Namespace once). Failures are :class:`ConfigError` naming the
+spec field that led to the read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from redlease.errors import ConfigError, KubeError
@@ -29,8 +33,13 @@ from redlease.kube.spec import (
     tls_material,
     with_tls_material,
 )
+from redlease.operator.apifaults import transient
 
 Ref = SecretRef | CaSecretRef | CertSecretRef
+
+
+class Unreachable(ConfigError):
+    """The API server did not answer the read (or answered 5xx): a last value may stand in."""
 
 
 class SecretSource:
@@ -42,6 +51,24 @@ class SecretSource:
         self.timeout = timeout  # seconds for one Secret GET, connecting included
         self._cache: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._scopes: dict[str, tuple[float, str | None]] = {}
+        self._flights: dict[tuple[object, ...], asyncio.Future[Any]] = {}
+
+    async def _once(self, what: tuple[str, ...], fetch: Callable[[], Awaitable[Any]]) -> Any:
+        """``fetch()``, shared by every caller on this loop that asks for ``what`` while it
+        runs (each gets its result or its error; a cancelled caller cancels only its wait)."""
+        key = (asyncio.get_running_loop(), *what)
+        flight = self._flights.get(key)
+        if flight is None:
+            flight = asyncio.ensure_future(fetch())
+            self._flights[key] = flight
+            flight.add_done_callback(lambda f: self._land(key, f))
+        return await asyncio.shield(flight)
+
+    def _land(self, key: tuple[object, ...], flight: asyncio.Future[Any]) -> None:
+        if self._flights.get(key) is flight:
+            del self._flights[key]
+        if not flight.cancelled():
+            flight.exception()  # retrieved: a failure nobody awaited any more is not logged
 
     async def _get(self, path: str, field: str, failed: str, missing: Any = ...) -> Any:
         """GET ``path`` in one attempt of at most ``timeout`` seconds; a failure is a
@@ -52,7 +79,8 @@ class SecretSource:
         except KubeError as exc:
             if exc.status == 404 and missing is not ...:
                 return missing
-            raise ConfigError(field, f"{failed}: {exc.reason}") from None
+            error = Unreachable if transient(exc) else ConfigError
+            raise error(field, f"{failed}: {exc.reason}") from None
 
     async def secret(self, namespace: str, ref: Ref) -> dict[str, Any]:
         """The Secret (its labels, annotations and data), cached for ``ttl`` seconds."""
@@ -60,6 +88,18 @@ class SecretSource:
         hit = self._cache.get(key)
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
+        try:
+            secret: dict[str, Any] = await self._once(
+                ("secret", namespace, ref.name), lambda: self._fetch(ref, key)
+            )
+        except Unreachable:
+            if hit is None:
+                raise
+            return hit[1]
+        return secret
+
+    async def _fetch(self, ref: Ref, key: tuple[str, str]) -> dict[str, Any]:
+        namespace = key[0]
         obj = await self._get(
             f"/api/v1/namespaces/{namespace}/secrets/{ref.name}",
             f"{ref.field}.name",
@@ -100,16 +140,25 @@ class SecretSource:
         if hit is not None and hit[0] > time.monotonic():
             scope = hit[1]
         else:
-            ns = await self._get(
-                f"/api/v1/namespaces/{namespace}",
-                "metadata.namespace",
-                f"cannot read Namespace {namespace} (for its {SHARED_KEYS_LABEL} label)",
-                missing=None,
-            )
-            labels = _mapping(_mapping(ns, "metadata"), "labels")
-            scope = key_scope(namespace, dict(labels))
-            self._scopes[namespace] = (time.monotonic() + self._ttl, scope)
+            try:
+                scope = await self._once(("namespace", namespace), lambda: self._scope(namespace))
+            except Unreachable:
+                if hit is None:
+                    raise
+                scope = hit[1]
         return dataclasses.replace(spec, scope=scope)
+
+    async def _scope(self, namespace: str) -> str | None:
+        ns = await self._get(
+            f"/api/v1/namespaces/{namespace}",
+            "metadata.namespace",
+            f"cannot read Namespace {namespace} (for its {SHARED_KEYS_LABEL} label)",
+            missing=None,
+        )
+        labels = _mapping(_mapping(ns, "metadata"), "labels")
+        scope = key_scope(namespace, dict(labels))
+        self._scopes[namespace] = (time.monotonic() + self._ttl, scope)
+        return scope
 
 
 def _mapping(obj: Any, key: str) -> dict[str, Any]:
