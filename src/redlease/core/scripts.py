@@ -665,8 +665,9 @@ STATUS = Script(
 --          live readers, {live candidate identities}, live waiters}
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return {now, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[1]),
+local ms = string.sub('00000' .. t[2], -6, -4)  -- the milliseconds of the second, 3 digits
+local now = t[1] .. ms  -- server time in ms as text: what Redis would print for the number
+return {t[1] * 1000 + ms, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[1]),
   tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('HGETALL', KEYS[3]),
   redis.call('ZCOUNT', KEYS[4], now, '+inf'),
   redis.call('ZRANGEBYSCORE', KEYS[5], now, '+inf'),
