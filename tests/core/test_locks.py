@@ -17,6 +17,7 @@ from redlease import (
     NotOwned,
 )
 from redlease.core import _sync, flows
+from redlease.core.keys import LockKeys
 from redlease.devtools.polling import wait_until
 
 
@@ -83,6 +84,20 @@ def test_fencing_tokens_increase_across_holders_and_expiry(any_client: Any, lock
         if i % 2:
             lock.release()  # the others just expire
     assert tokens == sorted(tokens) and len(set(tokens)) == 5
+
+
+def test_a_fence_counter_ahead_of_the_clock_is_followed(any_client: Any, lock_name: str) -> None:
+    """The token rule (``grant``: max of counter + 1 and the server clock in us) on the
+    uncontended path (scripts.ACQUIRE's first branch) and on a re-entry after a release."""
+    fence = LockKeys.for_name(lock_name).fence
+    ahead = 9_000_000_000_000_000  # above any server clock in us, below 2**53
+    any_client.set(fence, ahead)
+    lock = redlease.Lock(any_client, lock_name, ttl=10)
+    assert lock.acquire().fencing_token == ahead + 1
+    lock.release()
+    assert lock.acquire().fencing_token == ahead + 2
+    lock.release()
+    assert int(any_client.get(fence)) == ahead + 2
 
 
 def test_honest_timeout(any_client: Any, lock_name: str) -> None:

@@ -61,7 +61,9 @@ def _prelude_for(lua: str) -> str:
 
 # Shared Lua prelude. ``now_ms()`` is server time in ms as a string, ``clock()`` the same as a
 # number (TIME is read at most once, on demand). Hot paths keep values as strings: Lua turns a
-# number into text with printf, which costs more than most of the commands they call.
+# number into text with printf, which costs more than most of the commands they call, and text
+# into a number with strtod (``tonumber`` twice; arithmetic on the strings, as ``grant`` compares
+# them, once).
 # ``enqueue`` registers a blocked acquirer as a waiter (sorted set, score = when the
 # registration lapses) so that a release hands the lock to waiters first. ``notify`` runs after
 # a release: if live waiters exist it reserves the free lock for them for ``handoff_ms`` and
@@ -72,7 +74,8 @@ local now_cache = nil
 local function server_now()  -- {ms, us}: server time as strings, TIME read once, on demand
   if not now_cache then
     local t = redis.call('TIME')  -- seconds and microseconds, as strings
-    local us = string.sub('00000' .. t[2], -6)
+    local us = t[2]
+    if #us < 6 then us = string.sub('00000' .. us, -6) end
     now_cache = {t[1] .. string.sub(us, 1, 3), t[1] .. us}
   end
   return now_cache
@@ -163,11 +166,11 @@ end
 local function grant(lease, fence_key, history, token, identity, ttl, min_fence, mode)
   local fence = server_now()[2]
   local prev = redis.call('SET', fence_key, fence, 'GET')
-  if prev and tonumber(prev) >= tonumber(fence) then  -- the counter is ahead of the clock
-    fence = string.format('%d', tonumber(prev) + 1)
+  if prev and prev - fence >= 0 then  -- the counter is ahead of the clock
+    fence = string.format('%d', prev + 1)
     redis.call('SET', fence_key, fence)
   end
-  if tonumber(fence) < min_fence then
+  if min_fence > 0 and fence - min_fence < 0 then
     fence = string.format('%d', min_fence)
     redis.call('SET', fence_key, fence)
   end
@@ -274,6 +277,8 @@ ACQUIRE = Script(
 -- own grant list (wake list .. ':' .. owner token). A refused caller then
 -- enlists for a direct hand-off (see pass_on); a caller that finds the lease already granted to
 -- it that way (it stopped waiting before the grant arrived) takes it with a fresh TTL.
+-- One lock, free and not reserved, with ARGV[7] '0': granted by the first branch (no waiter
+-- bookkeeping to do), with the same reply, keys and token rule (grant).
 -- Returns 'fence count now_ms transitions' granted (a string; transitions -1 on re-entry)
 --         {0, pttl_ms, holder, i...} held   {3, pttl_ms, '', i...} reserved for waiters
 --           (i...: positions of the locks that refused; the caller is registered there only;
@@ -285,6 +290,13 @@ ACQUIRE = Script(
     + """
 local token = ARGV[1]
 local ttl = ARGV[2]
+-- The uncontended case first: one lock, free and not reserved, the caller registered nowhere
+-- (one EXISTS for both keys). What the general path below does then, without its bookkeeping.
+if #KEYS < 10 and ARGV[7] == '0' and redis.call('EXISTS', KEYS[1], KEYS[5]) == 0 then
+  local fence, transitions = grant(KEYS[1], KEYS[2], KEYS[3], token, ARGV[3], ttl,
+    ARGV[6] == '0' and 0 or tonumber(ARGV[6]), 'x')
+  return fence .. ' 1 ' .. now_ms() .. ' ' .. transitions
+end
 local registered = ARGV[7] ~= '0'
 local n = math.floor(#KEYS / 5)
 local direct = KEYS[5 * n + 1]
@@ -384,9 +396,17 @@ RELEASE = Script(
 -- ARGV[3] handoff ms   ARGV[4] '1' wake every waiter, '0' one
 -- Returns the remaining reentrant count (0 = lease gone) when released, -1 when not the owner
 --   (of at least one lock; the owner's other locks are released)
+-- One lock with ARGV[2] '1' (the common release) takes the first branch: the same steps.
 """
     + _PRELUDE
     + """
+if #KEYS < 8 and ARGV[2] == '1' then  -- one lock, every count: the loop below, for n = 1
+  if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return -1 end
+  redis.call('DEL', KEYS[1])
+  pass_on(KEYS[1], KEYS[5], KEYS[6], KEYS[2], KEYS[3], KEYS[4], KEYS[7], ARGV[3],
+    ARGV[4] == '1')
+  return 0
+end
 local n = math.floor(#KEYS / 4)
 local full = ARGV[2] == '1'
 local owned, count = 0, 0
@@ -645,8 +665,9 @@ STATUS = Script(
 --          live readers, {live candidate identities}, live waiters}
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return {now, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[1]),
+local ms = string.sub('00000' .. t[2], -6, -4)  -- the milliseconds of the second, 3 digits
+local now = t[1] .. ms  -- server time in ms as text: what Redis would print for the number
+return {t[1] * 1000 + ms, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[1]),
   tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('HGETALL', KEYS[3]),
   redis.call('ZCOUNT', KEYS[4], now, '+inf'),
   redis.call('ZRANGEBYSCORE', KEYS[5], now, '+inf'),
