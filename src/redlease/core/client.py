@@ -65,9 +65,21 @@ def scripting(home: Any) -> Scripting:
     """How the server behind ``home`` (a connection pool or cluster node) runs scripts; shared
     by every lock on it, so only the first call learns whether it has Functions.
 
-    Kept by ``id(home)`` (asyncio cluster nodes cannot be weakly referenced): a reused id only
-    costs a :meth:`Scripting.recover` round trip, and the table is emptied when it grows large.
+    Kept on ``home`` itself, so it lives and dies with it: a pool made later at a freed pool's
+    address must not inherit a verdict about another server's library (that let FCALL run an
+    unverified library, tests/core/test_function_trust.py). Objects that take no attribute are
+    kept by ``id(home)`` (asyncio cluster nodes cannot be weakly referenced); the table is
+    emptied when it grows large.
     """
+    found = getattr(home, "_redlease_scripting", None)
+    if isinstance(found, Scripting):
+        return found
+    try:
+        found = Scripting()
+        home._redlease_scripting = found
+        return found
+    except AttributeError:
+        pass
     found = _SCRIPTING.get(id(home))
     if found is None:
         if len(_SCRIPTING) > 4096:
