@@ -8,12 +8,12 @@ redis-benchmark) is reported as skipped.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ("uncontended", "handoff", "failover", "quorum", "waiters", "longpoll")
@@ -41,66 +41,58 @@ PLANS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="short run (< 1 minute)")
-    ap.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated scenarios")
-    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results.json")
-    ap.add_argument("--markdown", type=Path, default=ROOT / "docs" / "benchmarks.md")
-    ap.add_argument("--chart", type=Path, default=ROOT / "docs" / "handoff.png")
-    ap.add_argument(
-        "--render-only", action="store_true", help="re-render docs from the existing JSON"
-    )
-    args = ap.parse_args(argv)
-    only = {s.strip() for s in args.only.split(",") if s.strip()}
-    unknown = only - set(SCENARIOS)
-    if unknown:
-        ap.error(f"--only: unknown scenario(s) {', '.join(sorted(unknown))}")
+def _measure(only: list[str], mode: str, plan: Plan, log: Callable[[str], None]) -> dict[str, Any]:
+    """Run the selected scenarios; each one's results under its name."""
+    from bench import failover, handoff, uncontended
 
+    results: dict[str, Any] = {}
+    if "uncontended" in only:
+        results["uncontended"] = uncontended.scenario(
+            seconds=plan.pair_seconds, reps=plan.pair_reps, warmup=plan.pair_warmup,
+            ref_requests=plan.ref_requests, log=log,
+        )  # fmt: skip
+    if "handoff" in only:
+        results["handoff"] = handoff.scenario(
+            seconds=plan.handoff_seconds, reps=plan.handoff_reps, log=log
+        )
+    if "failover" in only:
+        results["failover"] = failover.scenario(
+            reps=plan.failover_reps, ttl=plan.failover_ttl, idle_seconds=plan.idle_seconds,
+            log=log,
+        )  # fmt: skip
+    if "quorum" in only:
+        from bench import quorum_compare
+
+        results["quorum"] = quorum_compare.scenario(seconds=plan.handoff_seconds * 2, log=log)
+    if "waiters" in only:
+        from bench import waiters
+
+        counts = waiters.COUNTS if mode == "full" else waiters.COUNTS[:3]
+        results["waiters"] = waiters.scenario(counts, log=log)
+    if "longpoll" in only:
+        from bench import measure_longpoll
+
+        results["longpoll"] = measure_longpoll.scenario(reps=plan.longpoll_reps, log=log)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
     from bench import report
-    from bench.runinfo import clean, finish, start, unclean
+    from bench.runinfo import arguments, collect
     from bench.targets import evaluate
 
-    if args.render_only:
-        results = unclean(json.loads(args.json.read_text()))
-    else:
-        from bench import failover, handoff, uncontended
-
-        mode = "quick" if args.quick else "full"
-        plan = PLANS[mode]
-        results, log = start(mode, plan)
-
-        if "uncontended" in only:
-            results["uncontended"] = uncontended.scenario(
-                seconds=plan.pair_seconds, reps=plan.pair_reps, warmup=plan.pair_warmup,
-                ref_requests=plan.ref_requests, log=log,
-            )  # fmt: skip
-        if "handoff" in only:
-            results["handoff"] = handoff.scenario(
-                seconds=plan.handoff_seconds, reps=plan.handoff_reps, log=log
-            )
-        if "failover" in only:
-            results["failover"] = failover.scenario(
-                reps=plan.failover_reps, ttl=plan.failover_ttl, idle_seconds=plan.idle_seconds,
-                log=log,
-            )  # fmt: skip
-        if "quorum" in only:
-            from bench import quorum_compare
-
-            results["quorum"] = quorum_compare.scenario(seconds=plan.handoff_seconds * 2, log=log)
-        if "waiters" in only:
-            from bench import waiters
-
-            counts = waiters.COUNTS if mode == "full" else waiters.COUNTS[:3]
-            results["waiters"] = waiters.scenario(counts, log=log)
-        if "longpoll" in only:
-            from bench import measure_longpoll
-
-            results["longpoll"] = measure_longpoll.scenario(reps=plan.longpoll_reps, log=log)
-        finish(results)
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(clean(results), indent=1) + "\n")
-    args.markdown.parent.mkdir(parents=True, exist_ok=True)
+    args, only = arguments(
+        "python -m bench",
+        __doc__,
+        SCENARIOS,
+        {
+            "json": ROOT / "bench" / "results.json",
+            "markdown": ROOT / "docs" / "benchmarks.md",
+            "chart": ROOT / "docs" / "handoff.png",
+        },
+        argv,
+    )
+    results = collect(args, PLANS, lambda mode, plan, log: _measure(only, mode, plan, log))
     has_chart = report.chart(results, args.chart)
     rel = os.path.relpath(args.chart, args.markdown.parent) if has_chart else None
     args.markdown.write_text(report.markdown(results, rel))

@@ -5,12 +5,15 @@ Shared by ``python -m bench`` and ``python -m bench.scale``.
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import os
 import platform
 import time
 from collections.abc import Callable
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 
@@ -92,3 +95,47 @@ def run_line(results: dict[str, Any]) -> str:
         f"{env['cpus']} CPUs, load average {env['load_before']} before and "
         f"{env['load_after']} after; redis-server {env['redis_server']}, Python {env['python']}."
     )
+
+
+def arguments(
+    prog: str,
+    doc: str | None,
+    names: tuple[str, ...],
+    outputs: dict[str, Path],
+    argv: list[str] | None,
+) -> tuple[argparse.Namespace, list[str]]:
+    """The command line both benchmark runners share: ``--quick``, ``--only`` (a comma-separated
+    subset of ``names``, in their order), ``--render-only`` and one path option per entry of
+    ``outputs`` (``json``, ``markdown``, ...: its default). Returns the arguments and the
+    selected names; an unknown name is a usage error naming it."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc)
+    ap.add_argument("--quick", action="store_true", help="short run, fewer points")
+    ap.add_argument("--only", default=",".join(names), help="comma-separated subset")
+    for option, default in outputs.items():
+        ap.add_argument(f"--{option.replace('_', '-')}", type=Path, default=default)
+    ap.add_argument("--render-only", action="store_true", help="re-render from the JSON")
+    args = ap.parse_args(argv)
+    asked = {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = asked - set(names)
+    if unknown:
+        ap.error(f"--only: unknown name(s) {', '.join(sorted(unknown))}")
+    return args, [n for n in names if n in asked]
+
+
+def collect(
+    args: argparse.Namespace,
+    plans: dict[str, Any],
+    measure: Callable[[str, Any, Callable[[str], None]], dict[str, Any]],
+) -> dict[str, Any]:
+    """The results to render: re-read from ``args.json`` with ``--render-only``; else a new run
+    (``measure(mode, plan, log)`` fills in the scenarios), stamped and written to ``args.json``."""
+    args.markdown.parent.mkdir(parents=True, exist_ok=True)
+    if args.render_only:
+        return unclean(json.loads(args.json.read_text()))  # type: ignore[no-any-return]
+    mode = "quick" if args.quick else "full"
+    results, log = start(mode, plans[mode])
+    results.update(measure(mode, plans[mode], log))
+    finish(results)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(clean(results), indent=1) + "\n")
+    return results

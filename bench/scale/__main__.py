@@ -8,8 +8,6 @@ Goals are reported, never asserted: exit status 0 when one is missed. ``make ben
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -115,32 +113,21 @@ def _curve(name: str, plan: Plan, log: Callable[[str], None]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="fewer points, shorter (< 2 minutes)")
-    ap.add_argument("--only", default=",".join(CURVES), help="comma-separated curves")
-    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "scale.json")
-    ap.add_argument("--markdown", type=Path, default=ROOT / "docs" / "scale.md")
-    ap.add_argument("--render-only", action="store_true", help="re-render from the JSON")
-    args = ap.parse_args(argv)
-    only = [c for c in CURVES if c in {s.strip() for s in args.only.split(",")}]
-    unknown = {s.strip() for s in args.only.split(",") if s.strip()} - set(CURVES)
-    if unknown:
-        ap.error(f"--only: unknown curve(s) {', '.join(sorted(unknown))}")
-
-    from bench.runinfo import clean, finish, start, unclean
+    from bench.runinfo import arguments, collect
     from bench.scale import report
 
-    if args.render_only:
-        results = unclean(json.loads(args.json.read_text()))
-    else:
-        mode = "quick" if args.quick else "full"
-        plan = PLANS[mode]
-        results, log = start(mode, plan)
-        results["curves"] = {name: _run(name, plan, log) for name in only}
-        finish(results)
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(clean(results), indent=1) + "\n")
-    args.markdown.parent.mkdir(parents=True, exist_ok=True)
+    args, only = arguments(
+        "python -m bench.scale",
+        __doc__,
+        CURVES,
+        {"json": ROOT / "bench" / "scale.json", "markdown": ROOT / "docs" / "scale.md"},
+        argv,
+    )
+    results = collect(
+        args,
+        PLANS,
+        lambda mode, plan, log: {"curves": {name: _run(name, plan, log) for name in only}},
+    )
     charts = report.charts(results, args.markdown.parent)
     args.markdown.write_text(report.markdown(results, charts))
     print()
