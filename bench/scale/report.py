@@ -232,95 +232,63 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     ]
 
 
-def _operator_rows(res: Mapping[str, Any]) -> list[str]:
+# A point table: (header, the point's field, decimals; None: an integer with thousands commas,
+# "text": as it is). The first column names the point; a point that failed shows its error.
+Columns = Sequence[tuple[str, str, "int | str | None"]]
+
+OPERATOR_COLUMNS: Columns = (
+    ("locks", "locks", None),
+    ("s per refresh", "seconds_per_refresh", 2),
+    ("locks per cycle", "locks_per_cycle", 0),
+    ("operator CPU ms/lock", "cpu_ms_per_lock", 3),
+    ("Redis us/lock", "redis_us_per_lock", 1),
+    ("Redis round trips/cycle", "round_trips_per_cycle", 1),
+    ("API requests/cycle", "api_requests_per_cycle", 1),
+    ("RSS MB", "rss_mb", 0),
+    ("peak RSS MB", "peak_rss_mb", 0),
+    ("first status s", "first_status_s", 1),
+    ("first pass s", "first_pass_s", 1),
+    ("statuses written", "statuses_written", None),
+)
+FLEET_COLUMNS: Columns = (
+    ("electors", "electors", None),
+    ("processes", "processes", "text"),
+    ("renewals/s", "renewals_per_s", 0),
+    ("Redis exec us/renewal", "redis_exec_us_per_renewal", 1),
+    ("commands/renewal", "redis_calls_per_renewal", 1),
+    ("of which library check us", "library_check_us_per_renewal", 1),
+    ("Redis CPU us/renewal", "redis_cpu_us_per_renewal", 1),
+    ("CPU net of idle us", "redis_net_cpu_us_per_renewal", 1),
+    ("clients", "clients", "text"),
+)
+QUORUM_COLUMNS: Columns = (
+    ("client", "flavour", "text"),
+    ("nodes", "nodes", "text"),
+    ("acquires", "acquires", "text"),
+    ("p50 ms", "p50_ms", 2),
+    ("p99 ms", "p99_ms", 2),
+    ("max ms", "max_ms", 2),
+)
+
+
+def _cell(point: Mapping[str, Any], key: str, digits: int | str | None) -> str:
+    if digits is None:
+        value = point.get(key, point.get("locks"))  # statuses written: every lock, before it
+        return f"{value:,}"
+    if digits == "text":
+        return str(point[key])
+    return _n(point[key], int(digits))
+
+
+def _point_table(res: Mapping[str, Any], columns: Columns) -> list[str]:
     rows = []
     for p in res.get("points", []):
+        first = _cell(p, columns[0][1], columns[0][2])
         if "error" in p:
-            rows.append([f"{p['locks']:,}", p["error"], *[""] * 10])
-            continue
-        rows.append(
-            [
-                f"{p['locks']:,}",
-                _n(p["seconds_per_refresh"], 2),
-                _n(p["locks_per_cycle"], 0),
-                _n(p["cpu_ms_per_lock"], 3),
-                _n(p["redis_us_per_lock"], 1),
-                _n(p["round_trips_per_cycle"], 1),
-                _n(p["api_requests_per_cycle"], 1),
-                _n(p["rss_mb"], 0),
-                _n(p["peak_rss_mb"], 0),
-                _n(p["first_status_s"], 1),
-                _n(p["first_pass_s"], 1),
-                f"{p.get('statuses_written', p['locks']):,}",
-            ]
-        )
-    return _table(
-        [
-            "locks",
-            "s per refresh",
-            "locks per cycle",
-            "operator CPU ms/lock",
-            "Redis us/lock",
-            "Redis round trips/cycle",
-            "API requests/cycle",
-            "RSS MB",
-            "peak RSS MB",
-            "first status s",
-            "first pass s",
-            "statuses written",
-        ],
-        rows,
-    )
-
-
-def _fleet_rows(res: Mapping[str, Any]) -> list[str]:
-    rows = []
-    for p in res.get("points", []):
-        if "error" in p:
-            rows.append([f"{p['electors']:,}", p["error"], *[""] * 7])
-            continue
-        rows.append(
-            [
-                f"{p['electors']:,}",
-                str(p["processes"]),
-                _n(p["renewals_per_s"], 0),
-                _n(p["redis_exec_us_per_renewal"], 1),
-                _n(p["redis_calls_per_renewal"], 1),
-                _n(p["library_check_us_per_renewal"], 1),
-                _n(p["redis_cpu_us_per_renewal"], 1),
-                _n(p["redis_net_cpu_us_per_renewal"], 1),
-                str(p["clients"]),
-            ]
-        )
-    return _table(
-        [
-            "electors",
-            "processes",
-            "renewals/s",
-            "Redis exec us/renewal",
-            "commands/renewal",
-            "of which library check us",
-            "Redis CPU us/renewal",
-            "CPU net of idle us",
-            "clients",
-        ],
-        rows,
-    )
-
-
-def _quorum_rows(res: Mapping[str, Any]) -> list[str]:
-    rows = [
-        [
-            p["flavour"],
-            str(p["nodes"]),
-            str(p["acquires"]),
-            _n(p["p50_ms"], 2),
-            _n(p["p99_ms"], 2),
-            _n(p["max_ms"], 2),
-        ]
-        for p in _pts(res)
-    ]
-    return _table(["client", "nodes", "acquires", "p50 ms", "p99 ms", "max ms"], rows)
+            rows.append([first, p["error"], *[""] * (len(columns) - 2)])
+        else:
+            rows.append([first, *(_cell(p, key, d) for _h, key, d in columns[1:])])
+    return _table([h for h, _k, _d in columns], rows)
 
 
 def _floor_rows(res: Mapping[str, Any]) -> list[str]:
@@ -352,9 +320,9 @@ def markdown(results: Mapping[str, Any], charts: Mapping[str, Path]) -> str:
         met = "n/a" if g.met is None else ("yes" if g.met else "**no**")
         out.append(f"| {g.curve} | {g.goal} | {g.smallest} | {g.largest} | {met} |")
     render = {
-        "operator": _operator_rows,
-        "fleet": _fleet_rows,
-        "quorum": _quorum_rows,
+        "operator": lambda res: _point_table(res, OPERATOR_COLUMNS),
+        "fleet": lambda res: _point_table(res, FLEET_COLUMNS),
+        "quorum": lambda res: _point_table(res, QUORUM_COLUMNS),
         "floor": _floor_rows,
     }
     for name, res in results.get("curves", {}).items():
