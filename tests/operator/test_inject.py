@@ -25,7 +25,7 @@ from redlease.operator.injection import (
     InjectConfig,
     LockLookup,
 )
-from redlease.operator.injection.plan import LEADER_WARNING
+from redlease.operator.injection.plan import LEADER_WARNING, native_drain_warning
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = {
@@ -216,6 +216,8 @@ EVERY_OPTION = {
     injection.POD_LABEL_ANNOTATION: "true",
     injection.LEASE_MIRROR_ANNOTATION: "true",
     injection.EVENTS_ANNOTATION: "true",
+    injection.API_LOCKS_ANNOTATION: "jobs/",
+    injection.DRAIN_TIMEOUT_ANNOTATION: "1m30s",
 }
 
 
@@ -226,8 +228,10 @@ def test_every_injected_argument_parses_into_the_config_the_pod_asked_for(
     config builder: every flag exists, and the config is what the annotations asked for."""
     from redlease.cli.sidecar import sidecar_config
 
-    out, result = run(pod(EVERY_OPTION), LockLookup(obj=TLS_LOCK))
-    assert result.warnings == [LEADER_WARNING]
+    out, result = run(
+        pod(EVERY_OPTION, terminationGracePeriodSeconds=120), LockLookup(obj=TLS_LOCK)
+    )
+    assert result.warnings == [LEADER_WARNING, native_drain_warning(90.0)]
     sidecar = next(c for c in out["spec"]["initContainers"] if c["name"] == "redlease")
     # the TLS files where the Secret volumes put them, under tmp_path instead of TLS_DIR
     volumes = {v["name"]: v for v in out["spec"]["volumes"]}
@@ -255,6 +259,7 @@ def test_every_injected_argument_parses_into_the_config_the_pod_asked_for(
     assert config.state_dir == Path(sidecar_args.STATE_DIR)
     assert config.ready == "leader"
     assert config.pod_label and config.lease_mirror and config.events
+    assert config.api_locks == "jobs/" and config.drain_timeout == 90.0
     assert config.identity == "orders-0"
     # the environment the container sets is what the CLI reads
     env = {e["name"] for e in sidecar["env"]}

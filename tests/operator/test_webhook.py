@@ -14,6 +14,7 @@ import jsonpatch
 import pytest
 import pytest_asyncio
 
+from redlease.cli import parse_args
 from redlease.cli.login import SA_DIR
 from redlease.devtools.kubeemulator import NAMESPACE
 from redlease.devtools.manifests import restricted_violations, validate_builtin
@@ -22,6 +23,8 @@ from redlease.devtools.webhookharness import Webhook, parse_answer, review, runn
 from redlease.kube.spec import ALLOWED_NODES_ANNOTATION, LEADER_LABEL
 from redlease.operator import injection
 from redlease.operator.injection import (
+    API_LOCKS_ANNOTATION,
+    DRAIN_TIMEOUT_ANNOTATION,
     HTTP_PORT_ANNOTATION,
     INJECT_ANNOTATION,
     INJECTED_ANNOTATION,
@@ -33,6 +36,7 @@ from redlease.operator.injection import (
     STATE_VOLUME,
 )
 from redlease.operator.injection import lookup as lookup_module
+from redlease.operator.injection.plan import drain_grace_warning, native_drain_warning
 from redlease.operator.webhook import LockSource
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -198,8 +202,28 @@ async def test_lock_is_looked_up_in_the_request_namespace(webhook: Webhook) -> N
         ({LOCK_ANNOTATION: "orders", HTTP_PORT_ANNOTATION: "80"}, HTTP_PORT_ANNOTATION),
         ({LOCK_ANNOTATION: "orders", HTTP_PORT_ANNOTATION: "8080"}, HTTP_PORT_ANNOTATION),
         ({LOCK_ANNOTATION: "orders", POD_LABEL_ANNOTATION: "yes"}, POD_LABEL_ANNOTATION),
+        ({LOCK_ANNOTATION: "orders", API_LOCKS_ANNOTATION: "team-b#jobs/"}, API_LOCKS_ANNOTATION),
+        ({LOCK_ANNOTATION: "orders", API_LOCKS_ANNOTATION: ""}, API_LOCKS_ANNOTATION),
+        ({LOCK_ANNOTATION: "orders", API_LOCKS_ANNOTATION: "jobs {x}"}, API_LOCKS_ANNOTATION),
+        ({LOCK_ANNOTATION: "orders", DRAIN_TIMEOUT_ANNOTATION: "5 min"}, DRAIN_TIMEOUT_ANNOTATION),
+        ({LOCK_ANNOTATION: "orders", DRAIN_TIMEOUT_ANNOTATION: "-1s"}, DRAIN_TIMEOUT_ANNOTATION),
+        ({LOCK_ANNOTATION: "orders", DRAIN_TIMEOUT_ANNOTATION: ""}, DRAIN_TIMEOUT_ANNOTATION),
     ],
-    ids=["lock", "lock-ns", "inject", "ready", "port-low", "port-taken", "pod-label"],
+    ids=[
+        "lock",
+        "lock-ns",
+        "inject",
+        "ready",
+        "port-low",
+        "port-taken",
+        "pod-label",
+        "api-locks-namespace",
+        "api-locks-empty",
+        "api-locks-chars",
+        "drain-unit",
+        "drain-negative",
+        "drain-empty",
+    ],
 )
 async def test_bad_annotations_are_denied_naming_them(
     webhook: Webhook, annotations: dict[str, str], field: str
@@ -419,3 +443,72 @@ async def test_leader_label_is_removed_on_injection(webhook: Webhook) -> None:
     plain["metadata"]["labels"][LEADER_LABEL] = "true"
     answer = await webhook.ask(plain)
     assert answer.allowed and answer.patch == []
+
+
+def _with_grace(pod: dict[str, Any], grace: int | None) -> dict[str, Any]:
+    if grace is not None:
+        pod["spec"]["terminationGracePeriodSeconds"] = grace
+    return pod
+
+
+async def test_lock_api_and_drain_annotations_become_the_sidecars_flags(webhook: Webhook) -> None:
+    """The two annotations reach the sidecar as --api-locks / --drain-timeout (the flag table's
+    names, the sidecar's own parser reads them back), the pod's grace period is never changed,
+    and a re-invocation adds nothing."""
+    annotations = {LOCK_ANNOTATION: "orders", API_LOCKS_ANNOTATION: "jobs/",
+                   DRAIN_TIMEOUT_ANNOTATION: "1m30s"}  # fmt: skip
+    pod = _with_grace(deployment_pod(annotations), 120)
+    answer = await webhook.ask(pod)
+    assert answer.allowed and answer.warnings == [native_drain_warning(90.0)], answer
+    result = check(pod, answer.patch)
+    args = sidecar_of(result)["args"]
+    assert args[-2:] == ["--api-locks=jobs/", "--drain-timeout=90"]
+    parsed = parse_args(args)
+    assert (parsed.api_locks, parsed.drain_timeout) == ("jobs/", 90.0)
+    assert result["spec"]["terminationGracePeriodSeconds"] == 120
+    again = await webhook.ask(result)  # re-invocation: nothing twice
+    assert again.allowed and again.patch == [] and again.warnings == []
+    # a drain of 0 is off: no flag, no warning (as the sidecar's own default)
+    plain = deployment_pod({LOCK_ANNOTATION: "orders", DRAIN_TIMEOUT_ANNOTATION: "0"})
+    off = await webhook.ask(plain)
+    assert off.allowed and off.warnings == []
+    assert not [a for a in sidecar_of(check(plain, off.patch))["args"] if "drain" in a]
+
+
+@pytest.mark.parametrize(("grace", "warns"), [(None, True), (34, True), (35, False)],
+                         ids=["default-30", "short", "enough"])  # fmt: skip
+async def test_a_grace_period_shorter_than_the_drain_warns(
+    webhook: Webhook, grace: int | None, warns: bool
+) -> None:
+    """A 30 s drain needs terminationGracePeriodSeconds >= 35 (the drain + 5 s for the
+    release); a shorter one (Kubernetes' default 30 included) is warned about, never raised."""
+    pod = deployment_pod({LOCK_ANNOTATION: "orders", DRAIN_TIMEOUT_ANNOTATION: "30s"})
+    answer = await webhook.ask(_with_grace(pod, grace))
+    assert answer.allowed
+    expected = drain_grace_warning(30 if grace is None else grace, 30.0, native=True)
+    assert (expected is not None) is warns
+    assert answer.warnings == [native_drain_warning(30.0), *([expected] if expected else [])]
+    if warns:
+        assert "set it to at least 35" in answer.warnings[-1]
+    assert check(pod, answer.patch)["spec"].get("terminationGracePeriodSeconds") == grace
+
+
+async def test_plain_container_mode_drain_warns_only_about_the_grace_period(
+    tmp_path: Any,
+) -> None:
+    """A plain sidecar container gets SIGTERM with the app: the drain can be answered, so no
+    native-mode warning; the grace period must still cover the drain."""
+    async with running_webhook(tmp_path, inject=injection.InjectConfig(native=False)) as hook:
+        hook.add_lock("orders", LOCK_SPEC)
+        hook.add_secret("redis-auth", {"password": "pw"})
+        pod = deployment_pod({LOCK_ANNOTATION: "orders", DRAIN_TIMEOUT_ANNOTATION: "40"})
+        answer = await hook.ask(pod)
+        assert answer.allowed
+        (warning,) = answer.warnings
+        assert warning == drain_grace_warning(30, 40.0, native=False)
+        assert "native" not in warning and "at least 45" in warning
+        enough = await hook.ask(_with_grace(deployment_pod(pod["metadata"]["annotations"]), 45))
+        assert enough.allowed and enough.warnings == []
+        (sidecar,) = [c for c in check(pod, answer.patch)["spec"]["containers"]
+                      if c["name"] == SIDECAR_NAME]  # fmt: skip
+        assert "--drain-timeout=40" in sidecar["args"]

@@ -20,11 +20,13 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import kmock
 import pytest
 
+from redlease.core.keys import LockKeys, scoped_name
 from redlease.devtools.kubeemulator import NAMESPACE, RESOURCE
 from redlease.devtools.kubeemulator import until as harness_until
 from redlease.devtools.localredis import RedisServer, free_port
@@ -32,6 +34,7 @@ from redlease.devtools.sidecarprocs import ROOT, env
 from redlease.devtools.webhookharness import running_webhook
 from redlease.kube.spec import CREDENTIALS_LABEL, LEADER_LABEL
 from redlease.operator.injection import (
+    API_LOCKS_ANNOTATION,
     HTTP_PORT_ANNOTATION,
     LOCK_ANNOTATION,
     POD_LABEL_ANNOTATION,
@@ -384,3 +387,117 @@ async def test_admitted_nodes_are_pinned_across_edits_and_restarts(tmp_path: Pat
         assert fake.server is not None
         fake.server.close()
         server.stop()
+
+
+OTHER = "billing"  # a second namespace with the same DistributedLock and the same annotation
+
+
+def _namespace(name: str) -> Callable[[], dict[str, Any]]:
+    """A Namespace without the shared-keys label (KMock calls it for each GET)."""
+    return lambda: {"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": name, "labels": {}}}  # fmt: skip
+
+
+async def _lock_call(port: int, name: str, verb: str, body: dict[str, Any]) -> tuple[int, Any]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"http://127.0.0.1:{port}/locks/{quote(name, safe='/')}/{verb}", json=body
+        ) as resp,
+    ):
+        return resp.status, await resp.json()
+
+
+@pytest.mark.slow
+async def test_injected_lock_api_names_are_scoped_to_the_pods_namespace(tmp_path: Path) -> None:
+    """Two pods in two namespaces, both annotated ``redlease.dev/api-locks: jobs/``, their
+    sidecars started with the args the webhook injected, on one Redis: each app locks
+    ``jobs/x`` and gets it -- in Redis these are ``apps#jobs/x`` and ``billing#jobs/x``, two
+    keys (the namespace scope of DistributedLock keys, core/keys.py ``scoped_name``) -- and no
+    name an app can send reaches the other namespace's key (``#`` is refused, names outside the
+    prefix are 403). The Namespaces carry no ``redlease.dev/shared-keys`` label."""
+    import jsonpatch
+
+    server = RedisServer(password=PASSWORD).start()
+    secrets = {"redis-auth": {"password": PASSWORD}}
+    namespaces = (NAMESPACE, OTHER)
+    pods: dict[str, dict[str, Any]] = {}
+    try:
+        async with running_webhook(tmp_path) as hook:
+            for ns in namespaces:
+                hook.add_lock("orders", lock_spec(server), namespace=ns)
+                hook.add_secret("redis-auth", secrets["redis-auth"], namespace=ns)
+                pod = template(free_port())
+                pod["metadata"]["annotations"][API_LOCKS_ANNOTATION] = "jobs/"
+                answer = await hook.ask(pod, namespace=ns)
+                assert answer.allowed and answer.warnings == [], answer
+                patched = jsonpatch.apply_patch(pod, answer.patch)
+                patched["metadata"].update(name=f"orders-{ns}", namespace=ns)
+                pods[ns] = patched
+
+        async with kmock.KubernetesEmulator() as api, kmock.Server(api) as srv:
+            api.resources["v1/pods"] = kmock.ResourceInfo(kind="Pod", namespaced=True)
+            api.resources[RESOURCE] = kmock.ResourceInfo(kind="DistributedLock", namespaced=True)
+            for ns in namespaces:
+                api[f"get /api/v1/namespaces/{ns}"] << _namespace(ns)
+                api.objects["v1/pods", ns, f"orders-{ns}"] = pods[ns]
+                api.objects[RESOURCE, ns, "orders"] = {
+                    "metadata": {"name": "orders", "namespace": ns, "generation": 1},
+                    "spec": lock_spec(server),
+                }
+            kube_api = f"http://127.0.0.1:{srv.port}"
+            started: dict[str, Started] = {}
+            ports: dict[str, int] = {}
+            try:
+                for ns, pod in pods.items():
+                    (container,) = [
+                        c for c in pod["spec"]["initContainers"] if c["name"] == SIDECAR_NAME
+                    ]
+                    assert "--api-locks=jobs/" in container["args"]
+                    environ = env(
+                        **resolve_env(container, pod, secrets), REDLEASE_KUBE_API=kube_api
+                    )
+                    state = tmp_path / f"state-{ns}"
+                    state.mkdir()
+                    started[ns] = Started(container, environ, state)
+                    ports[ns] = int(pod["metadata"]["annotations"][HTTP_PORT_ANNOTATION])
+                await _check_scoped_lock_api(server, ports)
+            finally:
+                for sc in started.values():
+                    sc.stop()
+    finally:
+        server.stop()
+
+
+async def _check_scoped_lock_api(server: RedisServer, ports: dict[str, int]) -> None:
+    a, b = ports[NAMESPACE], ports[OTHER]
+    ask = {"ttl_ms": 30_000}
+
+    async def served(port: int) -> bool:  # 503 until the sidecar has read its lock
+        try:
+            status, _ = await _lock_call(port, "jobs/probe", "acquire", ask)
+        except (aiohttp.ClientError, ValueError):
+            return False
+        return status == 200
+
+    for port in (a, b):
+        await harness_until(lambda port=port: served(port), timeout=30.0, what="the lock API")
+    status, got_a = await _lock_call(a, "jobs/x", "acquire", ask)
+    assert status == 200, got_a
+    status, got_b = await _lock_call(b, "jobs/x", "acquire", ask)
+    assert status == 200, got_b  # the same name in another namespace: another key
+    client = server.client()
+    for ns in (NAMESPACE, OTHER):
+        assert client.exists(LockKeys.for_name(scoped_name(ns, "jobs/x")).lease)
+    assert not client.exists(LockKeys.for_name("jobs/x").lease)  # never the unscoped name
+    # within a namespace it is one lock
+    status, held = await _lock_call(a, "jobs/x", "acquire", ask)
+    assert status == 409, held
+    # no name reaches the other namespace's key: "#" is the scope's, outside the prefix is 403
+    for name, code in ((f"jobs/{OTHER}#jobs/x", 400), (f"{OTHER}#jobs/x", 403)):
+        status, refused = await _lock_call(a, name, "acquire", ask)
+        assert (status, refused.get("field")) == (code, "name"), refused
+    status, _ = await _lock_call(a, "jobs/x", "release", {"lease": got_a["lease"]})
+    assert status == 200
+    assert not client.exists(LockKeys.for_name(scoped_name(NAMESPACE, "jobs/x")).lease)
+    assert client.exists(LockKeys.for_name(scoped_name(OTHER, "jobs/x")).lease)

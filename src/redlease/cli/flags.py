@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from redlease.cli.command import Flag
-from redlease.cli.durations import positive_duration
+from redlease.core.durations import positive_duration
 from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args as sa

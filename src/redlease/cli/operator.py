@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 from redlease.cli import flags
 from redlease.cli.command import Command, Flag
-from redlease.cli.durations import parse_duration
 from redlease.cli.inject import WEBHOOK, webhook_config
 from redlease.cli.login import Pod, operator_login, this_pod
+from redlease.core.durations import parse_duration
 from redlease.core.timing import TTL_RANGE
 from redlease.errors import ConfigError
 

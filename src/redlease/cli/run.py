@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from redlease.cli import flags
 from redlease.cli.command import Command, Flag
-from redlease.cli.durations import positive_duration
 from redlease.cli.login import sidecar_login, this_pod
+from redlease.core.durations import positive_duration
 from redlease.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from redlease.cli import flags
 from redlease.cli.command import Command, Flag
-from redlease.cli.durations import parse_duration
 from redlease.cli.login import Pod, sidecar_login, this_pod
+from redlease.core.durations import parse_duration
 from redlease.kube import sidecar_args as sa
 from redlease.kube.spec import DEFAULT_READY, READY_MODES
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from redlease.cli.command import Command, Flag
-from redlease.cli.durations import positive_duration
 from redlease.cli.longpoll import follow, status_url
+from redlease.core.durations import positive_duration
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args as sa
 from redlease.sidecar.statefile import file_name, until_epoch

@@ -75,6 +75,8 @@ class SidecarArgs:
     metrics_port: int | None = None  # /metrics on every interface, for scrapers
     tls_ca: bool = False  # the CA file is mounted at TLS_CA_FILE
     tls_client: bool = False  # the client pair is mounted at TLS_CERT_FILE / TLS_KEY_FILE
+    api_locks: str | None = None  # the lock API's name prefix; None: off
+    drain_timeout: float = 0.0  # seconds; 0: off
 
     def argv(self) -> list[str]:
         """``sidecar`` and its flags, in a fixed order."""
@@ -92,6 +94,10 @@ class SidecarArgs:
         args += [flag for flag, on in switches if on]
         if self.metrics_port is not None:
             args.append(f"{METRICS}=0.0.0.0:{self.metrics_port}")  # noqa: S104 - for scrapers
+        if self.api_locks is not None:
+            args.append(f"{API_LOCKS}={self.api_locks}")
+        if self.drain_timeout > 0:
+            args.append(f"{DRAIN_TIMEOUT}={self.drain_timeout:.15g}")  # seconds, the flag's syntax
         if self.tls_ca:
             args.append(f"{TLS_CA_FILE_FLAG}={TLS_CA_FILE}")
         if self.tls_client:

@@ -20,6 +20,8 @@ only (a projected volume; the pod's own automount is turned off unless the pod a
 """
 
 from redlease.operator.injection.annotations import (
+    API_LOCKS_ANNOTATION,
+    DRAIN_TIMEOUT_ANNOTATION,
     EVENTS_ANNOTATION,
     HTTP_PORT_ANNOTATION,
     INJECT_ANNOTATION,
@@ -63,8 +65,10 @@ from redlease.operator.injection.lookup import (
 from redlease.operator.injection.plan import Injection, plan
 
 __all__ = [
+    "API_LOCKS_ANNOTATION",
     "DEFAULT_IMAGE",
     "DEFAULT_RESOURCES",
+    "DRAIN_TIMEOUT_ANNOTATION",
     "EVENTS_ANNOTATION",
     "HTTP_PORT_ANNOTATION",
     "INJECTED_ANNOTATION",

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from redlease.core.connect import digits
+from redlease.core.durations import parse_duration
+from redlease.core.keys import validate_name
 from redlease.errors import ConfigError
 from redlease.kube.sidecar_args import DEFAULT_HTTP_PORT
 from redlease.kube.spec import DEFAULT_READY, GROUP, READY_MODES, validate_object_name
@@ -20,6 +22,8 @@ HTTP_PORT_ANNOTATION = f"{GROUP}/http-port"  # the sidecar's loopback port (4040
 LEASE_MIRROR_ANNOTATION = f"{GROUP}/lease-mirror"  # "true": keep a coordination.k8s.io Lease
 EVENTS_ANNOTATION = f"{GROUP}/events"  # "true": post became/stopped-leading Events
 METRICS_PORT_ANNOTATION = f"{GROUP}/metrics-port"  # /metrics alone on the pod IP, for scrapers
+API_LOCKS_ANNOTATION = f"{GROUP}/api-locks"  # PREFIX: the lock API for names under it
+DRAIN_TIMEOUT_ANNOTATION = f"{GROUP}/drain-timeout"  # DURATION: drain before a step-down
 INJECTED_ANNOTATION = f"{GROUP}/injected"  # set by the injector: the redlease version
 OPTION_ANNOTATIONS = (
     LOCK_ANNOTATION,
@@ -30,6 +34,8 @@ OPTION_ANNOTATIONS = (
     LEASE_MIRROR_ANNOTATION,
     EVENTS_ANNOTATION,
     METRICS_PORT_ANNOTATION,
+    API_LOCKS_ANNOTATION,
+    DRAIN_TIMEOUT_ANNOTATION,
     INJECTED_ANNOTATION,
 )
 
@@ -45,6 +51,8 @@ class Options:
     lease_mirror: bool = False
     events: bool = False
     metrics_port: int | None = None
+    api_locks: str | None = None  # the lock API's name prefix; None: off
+    drain_timeout: float = 0.0  # seconds; 0: off
 
 
 def annotations_of(pod: Mapping[str, Any]) -> Mapping[str, str]:
@@ -80,6 +88,27 @@ def _port(annotations: Mapping[str, str], key: str, default: int | None) -> int 
     if number is None or not 1024 <= number <= 65535:
         raise ConfigError(key, f"must be a port number from 1024 to 65535, got {raw!r}")
     return number
+
+
+def _prefix(annotations: Mapping[str, str], key: str) -> str | None:
+    """A lock-name prefix (the names the lock API serves start with it): the rule of lock
+    names, so no ``#`` -- the sidecar puts the pod's namespace before every name it serves."""
+    if key not in annotations:
+        return None
+    return validate_name(str(annotations[key]).strip(), key, scoped=False)
+
+
+def _duration(annotations: Mapping[str, str], key: str) -> float:
+    """A duration in the syntax of the sidecar's duration flags; 0 when absent."""
+    if key not in annotations:
+        return 0.0
+    raw = str(annotations[key])
+    try:
+        return parse_duration(raw)
+    except ValueError:
+        raise ConfigError(
+            key, f"must be a duration (5, 0.5, 5s, 500ms, 1m30s; 0 for off), got {raw!r}"
+        ) from None
 
 
 def _lock_name(annotations: Mapping[str, str]) -> str:
@@ -118,4 +147,6 @@ def read_options(pod: Mapping[str, Any]) -> Options | None:
         lease_mirror=_boolean(annotations, LEASE_MIRROR_ANNOTATION, False),
         events=_boolean(annotations, EVENTS_ANNOTATION, False),
         metrics_port=metrics_port,
+        api_locks=_prefix(annotations, API_LOCKS_ANNOTATION),
+        drain_timeout=_duration(annotations, DRAIN_TIMEOUT_ANNOTATION),
     )

@@ -177,6 +177,8 @@ def sidecar_args(
         metrics_port=options.metrics_port,
         tls_ca=tls.ca is not None,
         tls_client=tls.client is not None,
+        api_locks=options.api_locks,
+        drain_timeout=options.drain_timeout,
     )
 
 

@@ -8,6 +8,7 @@ field) at fault; anything that would give a pod that cannot work is denied, neve
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from redlease import __version__
 from redlease.errors import ConfigError
 from redlease.kube.spec import LEADER_LABEL, LockSpec, TlsRefs
 from redlease.operator.injection.annotations import (
+    DRAIN_TIMEOUT_ANNOTATION,
     HTTP_PORT_ANNOTATION,
     INJECTED_ANNOTATION,
     LOCK_ANNOTATION,
@@ -58,6 +60,47 @@ AUTOMOUNT_WARNING = (
     "ServiceAccount token and with it the sidecar's permissions; leave it unset so "
     "that only the sidecar gets one"
 )
+
+DEFAULT_GRACE_SECONDS = 30  # a pod's terminationGracePeriodSeconds when it sets none
+# Seconds the sidecar needs after its drain: the release, the step-down's state-file writes and
+# the lock API's bounded release of the app's leases (sidecar/lockapi.py CLOSE_TIMEOUT, 2 s).
+DRAIN_MARGIN_SECONDS = 5
+
+
+def drain_grace_warning(grace: int, drain: float, native: bool) -> str | None:
+    """A warning when ``grace`` (terminationGracePeriodSeconds) leaves the drain no room:
+    the kubelet SIGKILLs what still runs when it ends, and a sidecar killed mid-drain leaves
+    the lease held until its TTL (safe, but the hand-off takes a TTL instead of milliseconds).
+    The pod's field is not changed: the user set it (or left Kubernetes' default) for the app."""
+    need = math.ceil(drain) + DRAIN_MARGIN_SECONDS
+    if grace >= need:
+        return None
+    app = (" plus the app's own shutdown time (a native sidecar gets its SIGTERM only after the "
+           "app containers exited)") if native else ""  # fmt: skip
+    return (
+        f"{DRAIN_TIMEOUT_ANNOTATION}: spec.terminationGracePeriodSeconds is {grace}, less than "
+        f"the drain ({drain:.15g} s) + {DRAIN_MARGIN_SECONDS} s for the release: the kubelet may "
+        "kill the sidecar mid-drain and the lease then stays held until its TTL; set it to at "
+        f"least {need}{app}"
+    )
+
+
+def native_drain_warning(drain: float) -> str:
+    """With a native sidecar the app has exited before the sidecar's SIGTERM: a shutdown drain
+    has nobody to answer ``POST /drained`` and holds the lease for its whole timeout."""
+    return (
+        f"{DRAIN_TIMEOUT_ANNOTATION}: with a native sidecar the app containers have exited "
+        "before the sidecar gets SIGTERM, so on pod deletion the drain has nobody to answer "
+        f"POST /drained and the hand-off waits up to {drain:.15g} s; the drain serves the "
+        "preferred-holder hand-off (docs/sidecar.md, Draining before a hand-off)"
+    )
+
+
+def _grace(spec: Mapping[str, Any]) -> int:
+    value = spec.get("terminationGracePeriodSeconds")
+    if isinstance(value, bool) or not isinstance(value, int):
+        return DEFAULT_GRACE_SECONDS  # unset (or not a number: the API server refuses that)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +249,12 @@ def _warnings(pod: Mapping[str, Any], options: Options, config: InjectConfig) ->
     warnings = [LEADER_WARNING] if options.ready == "leader" else []
     if not config.native and spec.get("restartPolicy") in ("Never", "OnFailure"):
         warnings.append(JOB_WARNING)
+    if options.drain_timeout > 0:
+        if config.native:
+            warnings.append(native_drain_warning(options.drain_timeout))
+        grace = drain_grace_warning(_grace(spec), options.drain_timeout, config.native)
+        if grace is not None:
+            warnings.append(grace)
     warnings += [f"{key}: unknown annotation, ignored" for key in unknown_annotations(pod)]
     return warnings
 

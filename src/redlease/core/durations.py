@@ -1,5 +1,6 @@
-"""Durations on the command line: seconds (``15``, ``0.5``) or Kubernetes/Go-style strings
-(``15s``, ``1m30s``, ``500ms``, ``1h``). The one parser every duration flag and env var uses."""
+"""Durations: seconds (``15``, ``0.5``) or Kubernetes/Go-style strings (``15s``, ``1m30s``,
+``500ms``, ``1h``). The one parser every duration flag, env var and pod annotation
+(``redlease.dev/drain-timeout``) uses; in ``core`` so that the CLI and the injector share it."""
 
 from __future__ import annotations
 
