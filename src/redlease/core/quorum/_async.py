@@ -205,11 +205,14 @@ class Channel(channel.Channel):
         transport.set_protocol(_Feed(self, conn, transport.get_protocol(), reader))
 
 
-async def collect(pairs: Sequence[tuple[Channel, channel.Slot]], deadline: float) -> None:
-    """Wait until every ``(channel, slot)``'s slot is filled or ``deadline`` passes: one future
-    for the fan-out, resolved by its last reply (the slots count down) or by a timer. Past the
-    deadline, replies that had arrived by then were handed out already (the event loop runs
-    read callbacks before timers)."""
+async def collect(
+    pairs: Sequence[tuple[Channel, channel.Slot]], deadline: float, patience: float = 0.0
+) -> None:
+    """Wait until every ``(channel, slot)``'s slot is filled or late (``deadline``, later while
+    its node keeps answering: :meth:`~redlease.core.quorum.channel.Channel.late_at`): one
+    future for the fan-out, resolved by its last reply (the slots count down) or by a timer.
+    Past the deadline, replies that had arrived by then were handed out already (the event
+    loop runs read callbacks before timers)."""
     for ch, _ in pairs:
         writer = getattr(ch._conn, "_writer", None)
         if writer is not None and writer.transport.get_write_buffer_size():
@@ -229,11 +232,21 @@ async def collect(pairs: Sequence[tuple[Channel, channel.Slot]], deadline: float
 
     for slot in due:
         slot.then = filled
-    timer = loop.call_later(max(0.0, deadline - time.monotonic()), _expire, fut)
+    until = deadline
     try:
-        await fut
+        while True:
+            timer = loop.call_later(max(0.0, until - time.monotonic()), _expire, fut)
+            try:
+                await fut
+            finally:
+                timer.cancel()
+            if not left:
+                break
+            until = max(ch.late_at(deadline, patience) for ch, slot in pairs if not slot.done)
+            if until <= time.monotonic():
+                break
+            fut = loop.create_future()
     finally:
-        timer.cancel()
         for slot in due:
             slot.then = None
     for ch, slot in pairs:
@@ -270,7 +283,7 @@ class QuorumNode(QuorumExecutor, _async.AsyncNode):
     @staticmethod
     async def _perform(step: Step) -> Any:
         if isinstance(step, Collect):
-            await collect(step.pairs, step.deadline)  # type: ignore[arg-type]
+            await collect(step.pairs, step.deadline, step.patience)  # type: ignore[arg-type]
         elif isinstance(step, Settle):
             for ch in step.channels:
                 await ch.wait_settled(step.deadline)  # type: ignore[attr-defined]

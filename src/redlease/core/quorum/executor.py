@@ -35,10 +35,13 @@ class Settle:
 
 @dataclass(slots=True)
 class Collect:
-    """Wait for each ``(channel, slot)`` in turn until its slot is filled or ``deadline``."""
+    """Wait for each ``(channel, slot)`` in turn until its slot is filled or it is late:
+    ``deadline``, or later while its node keeps answering this client's earlier requests, until
+    the node has been silent for ``patience`` (:meth:`Channel.late_at`)."""
 
     pairs: Sequence[tuple[Channel, Slot]]
     deadline: float
+    patience: float
 
 
 @dataclass(slots=True)
@@ -147,7 +150,7 @@ class QuorumExecutor:
         if step.timeout > 0:
             order = sorted(slots, key=lambda i: channels[i].queued)  # slow nodes last
             pairs = [(channels[i], slots[i][-1]) for i in order]
-            yield Collect(pairs, time.monotonic() + step.timeout)
+            yield Collect(pairs, time.monotonic() + step.timeout, step.timeout)
         return {
             i: to_result(self.lock, channels[i].name, ss, isinstance(step.calls[i], tuple))
             for i, ss in slots.items()
