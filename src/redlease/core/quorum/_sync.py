@@ -38,7 +38,7 @@ class Channel(channel.Channel):
     def __init__(self, client: Any, name: str, dead_after: float) -> None:
         # the state's lock is the condition's own lock, taken directly: ``with`` on the lock is
         # C code, on the Condition a Python method (four times per node per request)
-        lock = self._mutex = threading.Lock()  # typed as a lock (the base class: a context)
+        lock = threading.Lock()
         self._cond = threading.Condition(lock)
         # callers parked until their reply, oldest first: their wake-up lock -> their slot
         self._parked: dict[Any, channel.Slot] = {}
@@ -56,16 +56,25 @@ class Channel(channel.Channel):
         """Until ``slot`` is filled or it is late (``deadline``, ``patience``: see
         :meth:`~redlease.core.quorum.channel.Channel.late_at`): read replies (reader role) or
         wait."""
+        if slot.done:  # another caller read it already: the channel's lock is not needed
+            return
         while True:
             with self._lock:
                 conn = self._claim_locked(slot, deadline, patience)
-                while isinstance(conn, float):
-                    self._park_locked(slot, conn)
-                    conn = self._claim_locked(slot, deadline, patience)
                 if conn is None:
                     if not self._reading and self._inflight:
                         self._hand_over()  # a wake-up for the reader role must not be lost
                     return
+                if isinstance(conn, float):
+                    wake = self._park_locked(slot)
+            if isinstance(conn, float):
+                wake.acquire(True, conn)
+                if slot.done:  # its reply woke it (and unparked it): no need for the lock
+                    return
+                with self._lock:
+                    self._parked.pop(wake, None)
+                    slot.then = None
+                continue
             try:
                 self._read_until(conn, slot, deadline, patience)
             finally:
@@ -73,26 +82,19 @@ class Channel(channel.Channel):
             if not more:
                 return
 
-    def _park_locked(self, slot: channel.Slot, seconds: float) -> None:
-        """Wait (lock held, released meanwhile) until ``slot`` is filled, the reader role is
-        handed to this caller, the connection changes, or ``seconds`` passed."""
+    def _park_locked(self, slot: channel.Slot) -> Any:
+        """A lock for this caller to wait on, released when ``slot`` is filled, the reader
+        role is handed to this caller or the connection changes."""
         wake = threading.Lock()
         wake.acquire()
         self._parked[wake] = slot
         slot.then = lambda: self._unpark(wake)
-        self._mutex.release()
-        try:
-            wake.acquire(True, seconds)
-        finally:
-            self._mutex.acquire()
-            self._parked.pop(wake, None)
-            slot.then = None
+        return wake
 
     def _unpark(self, wake: Any) -> None:
         if self._parked.pop(wake, None) is not None:
             wake.release()
 
-    # -- driver hooks ---------------------------------------------------------------------------
     # -- driver hooks ---------------------------------------------------------------------------
 
     def _spawn(self) -> None:
