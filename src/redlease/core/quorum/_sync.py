@@ -166,11 +166,19 @@ class Channel(channel.Channel):
 
 
 def collect(
-    pairs: Sequence[tuple[Channel, channel.Slot]], deadline: float, patience: float = 0.0
+    pairs: Sequence[tuple[Channel, channel.Slot]],
+    deadline: float,
+    patience: float = 0.0,
+    needed: int = 0,
 ) -> None:
-    """Wait for each ``(channel, slot)`` in turn until its slot is filled or it is late
-    (:meth:`~redlease.core.quorum.channel.Channel.late_at`)."""
+    """Wait for each ``(channel, slot)`` in turn until its slot is filled or ``deadline``;
+    then, while fewer than ``needed`` are filled, for those whose node keeps answering
+    (:class:`~redlease.core.quorum.executor.Collect`)."""
     for ch, slot in pairs:
+        ch.wait(slot, deadline)
+    for ch, slot in pairs:
+        if sum(s.done for _, s in pairs) >= needed:
+            return
         ch.wait(slot, deadline, patience)
 
 
@@ -197,7 +205,8 @@ class QuorumNode(QuorumExecutor, _sync.SyncNode):
     @staticmethod
     def _perform(step: Step) -> Any:
         if isinstance(step, Collect):
-            collect(step.pairs, step.deadline, step.patience)  # type: ignore[arg-type]
+            pairs: Any = step.pairs  # this driver's channels
+            collect(pairs, step.deadline, step.patience, step.needed)
         elif isinstance(step, Settle):
             for ch in step.channels:
                 ch.wait_settled(step.deadline)  # type: ignore[attr-defined]
