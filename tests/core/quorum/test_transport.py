@@ -136,6 +136,54 @@ async def test_tasks_share_a_channel(proxy: DelayProxy) -> None:
     await client.aclose()
 
 
+# --- this client's own queue on a node is not the node's delay ---------------------------------
+
+
+def _queue_ahead(slow: channel.Channel) -> None:
+    """Five requests of 0.2 s each ahead on ``slow``: a 1 s queue the node keeps answering
+    (a BLPOP that times out holds up the requests behind it on its connection)."""
+    for _ in range(5):
+        slow.submit(("BLPOP", "redlease-test:nothing", "0.2"))
+
+
+def test_queued_request_waits_while_its_node_answers(redis_nodes: list[RedisServer]) -> None:
+    """Past the deadline a fan-out waits for a node still answering the requests queued before
+    its own (patience 0.5 s > 0.2 s per reply) until ``needed`` replies are in, not longer."""
+    chans = [_sync.Channel(s.client(), f"n{i}", dead_after=10) for i, s in enumerate(redis_nodes)]
+    _sync.collect([(ch, ch.submit(("PING",))) for ch in chans], far())
+    _queue_ahead(chans[2])
+    slots = [ch.submit(("PING",)) for ch in chans]
+    _sync.collect(list(zip(chans, slots, strict=True)), time.monotonic() + 0.05, 0.5, needed=2)
+    assert slots[0].done and slots[1].done and not slots[2].done  # a quorum: not held up
+    _queue_ahead(chans[2])
+    slots = [ch.submit(("PING",)) for ch in chans]
+    _sync.collect(list(zip(chans, slots, strict=True)), time.monotonic() + 0.05, 0.5, needed=3)
+    assert all(s.done and s.value == b"PONG" for s in slots)  # queued, never counted late
+    for ch in chans:
+        ch._close()
+
+
+async def test_queued_request_waits_while_its_node_answers_asyncio(
+    redis_nodes: list[RedisServer],
+) -> None:
+    clients = [aioredis.Redis(port=s.port) for s in redis_nodes]
+    chans = [_async.Channel(c, f"n{i}", dead_after=10) for i, c in enumerate(clients)]
+    await _async.collect([(ch, ch.submit(("PING",))) for ch in chans], far())
+    _queue_ahead(chans[2])
+    slots = [ch.submit(("PING",)) for ch in chans]
+    pairs = list(zip(chans, slots, strict=True))
+    await _async.collect(pairs, time.monotonic() + 0.05, 0.5, needed=2)
+    assert slots[0].done and slots[1].done and not slots[2].done
+    _queue_ahead(chans[2])
+    slots = [ch.submit(("PING",)) for ch in chans]
+    await _async.collect(list(zip(chans, slots, strict=True)), time.monotonic() + 0.05, 0.5, 3)
+    assert all(s.done and s.value == b"PONG" for s in slots)
+    for ch in chans:
+        await ch.close()
+    for c in clients:
+        await c.aclose()
+
+
 # --- failures ------------------------------------------------------------------------------------
 
 

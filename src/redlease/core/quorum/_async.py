@@ -205,11 +205,18 @@ class Channel(channel.Channel):
         transport.set_protocol(_Feed(self, conn, transport.get_protocol(), reader))
 
 
-async def collect(pairs: Sequence[tuple[Channel, channel.Slot]], deadline: float) -> None:
-    """Wait until every ``(channel, slot)``'s slot is filled or ``deadline`` passes: one future
-    for the fan-out, resolved by its last reply (the slots count down) or by a timer. Past the
-    deadline, replies that had arrived by then were handed out already (the event loop runs
-    read callbacks before timers)."""
+async def collect(
+    pairs: Sequence[tuple[Channel, channel.Slot]],
+    deadline: float,
+    patience: float = 0.0,
+    needed: int = 0,
+) -> None:
+    """Wait until every ``(channel, slot)``'s slot is filled or ``deadline``; past it, while
+    fewer than ``needed`` are filled, for those whose node keeps answering
+    (:class:`~redlease.core.quorum.executor.Collect`): one future for the fan-out, resolved by
+    its last reply (the slots count down; past the deadline, by the ``needed``-th) or by a
+    timer. Past the deadline, replies that had arrived by then were handed out already (the
+    event loop runs read callbacks before timers)."""
     for ch, _ in pairs:
         writer = getattr(ch._conn, "_writer", None)
         if writer is not None and writer.transport.get_write_buffer_size():
@@ -220,20 +227,33 @@ async def collect(pairs: Sequence[tuple[Channel, channel.Slot]], deadline: float
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[None] = loop.create_future()
     left = len(due)
+    enough = len(due) - max(0, needed - (len(pairs) - len(due)))  # ``left`` that will do
+    late = False  # past the deadline: ``enough`` will do
 
     def filled() -> None:
         nonlocal left
         left -= 1
-        if not left and not fut.done():
+        if (not left or (late and left <= enough)) and not fut.done():
             fut.set_result(None)
 
     for slot in due:
         slot.then = filled
-    timer = loop.call_later(max(0.0, deadline - time.monotonic()), _expire, fut)
+    until = deadline
     try:
-        await fut
+        while True:
+            timer = loop.call_later(max(0.0, until - time.monotonic()), _expire, fut)
+            try:
+                await fut
+            finally:
+                timer.cancel()
+            late = True
+            if left <= enough:
+                break
+            until = max(ch.late_at(deadline, patience) for ch, slot in pairs if not slot.done)
+            if until <= time.monotonic():
+                break
+            fut = loop.create_future()
     finally:
-        timer.cancel()
         for slot in due:
             slot.then = None
     for ch, slot in pairs:
@@ -270,7 +290,8 @@ class QuorumNode(QuorumExecutor, _async.AsyncNode):
     @staticmethod
     async def _perform(step: Step) -> Any:
         if isinstance(step, Collect):
-            await collect(step.pairs, step.deadline)  # type: ignore[arg-type]
+            pairs: Any = step.pairs  # this driver's channels
+            await collect(pairs, step.deadline, step.patience, step.needed)
         elif isinstance(step, Settle):
             for ch in step.channels:
                 await ch.wait_settled(step.deadline)  # type: ignore[attr-defined]

@@ -24,13 +24,24 @@ from redlease.errors import LockError
 
 
 class Channel(channel.Channel):
-    """A :class:`~redlease.core.quorum.channel.Channel` over a blocking redis-py connection."""
+    """A :class:`~redlease.core.quorum.channel.Channel` over a blocking redis-py connection.
+
+    A caller waiting for a reply parks on a lock of its own, released when its slot is filled
+    (:attr:`~redlease.core.quorum.channel.Slot.then`) or when it is handed the reader role:
+    one wake-up per reply, whatever the number of waiting threads. (A condition notified on
+    every reply woke every waiting thread each time: with hundreds of threads, their
+    wake-ups fought the reader for the GIL and the channel's lock, replies came out late,
+    and a late reply counted as the node's failure.) The condition is left for the rare
+    connection events (connected, failed, dropped, closed), which wake everyone.
+    """
 
     def __init__(self, client: Any, name: str, dead_after: float) -> None:
         # the state's lock is the condition's own lock, taken directly: ``with`` on the lock is
         # C code, on the Condition a Python method (four times per node per request)
         lock = threading.Lock()
         self._cond = threading.Condition(lock)
+        # callers parked until their reply, oldest first: their wake-up lock -> their slot
+        self._parked: dict[Any, channel.Slot] = {}
         super().__init__(client, name, dead_after, lock)
 
     def wait_settled(self, deadline: float) -> None:
@@ -41,22 +52,48 @@ class Channel(channel.Channel):
                 self._sleep_locked(left)
                 left = self._settle_locked(deadline)
 
-    def wait(self, slot: channel.Slot, deadline: float) -> None:
-        """Until ``slot`` is filled or ``deadline``: read replies (reader role) or wait."""
+    def wait(self, slot: channel.Slot, deadline: float, patience: float = 0.0) -> None:
+        """Until ``slot`` is filled or it is late (``deadline``, ``patience``: see
+        :meth:`~redlease.core.quorum.channel.Channel.late_at`): read replies (reader role) or
+        wait."""
+        if slot.done:  # another caller read it already: the channel's lock is not needed
+            return
         while True:
             with self._lock:
-                conn = self._claim_locked(slot, deadline)
-                while isinstance(conn, float):
-                    self._sleep_locked(conn)
-                    conn = self._claim_locked(slot, deadline)
-            if conn is None:
-                return
+                conn = self._claim_locked(slot, deadline, patience)
+                if conn is None:
+                    if not self._reading and self._inflight:
+                        self._hand_over()  # a wake-up for the reader role must not be lost
+                    return
+                if isinstance(conn, float):
+                    wake = self._park_locked(slot)
+            if isinstance(conn, float):
+                wake.acquire(True, conn)
+                if slot.done:  # its reply woke it (and unparked it): no need for the lock
+                    return
+                with self._lock:
+                    self._parked.pop(wake, None)
+                    slot.then = None
+                continue
             try:
-                self._read_until(conn, slot, deadline)
+                self._read_until(conn, slot, deadline, patience)
             finally:
-                more = self._reader_done(slot, deadline)
+                more = self._reader_done(slot, deadline, patience)
             if not more:
                 return
+
+    def _park_locked(self, slot: channel.Slot) -> Any:
+        """A lock for this caller to wait on, released when ``slot`` is filled, the reader
+        role is handed to this caller or the connection changes."""
+        wake = threading.Lock()
+        wake.acquire()
+        self._parked[wake] = slot
+        slot.then = lambda: self._unpark(wake)
+        return wake
+
+    def _unpark(self, wake: Any) -> None:
+        if self._parked.pop(wake, None) is not None:
+            wake.release()
 
     # -- driver hooks ---------------------------------------------------------------------------
 
@@ -73,6 +110,14 @@ class Channel(channel.Channel):
 
     def _notify(self) -> None:
         self._cond.notify_all()
+        for wake in list(self._parked):
+            self._unpark(wake)
+
+    def _hand_over(self) -> None:
+        # the caller parked last: its request is (about) the newest, so it reads every reply
+        # before its own and hands each to its caller, instead of one hand-over per reply
+        if self._parked:
+            self._unpark(next(reversed(self._parked)))
 
     def _sleep_locked(self, seconds: float) -> None:
         self._sleepers += 1
@@ -83,11 +128,11 @@ class Channel(channel.Channel):
 
     # -- I/O --------------------------------------------------------------------------------------
 
-    def _read_until(self, conn: Any, slot: channel.Slot, deadline: float) -> None:
+    def _read_until(self, conn: Any, slot: channel.Slot, deadline: float, patience: float) -> None:
         """Reader role: hand replies to their slots in order until ``slot`` is filled."""
         while not slot.done:
             # past the deadline: only what is already there (CPython polls >= 1 ms)
-            left = max(deadline - time.monotonic(), 1e-6)
+            left = max(self.late_at(deadline, patience) - time.monotonic(), 1e-6)
             try:
                 sock = conn._sock
                 if sock is None:
@@ -120,10 +165,21 @@ class Channel(channel.Channel):
         self._connected(conn, probe)
 
 
-def collect(pairs: Sequence[tuple[Channel, channel.Slot]], deadline: float) -> None:
-    """Wait for each ``(channel, slot)`` in turn until its slot is filled or ``deadline``."""
+def collect(
+    pairs: Sequence[tuple[Channel, channel.Slot]],
+    deadline: float,
+    patience: float = 0.0,
+    needed: int = 0,
+) -> None:
+    """Wait for each ``(channel, slot)`` in turn until its slot is filled or ``deadline``;
+    then, while fewer than ``needed`` are filled, for those whose node keeps answering
+    (:class:`~redlease.core.quorum.executor.Collect`)."""
     for ch, slot in pairs:
         ch.wait(slot, deadline)
+    for ch, slot in pairs:
+        if sum(s.done for _, s in pairs) >= needed:
+            return
+        ch.wait(slot, deadline, patience)
 
 
 def _reply(conn: Any) -> object:
@@ -149,7 +205,8 @@ class QuorumNode(QuorumExecutor, _sync.SyncNode):
     @staticmethod
     def _perform(step: Step) -> Any:
         if isinstance(step, Collect):
-            collect(step.pairs, step.deadline)  # type: ignore[arg-type]
+            pairs: Any = step.pairs  # this driver's channels
+            collect(pairs, step.deadline, step.patience, step.needed)
         elif isinstance(step, Settle):
             for ch in step.channels:
                 ch.wait_settled(step.deadline)  # type: ignore[attr-defined]

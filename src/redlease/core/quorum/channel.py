@@ -13,11 +13,13 @@ acquire that is still in flight runs after it on that node: no stale key is left
 The drivers (:mod:`._sync`: threads and a condition variable; :mod:`._async`: asyncio futures)
 only do the I/O and the blocking: they connect in the background (hook :meth:`Channel._spawn`),
 write bytes (:meth:`Channel._write`), close a dropped connection (:meth:`Channel._dispose`),
-wake waiting callers (:meth:`Channel._notify`) and read replies. The blocking driver's callers
+wake waiting callers (:meth:`Channel._notify` on a connection event; a reply wakes only the
+caller it is for, through :attr:`Slot.then`) and read replies. The blocking driver's callers
 read the replies themselves, one caller at a time holding the *reader role*: they ask the state
 machine what to do next (:meth:`Channel._claim_locked`: stop, wait for a wake-up at most so
 long, or read from this connection as the reader) and report what they read
-(:meth:`Channel._received`, :meth:`Channel._reader_done`, :meth:`Channel._check_dead`). The
+(:meth:`Channel._received`, :meth:`Channel._reader_done`, :meth:`Channel._check_dead`); a
+reader that is done hands the role to one waiting caller (:meth:`Channel._hand_over`). The
 asyncio driver's transport hands every reply to :meth:`Channel._received` as it arrives, and a
 caller past its deadline asks :meth:`Channel._check_dead`.
 """
@@ -160,8 +162,15 @@ class Channel:
         raise NotImplementedError
 
     def _notify(self) -> None:
-        """Wake every caller waiting on this channel (lock held; see ``_sleepers``)."""
+        """Wake every caller waiting on this channel (lock held; see ``_sleepers``): the
+        connection changed (connected, failed, dropped, closed). A reply wakes only the caller
+        it is for (through its :attr:`Slot.then`), not everyone."""
         raise NotImplementedError
+
+    def _hand_over(self) -> None:
+        """The reader role is free with requests in flight: wake one caller waiting for a
+        reply, to take it (lock held; the blocking driver, whose callers read)."""
+        self._notify()
 
     # -- callers --------------------------------------------------------------------------------
 
@@ -242,10 +251,22 @@ class Channel:
         left = deadline - time.monotonic()
         return left if left > 0 else None
 
-    def _claim_locked(self, slot: Slot, deadline: float) -> Any:
+    def late_at(self, deadline: float, patience: float) -> float:
+        """When a request written to this node and not answered yet counts as late: at
+        ``deadline``, or later while the node keeps answering the requests written before it
+        (this process's own queue on the connection: not the node's delay) until it has been
+        silent for ``patience`` (the per-node timeout). The time queued behind this client's
+        own requests counts against the caller, never as the node's failure; a node that
+        stops answering is late ``patience`` after its last reply, as before."""
+        if self._conn is None or not self._inflight:
+            return deadline
+        return max(deadline, self._head_since + patience)
+
+    def _claim_locked(self, slot: Slot, deadline: float, patience: float = 0.0) -> Any:
         """What a caller waiting for ``slot`` until ``deadline`` does next: None (stop: filled,
         or too late), seconds (wait that long for a wake-up), or a connection (the caller now
         holds the reader role: read from it with :meth:`_received`, then :meth:`_reader_done`).
+        ``deadline`` moves on while the node keeps answering (:meth:`late_at`).
 
         Past the deadline the caller still takes one pass over what has already arrived (or
         waits up to :data:`LATE_GRACE` for the caller that holds the reader role): a fan-out
@@ -258,7 +279,7 @@ class Channel:
         if conn is not None and not self._reading and self._inflight:
             self._reading = True
             return conn
-        left = deadline - time.monotonic()
+        left = self.late_at(deadline, patience) - time.monotonic()
         if left <= 0:
             if not self._reading:
                 return None
@@ -267,13 +288,14 @@ class Channel:
                 return None
         return left
 
-    def _reader_done(self, slot: Slot, deadline: float) -> bool:
-        """Give the reader role back; whether to go on waiting for ``slot``."""
+    def _reader_done(self, slot: Slot, deadline: float, patience: float = 0.0) -> bool:
+        """Give the reader role back (to a waiting caller, if requests are in flight); whether
+        to go on waiting for ``slot``."""
         with self._lock:
             self._reading = False
-            if self._sleepers:
-                self._notify()
-        return not slot.done and time.monotonic() < deadline
+            if self._inflight:
+                self._hand_over()
+            return not slot.done and time.monotonic() < self.late_at(deadline, patience)
 
     # -- what the drivers report ------------------------------------------------------------------
 
@@ -289,10 +311,8 @@ class Channel:
             if not self._inflight:  # a reply nobody asked for: the stream is out of step
                 self._drop_locked(rex.InvalidResponse(f"unexpected reply from {self.name}"))
                 return False
-            self._inflight.popleft().set(value)
             self._head_since = time.monotonic()
-            if self._sleepers:
-                self._notify()
+            self._inflight.popleft().set(value)  # wakes the caller waiting for it (``then``)
             return True
 
     def _check_dead(self, conn: Any) -> None:

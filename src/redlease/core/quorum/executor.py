@@ -35,10 +35,17 @@ class Settle:
 
 @dataclass(slots=True)
 class Collect:
-    """Wait for each ``(channel, slot)`` in turn until its slot is filled or ``deadline``."""
+    """Wait for each ``(channel, slot)`` until its slot is filled or it is late: at
+    ``deadline``; past it, while fewer than ``needed`` slots are filled, a node that keeps
+    answering the requests this client wrote before (its own queue, not the node's delay) is
+    waited for until it has been silent for ``patience`` (:meth:`Channel.late_at`). So a
+    client-side queue never makes a quorum look unreachable, and one slow node does not hold
+    up a fan-out a quorum answered."""
 
     pairs: Sequence[tuple[Channel, Slot]]
     deadline: float
+    patience: float
+    needed: int
 
 
 @dataclass(slots=True)
@@ -147,7 +154,8 @@ class QuorumExecutor:
         if step.timeout > 0:
             order = sorted(slots, key=lambda i: channels[i].queued)  # slow nodes last
             pairs = [(channels[i], slots[i][-1]) for i in order]
-            yield Collect(pairs, time.monotonic() + step.timeout)
+            needed = min(self.settings.quorum, len(pairs))
+            yield Collect(pairs, time.monotonic() + step.timeout, step.timeout, needed)
         return {
             i: to_result(self.lock, channels[i].name, ss, isinstance(step.calls[i], tuple))
             for i, ss in slots.items()
