@@ -274,11 +274,16 @@ async def test_an_exhausted_asyncio_pool_is_a_connection_limit(
 # --- honest timeouts with many waiters -----------------------------------------------------------
 
 
-async def _timing_out(client: aioredis.Redis, lock_name: str, timeout: float) -> float | None:
-    """How long a waiter took to give up (None: it acquired, and released at once). Its lease
-    TTL is long: a lease stranded with a waiter that gave up would outlive the test."""
+async def _timing_out(
+    client: aioredis.Redis, lock_name: str, timeout: float, starts: list[float] | None = None
+) -> float | None:
+    """How long a waiter took to give up (None: it acquired, and released at once); its start
+    goes to ``starts``. Its lease TTL is long: a lease stranded with a waiter that gave up
+    would outlive the test."""
     lock = aio.Lock(client, lock_name, ttl=30)
     start = time.monotonic()
+    if starts is not None:
+        starts.append(start)
     try:
         await lock.acquire(timeout=timeout)
     except redlease.LockTimeout:
@@ -307,12 +312,17 @@ async def test_many_asyncio_waiters_give_up_together_never_early_and_strand_noth
     client = aioredis.Redis(host="127.0.0.1", port=redis_server.port)
     holder = aio.Lock(client, lock_name, ttl=30)
     await holder.acquire()
-    timeout = 0.5
+    # long enough for 100 tasks to register on a busy machine before the first one gives up
+    timeout = 2.0
+    starts: list[float] = []
     try:
-        tasks = [asyncio.create_task(_timing_out(client, lock_name, timeout)) for _ in range(100)]
+        tasks = [
+            asyncio.create_task(_timing_out(client, lock_name, timeout, starts)) for _ in range(100)
+        ]
         if release_at_deadlines:
             await async_wait_until(_until(lambda: _queued(redis_server, lock_name) == 200), 30)
-            await asyncio.sleep(timeout - 0.02)  # the release falls among the deadlines
+            # the release falls just before the first deadline, among the batch of give-ups
+            await asyncio.sleep(max(0.0, min(starts) + timeout - 0.02 - time.monotonic()))
             await holder.release()
         elapsed = await asyncio.wait_for(asyncio.gather(*tasks), 60)
         assert all(e is None or timeout <= e < timeout + 10 for e in elapsed)  # loose max
