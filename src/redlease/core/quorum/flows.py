@@ -59,7 +59,7 @@ from redlease.core.rules import (
     tally,
     validity,
 )
-from redlease.core.state import Holder, LockState, decode_state
+from redlease.core.state import LockState, decode_state
 from redlease.core.view import key_view
 from redlease.errors import ProtocolError, QuorumUnavailable
 
@@ -575,16 +575,24 @@ def read_status(
     keys = cfg.prim.keys
     states = {i: decode_state(keys, v) for i, v in good.items()}
     kv = key_view(keys.name, list(states.values()), cfg.quorum, cfg.n - len(good))
-    holders = agreed_holders(states.values(), cfg.quorum)
+    holders = kv.holders
     holding = [
         i for i, s in states.items() if (s.holder, s.fencing_token) == (kv.holder, kv.fencing_token)
     ]
     if kv.holder is None and holders:  # a semaphore whose nodes list their holders apart
         first = holders[0]
         pair = (first.identity, first.fencing_token)
-        holding = [i for i, s in states.items() if pair in _keys(s)]
-        kv = replace(kv, holder=first.identity, fencing_token=first.fencing_token)
-        kv = replace(kv, expires_in_ms=first.expires_in_ms)
+        holding = [
+            i
+            for i, s in states.items()
+            if pair in {(h.identity, h.fencing_token) for h in s.holders}
+        ]
+        kv = replace(
+            kv,
+            holder=first.identity,
+            fencing_token=first.fencing_token,
+            expires_in_ms=first.expires_in_ms,
+        )
     if kv.holder is not None and holding:
         expires = kv.expires_in_ms
         return replace(
@@ -608,25 +616,6 @@ def read_status(
         last_fence=kv.last_fence,
         holders=(),
     )
-
-
-def _keys(state: LockState) -> set[tuple[str, int]]:
-    return {(h.identity, h.fencing_token) for h in state.holders}
-
-
-def agreed_holders(states: Iterable[LockState], quorum: int) -> tuple[Holder, ...]:
-    """The holders (identity and token) that at least ``quorum`` nodes list (the soonest expiry
-    among those that list it), in token order: the lock view's quorum rule, per holder."""
-    seen: dict[tuple[str, int], list[int | None]] = {}
-    for state in states:
-        for h in state.holders:
-            seen.setdefault((h.identity, h.fencing_token), []).append(h.expires_in_ms)
-    agreed = []
-    for (identity, token), expiries in sorted(seen.items(), key=lambda kv: kv[0][1]):
-        if len(expiries) >= quorum:
-            known = [e for e in expiries if e is not None]
-            agreed.append(Holder(identity, token, min(known) if known else None))
-    return tuple(agreed)
 
 
 def raise_fence(
