@@ -188,6 +188,25 @@ def test_each_client_honours_its_own_limit(client: Any, lock_name: str) -> None:
     assert len(wide[0].state().holders) == 3
 
 
+def test_a_waiter_is_handed_only_a_slot_below_its_limit(client: Any, lock_name: str) -> None:
+    wide = holders(3, client, lock_name, 3, ttl=30)
+    for s in wide:
+        s.acquire()
+    narrow = redlease.Semaphore(client, lock_name, limit=2, ttl=30, identity="narrow")
+    got: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: got.update(lease=narrow.acquire(timeout=20)))
+    t.start()
+    wait_until(lambda: wide[0].state().waiters == 1, timeout=10)
+    wide[2].release()  # slot 2: above narrow's limit, not handed to it (the release is atomic)
+    assert {h.identity for h in wide[0].state().holders} == {"h0", "h1"}
+    wide[0].release()  # slot 0: narrow's
+    t.join(20)
+    assert "lease" in got
+    narrow.extend()
+    narrow.release()
+    wide[1].release()
+
+
 def test_hold_renews_and_releases(client: Any, lock_name: str) -> None:
     a, b = holders(2, client, lock_name, 2, ttl=0.3)
     with a.hold() as lease, b.hold():

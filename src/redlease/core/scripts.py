@@ -194,7 +194,8 @@ end
 """,
     "enlist": """
 -- Register ``token`` for a direct hand-off: a release grants the lease to the head waiter itself
--- if it is enlisted here (``direct`` hash: token -> 'ttl_ms identity [box]'). ``box``: the
+-- if it is enlisted here (``direct`` hash: token -> 'ttl_ms identity [box]'; a semaphore's
+-- waiter: 'ttl_ms:limit identity [box]', handed only a slot below its limit). ``box``: the
 -- mailbox that the waiter's process listens on for every waiter of this lock ('': its own list).
 local function enlist(direct, token, wait, ttl, identity, box)
   if wait > 0 then
@@ -238,6 +239,14 @@ local function pass_on(lease, fence_key, history, waiters, handoff, wake, direct
   if not info then return notify(waiters, handoff, wake, handoff_ms, false) end
   local sep = string.find(info, ' ', 1, true)
   local ttl = string.sub(info, 1, sep - 1)
+  local colon = string.find(ttl, ':', 1, true)
+  if colon then  -- a semaphore's waiter ('ttl:limit'): only a slot below its own limit
+    local limit = tonumber(string.sub(ttl, colon + 1))
+    ttl = string.sub(ttl, 1, colon - 1)
+    if tonumber(string.match(lease, ':slot:(%d+)$') or '0') >= limit then
+      return notify(waiters, handoff, wake, handoff_ms, false)
+    end
+  end
   local identity = string.sub(info, sep + 1)
   local sep2 = string.find(identity, ' ', 1, true)
   local box, item = wake .. ':' .. head, ''
@@ -396,7 +405,9 @@ end
 if refused then
   local wait = tonumber(ARGV[5])
   for _, i in ipairs(refused) do enqueue(KEYS[5 * i - 1], token, wait) end
-  if direct then enlist(direct, token, wait, ttl, ARGV[3], ARGV[8]) end
+  if direct then
+    enlist(direct, token, wait, m > 0 and (ttl .. ':' .. (m + 1)) or ttl, ARGV[3], ARGV[8])
+  end
   for i, a in pairs(admit) do  -- no stale registration where the lock was free
     if a % 2 == 1 then redis.call('ZREM', KEYS[5 * i - 1], token) end
   end
