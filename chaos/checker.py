@@ -22,8 +22,10 @@ Counted per scenario:
   a reader of the file could still trust the old leader. Must be 0.
 * ``stale_writes_accepted``: resource writes accepted with a token lower than one it had
   already seen (the resource decides this atomically in Lua, so no timing is involved). Must be
-  0 with fencing. ``stale_writes_refused``: the stale writes the fenced resource turned away
-  (each would have corrupted an unfenced resource).
+  0 with fencing. For a counting semaphore of limit N: lower than the N-th highest it had seen
+  (so at most N holders' writes are ever accepted side by side; chaos.resource).
+  ``stale_writes_refused``: the stale writes the fenced resource turned away (each would have
+  corrupted an unfenced resource).
 * ``overlapping_pairs``: pairs of critical sections of different tokens that certainly ran at
   the same time; ``sections_overlapped``: sections in at least one such pair. A section is
   taken from when its acquire returned to when its last write was sent: a sub-interval of the

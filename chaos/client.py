@@ -30,8 +30,14 @@ def main(cfg: dict[str, Any]) -> None:
     logging.basicConfig(level=logging.ERROR)  # outages are expected here; the history has them
     who = cfg["id"]
     lock_client = connect(cfg["urls"], socket_timeout=cfg.get("socket_timeout", 0.5))
-    lock = redlease.Lock(lock_client, cfg["lock"], ttl=cfg["ttl"], identity=who)
-    resource = Resource(redis.Redis(port=cfg["resource_port"]), fenced=cfg["fenced"])
+    limit = cfg.get("limit", 1)
+    if limit > 1:  # a counting semaphore: up to ``limit`` clients hold at once
+        lock: redlease.Lock | redlease.Semaphore = redlease.Semaphore(
+            lock_client, cfg["lock"], limit=limit, ttl=cfg["ttl"], identity=who
+        )
+    else:
+        lock = redlease.Lock(lock_client, cfg["lock"], ttl=cfg["ttl"], identity=who)
+    resource = Resource(redis.Redis(port=cfg["resource_port"]), fenced=cfg["fenced"], limit=limit)
     end = now() + cfg["duration"]
     with open(cfg["history"], "a", buffering=1) as out:
 

@@ -51,6 +51,7 @@ class Run:
     duration: float
     fenced: bool = True
     give_up: float = 0.0  # clients give up acquiring after a random 0..give_up s (0: 1 s)
+    limit: int = 1  # the clients' lock: a mutex, or a counting semaphore of this limit
     urls: list[str] = field(default_factory=list)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
@@ -72,6 +73,7 @@ class Run:
             "ttl": self.ttl,
             "resource_port": self.resource.port,
             "fenced": self.fenced,
+            "limit": self.limit,
             "duration": self.duration,
             "writes": 3,
             "work": 0.01,
@@ -287,6 +289,7 @@ class Scenario:
     give_up: float = 0.0  # clients give up acquiring after a random 0..give_up s (0: 1 s)
     sidecars: bool = False  # the clients are leader-election sidecars, sampled on /status
     tmpfs: bool = False  # each sidecar's state directory is a tmpfs of its own (needs root)
+    limit: int = 1  # clients hold a counting semaphore of this limit (1: a mutex)
 
 
 def _pauses(run: Run, quick: bool) -> None:
@@ -297,6 +300,16 @@ def _pauses(run: Run, quick: bool) -> None:
 
 def _kills(run: Run, quick: bool) -> None:
     for _ in range(3 if quick else 10):
+        time.sleep(random.uniform(0.2, 0.5))
+        kill_holder(run)
+
+
+def _semaphore_faults(run: Run, quick: bool) -> None:
+    """Pauses past the TTL and crashes of holders of a counting semaphore (the holder of its
+    slot 0: one of the limit holders)."""
+    for _ in range(2 if quick else 6):
+        time.sleep(random.uniform(0.2, 0.5))
+        pause_holder(run, run.ttl * 2.5)
         time.sleep(random.uniform(0.2, 0.5))
         kill_holder(run)
 
@@ -403,6 +416,23 @@ SCENARIOS = [
         give_up=0.03,
     ),
     Scenario(
+        "semaphore-2",
+        "a counting semaphore of limit 2, 5 clients: holders SIGSTOPped for 2.5 TTL and "
+        "SIGKILLed; only tokens among the 2 highest may write, no token issued twice",
+        _semaphore_faults,
+        clients=5,
+        limit=2,
+    ),
+    Scenario(
+        "semaphore-2-quorum",
+        "the same on a 3-node RedLock set (limit 2 on 3 nodes: every node grants)",
+        _semaphore_faults,
+        nodes=3,
+        clients=5,
+        limit=2,
+        quick=False,
+    ),
+    Scenario(
         "node-restarts",
         "the single Redis node killed and restarted (AOF, fsync always)",
         _node_restarts,
@@ -503,7 +533,7 @@ def run_scenario(
     nodes: list[RedisServer] = []
     run = Run(
         sc.name, nodes, resource, workdir, sc.ttl, seconds, fenced=sc.fenced,
-        give_up=sc.give_up, tmpfs=sc.tmpfs,
+        give_up=sc.give_up, tmpfs=sc.tmpfs, limit=sc.limit,
     )  # fmt: skip
     started = now()
     stop = threading.Event()
@@ -557,6 +587,7 @@ def run_scenario(
         "description": sc.description,
         "fenced": sc.fenced,
         "nodes": sc.nodes,
+        "limit": sc.limit,
         "seconds": round(now() - started, 1),
         "faults": run.faults,
         **verdict.as_dict(),

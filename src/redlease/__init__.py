@@ -12,9 +12,11 @@ from redlease.core.locks import (
     ReadWriteLock,
     ReentrantLock,
     Renewer,
+    Semaphore,
     WriteLock,
 )
-from redlease.core.state import LockState
+from redlease.core.rules import MAX_HOLDERS
+from redlease.core.state import Holder, LockState
 from redlease.errors import (
     AlreadyHeld,
     ClockStepped,
@@ -35,11 +37,13 @@ from redlease.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAX_HOLDERS",
     "AlreadyHeld",
     "ClockStepped",
     "ConfigError",
     "ConnectionLimit",
     "Elector",
+    "Holder",
     "Lease",
     "LeaseLost",
     "Lock",
@@ -58,6 +62,7 @@ __all__ = [
     "ReentrantLock",
     "Renewer",
     "ReplicationError",
+    "Semaphore",
     "WriteLock",
     "__version__",
 ]

@@ -11,6 +11,7 @@ from redlease.core.aio import (
     ReadLock,
     ReadWriteLock,
     ReentrantLock,
+    Semaphore,
     WriteLock,
 )
 from redlease.core.elector import AsyncElector as Elector
@@ -23,5 +24,6 @@ __all__ = [
     "ReadLock",
     "ReadWriteLock",
     "ReentrantLock",
+    "Semaphore",
     "WriteLock",
 ]

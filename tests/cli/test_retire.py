@@ -54,3 +54,19 @@ def test_a_node_down_retires_nothing(redis_nodes: list[RedisServer]) -> None:
     out = retire("spread", *(s.url for s in redis_nodes))
     assert out.returncode == 1 and "not retired" in out.stdout
     assert all(lock_keys(s, "spread") for s in redis_nodes[:2])  # untouched where it answered
+
+
+def test_a_held_semaphore_slot_is_not_retired(redis_server: RedisServer) -> None:
+    """Slot 0 free, slot 1 held: the view sees no holder there, the script still refuses."""
+    client = redis_server.client()
+    first, second = (redlease.Semaphore(client, "pool", limit=2, ttl=30) for _ in range(2))
+    first.acquire()
+    second.acquire()  # slot 1
+    first.release()
+    out = retire("pool", redis_server.url)
+    assert out.returncode == 1 and "not retired: held" in out.stdout
+    assert b"redlease:{pool}:slot:1" in lock_keys(redis_server, "pool")
+    second.release()
+    done = retire("pool", redis_server.url)
+    assert done.returncode == 0 and lock_keys(redis_server, "pool") == []
+    client.close()

@@ -17,14 +17,17 @@ from redlease.core.keys import LockKeys
 from redlease.core.observe import node_drivers, read_view
 from redlease.core.replies import as_int, as_list, as_str
 from redlease.core.requests import Call
+from redlease.core.rules import MAX_HOLDERS
 from redlease.errors import LockError, LockUnavailable
 
 
 def retire_call(keys: LockKeys) -> Call:
-    """The RETIRE script for the lock ``keys`` (every key of the lock, see its header)."""
+    """The RETIRE script for the lock ``keys`` (every key of the lock, see its header), with
+    every slot a counting semaphore of any limit may use (refused while one is held)."""
     first = (keys.lease, keys.readers, keys.waiters, keys.candidates)
     rest = tuple(k for k in keys.all() if k not in first)
-    return Call(scripts.RETIRE, (*first, *rest), ())
+    slots = keys.slots(MAX_HOLDERS)[1:]
+    return Call(scripts.RETIRE, (*first, *rest, *slots), (len(slots),))
 
 
 @dataclass(frozen=True, slots=True)

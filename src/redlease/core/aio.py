@@ -134,6 +134,15 @@ class _AsyncHandle(HandleCore):
                 log.warning("lease already lost at release", lock=self.name)
 
 
+class Semaphore(_AsyncHandle):
+    """A counting semaphore; see :class:`redlease.Semaphore`."""
+
+    counting = True
+
+    def __init__(self, client: Any, name: Any, limit: int, **options: Any) -> None:
+        super().__init__(client, name, limit=limit, **options)
+
+
 class Lock(_AsyncHandle):
     """A mutex lease with fencing tokens. One hold per instance (not reentrant)."""
 

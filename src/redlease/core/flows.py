@@ -165,7 +165,13 @@ def _wait_turn(
     state.registered = state.registered or pacing.registering
     wait = pacing.refused(prim.name, outcome, prim.names_at(outcome.blocked))
     keys = prim.wake_keys(outcome.blocked, token)
-    if prim.single and pacing.deadline is not None and pacing.clock() + wait >= pacing.deadline:
+    # (a mutex only: one slot's owner does not tell whether a semaphore had a free slot)
+    if (
+        prim.single
+        and prim.limit == 1
+        and pacing.deadline is not None
+        and pacing.clock() + wait >= pacing.deadline
+    ):
         return (
             yield Wait(keys, wait, prim.grants(token), token, prim.keys.lease, prim.leave(token))
         )

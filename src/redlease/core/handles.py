@@ -11,7 +11,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from redlease.core import flows, primitives, waiting
@@ -22,6 +22,7 @@ from redlease.core.keys import LockKeys, validate_identity
 from redlease.core.lease import Lease
 from redlease.core.primitives import Options, Primitive
 from redlease.core.requests import Flow
+from redlease.core.rules import check_limit
 from redlease.core.state import read_state_flow
 from redlease.core.timing import TTL_RANGE
 from redlease.errors import ConfigError, NotOwned
@@ -83,11 +84,13 @@ class HandleCore:
     """
 
     kind = "mutex"
+    counting = False  # takes ``limit`` (a counting semaphore; see redlease.Semaphore)
 
     def __init__(
         self,
         name: Any,
         *,
+        limit: int = 1,
         ttl: float = 30.0,
         identity: str | None = None,
         handoff: float = 0.25,
@@ -102,6 +105,15 @@ class HandleCore:
             replica_timeout=replica_timeout,
         )
         self.prim = self._primitive(name, options)
+        limit = check_limit(limit)
+        if limit > 1:
+            if not self.counting or self.kind != "mutex" or self.prim.group:
+                raise ConfigError(
+                    "limit",
+                    "only a Semaphore takes a limit (one lock name; not reentrant, read-write "
+                    "or multi-key)",
+                )
+            self.prim = replace(self.prim, limit=limit)
         self.name = self.prim.name
         self._holds: dict[Any, Held] = {}
         self.one_clock = True  # one server's clock per lease (not a RedLock set)
@@ -124,6 +136,11 @@ class HandleCore:
     @property
     def ttl(self) -> float:
         return self.prim.options.ttl
+
+    @property
+    def limit(self) -> int:
+        """How many may hold the lock at once (1: a mutex)."""
+        return self.prim.limit
 
     @property
     def identity(self) -> str:
@@ -180,7 +197,7 @@ class HandleCore:
 
     def state_flow(self) -> Flow:
         """Reads the lock's live state (a :class:`~redlease.core.state.LockState`)."""
-        return read_state_flow(self.keys)
+        return read_state_flow(self.keys, self.prim.limit)
 
     # -- operations -----------------------------------------------------------------------------
 

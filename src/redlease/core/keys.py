@@ -93,6 +93,16 @@ class LockKeys:
     candidates: str  # zset: candidate identity -> heartbeat expiry (server ms)
     direct: str  # hash: waiter owner token -> 'ttl_ms identity', for a direct hand-off
 
+    def slot(self, i: int) -> str:
+        """The lease key of a semaphore's slot ``i``: slot 0 is the mutex's lease key itself
+        (a mutex is the one-slot semaphore), slot ``i >= 1`` is ``<lease>:slot:<i>`` (same hash
+        tag). Each slot is a lease record like the mutex's (see scripts.grant)."""
+        return self.lease if i == 0 else f"{self.lease}:slot:{i}"
+
+    def slots(self, n: int) -> tuple[str, ...]:
+        """The lease keys of slots ``0 .. n-1`` (slot 0 first)."""
+        return tuple(self.slot(i) for i in range(n))
+
     def grants(self, token: str) -> str:
         """The list a waiter ``token`` BLPOPs for a lease handed over to it directly."""
         return f"{self.wake}:{token}"

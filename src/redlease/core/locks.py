@@ -1,4 +1,4 @@
-"""The blocking API: Lock, ReentrantLock, ReadWriteLock, MultiLock and Renewer.
+"""The blocking API: Lock, Semaphore, ReentrantLock, ReadWriteLock, MultiLock and Renewer.
 
 Works unchanged with ``redis.Redis``, ``redis.cluster.RedisCluster`` and a blocking
 :class:`redlease.quorum.NodeSet`. All logic lives in :mod:`redlease.core.flows`,
@@ -115,6 +115,22 @@ class _SyncHandle(HandleCore):
                 self.release(owner=owner)
             except NotOwned:
                 log.warning("lease already lost at release", lock=self.name)
+
+
+class Semaphore(_SyncHandle):
+    """A counting semaphore: at most ``limit`` holders at once, each with its own lease,
+    renewal and fencing token (above every token issued before for ``name``); fair, notified
+    waiting. One hold per instance (a process wanting two permits uses two handles).
+
+    ``Semaphore(client, "jobs", limit=3, ttl=15)`` has the surface of :class:`Lock`
+    (``acquire``, ``extend``, ``release``, ``hold``, ``state``, :class:`Renewer`); :class:`Lock`
+    is its ``limit`` 1 case, the same code. See docs/semaphore.md.
+    """
+
+    counting = True
+
+    def __init__(self, client: Any, name: Any, limit: int, **options: Any) -> None:
+        super().__init__(client, name, limit=limit, **options)
 
 
 class Lock(_SyncHandle):

@@ -41,7 +41,7 @@ from redlease.core.pacing import Pacing
 from redlease.core.primitives import Options, Primitive
 from redlease.core.replies import Outcome, decode_acquire, decode_raise
 from redlease.core.requests import Call, Flow, Request, Wait
-from redlease.core.state import LockState, read_state_flow
+from redlease.core.state import Holder, LockState, read_state_flow
 from redlease.core.timing import local_deadline
 from redlease.core.view import lock_view
 from redlease.errors import AlreadyHeld, ConfigError, LockError, LockUnavailable, NotOwned
@@ -251,6 +251,11 @@ def whole(name: str, names: Sequence[str], states: Mapping[str, LockState]) -> L
         readers=view.readers,
         waiters=view.waiters,
         candidates=view.candidates,
+        holders=(
+            (Holder(view.holder, view.fencing_token, view.expires_in_ms),)
+            if view.holder is not None and view.fencing_token is not None
+            else ()
+        ),
     )
 
 

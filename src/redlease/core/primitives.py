@@ -74,6 +74,9 @@ class Primitive:
     ``group``: several locks held together as one lease, all on one node (a multi-key lease:
     the exclusive scripts take each lock's keys in turn and act on all of them at once); empty
     for a lease on ``keys`` alone. Every request carries its owner token (see :class:`Call`).
+    ``limit``: a counting semaphore of that many slots, each a lease like the mutex's; the
+    scripts grant the first free one and find an owner's by its token (a mutex is ``limit`` 1,
+    the same calls without slot keys).
     ``direct``: the direct hand-off (one exclusive lock on one node or cluster slot, see
     :meth:`with_direct`): a waiter enlists, the release grants it the lease and pushes the grant
     onto the waiter's own list, and the waiter returns without another acquire.
@@ -86,6 +89,13 @@ class Primitive:
     direct: bool = False  # a release hands the lease to the head waiter itself (one node)
     mailbox: str = ""  # with ``direct``: the process's mailbox id for this lock ('': own lists)
     single: bool = False  # one lock on one node or cluster slot (not a RedLock set, not a group)
+    limit: int = 1  # a counting semaphore's slots (1: a mutex, the one-slot semaphore)
+
+    @property
+    def slots(self) -> tuple[str, ...]:
+        """The lease keys of a semaphore's slots after slot 0 (``keys.lease``); none for a
+        mutex. The scripts take them last, with their count (see scripts.ACQUIRE)."""
+        return self.keys.slots(self.limit)[1:] if self.limit > 1 else ()
 
     def with_direct(self, mailbox: str = "") -> Primitive:
         """This primitive on one node or cluster slot (``single``: its waiters' listener may
@@ -179,6 +189,11 @@ class Primitive:
             keys += (k.direct, k.grants(token))
             if self.mailbox:
                 args += (self.mailbox,)
+        if self.limit > 1:
+            if not self.mailbox:
+                args += ("",)
+            keys += self.slots
+            args += (self.limit - 1,)
         return Call(scripts.ACQUIRE, keys, args, token, intent=Acquire(token, o.ttl_ms))
 
     def release(self, token: str, full: bool = True) -> Call:
@@ -195,13 +210,11 @@ class Primitive:
         keys = self.each(lambda k: (k.lease, k.waiters, k.handoff, k.wake))
         if self.direct:
             keys += (k.fence, k.history, k.direct)
-        return Call(
-            scripts.RELEASE,
-            keys,
-            (token, "1" if full else "0", o.handoff_ms, wake_all),
-            token,
-            intent=Release(),
-        )
+        args: tuple[str | int, ...] = (token, "1" if full else "0", o.handoff_ms, wake_all)
+        if self.limit > 1:
+            keys += self.slots
+            args += (self.limit - 1,)
+        return Call(scripts.RELEASE, keys, args, token, intent=Release())
 
     def extend(self, token: str, ttl_ms: int, timeout: float | None = None) -> Call:
         if self.kind == "read":
@@ -213,27 +226,29 @@ class Primitive:
                 timeout,
                 Extend(ttl_ms),
             )
-        leases = self.each(lambda k: (k.lease,))
-        return Call(scripts.EXTEND, leases, (token, ttl_ms), token, timeout, Extend(ttl_ms))
+        args: tuple[str | int, ...]
+        if self.limit > 1:
+            leases, args = (self.keys.lease, *self.slots), (token, ttl_ms, "slots")
+        else:
+            leases, args = self.each(lambda k: (k.lease,)), (token, ttl_ms)
+        return Call(scripts.EXTEND, leases, args, token, timeout, Extend(ttl_ms))
 
     def leave(self, token: str) -> Call:
         k = self.keys
         keys = self.each(lambda k: (k.lease, k.waiters, k.handoff, k.wake, k.writers_waiting))
         if self.direct:
             keys += (k.fence, k.history, k.direct, k.grants(token))
-        return Call(
-            scripts.LEAVE,
-            keys,
-            (token, self.options.handoff_ms),
-            token,
-            intent=Leave(),
-        )
+        args: tuple[str | int, ...] = (token, self.options.handoff_ms)
+        if self.limit > 1:
+            keys += self.slots
+            args += (self.limit - 1,)
+        return Call(scripts.LEAVE, keys, args, token, intent=Leave())
 
     def raise_fence(self, token: str, fence: int) -> Call:
         """Raise this lock's fence counter, and the owner's lease record, to ``fence``."""
         return Call(
             scripts.RAISE_FENCE,
-            (self.keys.fence, self.keys.lease),
+            (self.keys.fence, self.keys.lease, *self.slots),
             (fence, token),
             token,
             intent=RaiseFence(fence),

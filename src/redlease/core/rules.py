@@ -60,6 +60,41 @@ def check_quorum(n: int, quorum: int | None) -> int:
     return quorum
 
 
+MAX_HOLDERS = 64  # the largest limit of a counting semaphore (one lease slot per holder)
+
+
+def check_limit(limit: object) -> int:
+    """Validate a semaphore's ``limit``: how many may hold it at once (1: a mutex)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_HOLDERS:
+        raise ConfigError("limit", f"must be an integer from 1 to {MAX_HOLDERS}, got {limit!r}")
+    return limit
+
+
+def semaphore_quorum(n: int, quorum: int, limit: int) -> int:
+    """The quorum a semaphore of ``limit`` slots needs on ``n`` RedLock nodes (``quorum``: the
+    configured one, at least a majority).
+
+    Each holder holds one slot on each of ``q`` nodes, and each node has ``limit`` slots: the
+    ``limit * n`` slots fit ``limit + 1`` holders unless ``(limit + 1) * q > limit * n``, that
+    is ``q > limit * n / (limit + 1)``. So ``q = floor(limit * n / (limit + 1)) + 1``, and never
+    less than ``quorum``; ``limit`` 1 gives the majority. Example: 3 nodes, limit 2, q = 2:
+    A on {1,2}, B on {2,3}, C on {1,3}, every node holds only 2, yet three hold; q = 3 is needed.
+    """
+    return max(quorum, limit * n // (limit + 1) + 1)
+
+
+def semaphore_rule(n: int, quorum: int, limit: int) -> str:
+    """Why a semaphore on ``n`` nodes needs more than the configured ``quorum`` ('' if not)."""
+    needed = semaphore_quorum(n, quorum, limit)
+    if needed == quorum:
+        return ""
+    return (
+        f"a semaphore of limit {limit} on {n} nodes needs {needed} nodes per grant "
+        f"(floor({limit}*{n}/{limit + 1}) + 1: with fewer, {limit + 1} holders could each hold "
+        f"a quorum of slots; docs/semaphore.md)"
+    )
+
+
 def validity(ttl: float, elapsed: float) -> float:
     """Seconds a quorum grant stays valid: TTL - time spent acquiring - drift allowance."""
     return ttl - elapsed - drift(ttl)

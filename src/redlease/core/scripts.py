@@ -194,7 +194,8 @@ end
 """,
     "enlist": """
 -- Register ``token`` for a direct hand-off: a release grants the lease to the head waiter itself
--- if it is enlisted here (``direct`` hash: token -> 'ttl_ms identity [box]'). ``box``: the
+-- if it is enlisted here (``direct`` hash: token -> 'ttl_ms identity [box]'; a semaphore's
+-- waiter: 'ttl_ms:limit identity [box]', handed only a slot below its limit). ``box``: the
 -- mailbox that the waiter's process listens on for every waiter of this lock ('': its own list).
 local function enlist(direct, token, wait, ttl, identity, box)
   if wait > 0 then
@@ -238,6 +239,14 @@ local function pass_on(lease, fence_key, history, waiters, handoff, wake, direct
   if not info then return notify(waiters, handoff, wake, handoff_ms, false) end
   local sep = string.find(info, ' ', 1, true)
   local ttl = string.sub(info, 1, sep - 1)
+  local colon = string.find(ttl, ':', 1, true)
+  if colon then  -- a semaphore's waiter ('ttl:limit'): only a slot below its own limit
+    local limit = tonumber(string.sub(ttl, colon + 1))
+    ttl = string.sub(ttl, 1, colon - 1)
+    if tonumber(string.match(lease, ':slot:(%d+)$') or '0') >= limit then
+      return notify(waiters, handoff, wake, handoff_ms, false)
+    end
+  end
   local identity = string.sub(info, sep + 1)
   local sep2 = string.find(identity, ' ', 1, true)
   local box, item = wake .. ':' .. head, ''
@@ -252,6 +261,36 @@ local function pass_on(lease, fence_key, history, waiters, handoff, wake, direct
   keep_alive(box, tonumber(ttl))
   redis.call('DEL', handoff)
   return 1
+end
+""",
+    "slot_of": """
+-- A semaphore's slots (``leases``: the lease keys of slots 0 .. limit-1, see LockKeys.slot):
+-- the slot ``token`` owns, else the first free one, else (every slot held) the first; then its
+-- owner (``token``, nil when free), and when every slot is held a holder and the soonest
+-- expiry (ms). The owner token names the slot: nobody outside the scripts tracks slot numbers.
+local function slot_of(leases, token)
+  local free, holder, hint = nil, '', -1
+  for _, key in ipairs(leases) do
+    local cur = redis.call('HMGET', key, 'owner', 'holder')
+    if cur[1] == token then return key, token, '', -1 end
+    if not cur[1] then
+      free = free or key
+    else
+      if holder == '' then holder = cur[2] end
+      hint = soonest(hint, redis.call('PTTL', key))
+    end
+  end
+  if free then return free, nil, '', -1 end
+  return leases[1], 'held', holder, hint
+end
+""",
+    "owned_slot": """
+-- The key among ``leases`` (a semaphore's slots) whose lease ``token`` owns (nil: none).
+local function owned_slot(leases, token)
+  for _, key in ipairs(leases) do
+    if redis.call('HGET', key, 'owner') == token then return key end
+  end
+  return nil
 end
 """,
 }
@@ -273,12 +312,16 @@ ACQUIRE = Script(
 -- ARGV[6] minimum fence (0: none)
 -- ARGV[7] '0': the owner is registered as a waiter nowhere (absent: it may be)
 -- ARGV[8] the caller's process mailbox for a direct hand-off (absent or '': its own list)
+-- ARGV[9] a counting semaphore (one lock): m, the number of its slots after slot 0, whose
+--   lease keys (LockKeys.slot) are the last m KEYS, after every key above (absent: a mutex)
 -- With one lock, two more keys may follow: KEYS[6] direct hand-off hash, KEYS[7] the caller's
 -- own grant list (wake list .. ':' .. owner token). A refused caller then
 -- enlists for a direct hand-off (see pass_on); a caller that finds the lease already granted to
 -- it that way (it stopped waiting before the grant arrived) takes it with a fresh TTL.
 -- One lock, free and not reserved, with ARGV[7] '0': granted by the first branch (no waiter
 -- bookkeeping to do), with the same reply, keys and token rule (grant).
+-- A semaphore grants the first free slot (KEYS[1] is slot 0) and finds the caller's own lease in
+-- any slot; refused when every slot is held (hint: the soonest expiry, holder: one of them).
 -- Returns 'fence count now_ms transitions' granted (a string; transitions -1 on re-entry)
 --         {0, pttl_ms, holder, i...} held   {3, pttl_ms, '', i...} reserved for waiters
 --           (i...: positions of the locks that refused; the caller is registered there only;
@@ -292,24 +335,38 @@ local token = ARGV[1]
 local ttl = ARGV[2]
 -- The uncontended case first: one lock, free and not reserved, the caller registered nowhere
 -- (one EXISTS for both keys). What the general path below does then, without its bookkeeping.
-if #KEYS < 10 and ARGV[7] == '0' and redis.call('EXISTS', KEYS[1], KEYS[5]) == 0 then
+if #KEYS < 10 and ARGV[7] == '0' and not ARGV[9] and redis.call('EXISTS', KEYS[1], KEYS[5]) == 0
+then
   local fence, transitions = grant(KEYS[1], KEYS[2], KEYS[3], token, ARGV[3], ttl,
     ARGV[6] == '0' and 0 or tonumber(ARGV[6]), 'x')
   return fence .. ' 1 ' .. now_ms() .. ' ' .. transitions
 end
 local registered = ARGV[7] ~= '0'
-local n = math.floor(#KEYS / 5)
-local direct = KEYS[5 * n + 1]
+local m = tonumber(ARGV[9] or '0')
+local n = math.floor((#KEYS - m) / 5)
+local direct = nil
+if #KEYS - m > 5 * n then direct = KEYS[5 * n + 1] end
+local slots = nil  -- a semaphore's slots, slot 0 first
+if m > 0 then slots = {KEYS[1], unpack(KEYS, #KEYS - m + 1)} end
 local status, hint, holder, mine = 1, -1, '', nil
 local refused, admit = nil, {}  -- admit[i]: 1 remove the caller's registration, +2 the reservation
+local leases = {}  -- leases[i]: the lease key lock i grants (a semaphore: its chosen slot)
 for i = 1, n do
-  local lease = KEYS[5 * i - 4]
-  local owner = redis.call('HGET', lease, 'owner')
+  local lease, owner = KEYS[5 * i - 4], nil
+  if slots then
+    lease, owner, holder, hint = slot_of(slots, token)
+  else
+    owner = redis.call('HGET', lease, 'owner')
+  end
+  leases[i] = lease
   if owner == token then
     mine = lease
   elseif owner then
-    status, holder = 0, redis.call('HGET', lease, 'holder')
-    hint = soonest(hint, redis.call('PTTL', lease))
+    status = 0
+    if not slots then
+      holder = redis.call('HGET', lease, 'holder')
+      hint = soonest(hint, redis.call('PTTL', lease))
+    end
     refused = refused or {}
     refused[#refused + 1] = i
   else
@@ -332,15 +389,15 @@ if mine then
     -- handed over to this waiter directly after it stopped waiting: take it, TTL from now
     redis.call('ZREM', KEYS[4], token)
     redis.call('DEL', KEYS[7])
-    redis.call('HSET', KEYS[1], 'renewed_ms', now_ms(), 'ttl_ms', ttl)
-    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('HSET', mine, 'renewed_ms', now_ms(), 'ttl_ms', ttl)
+    redis.call('PEXPIRE', mine, ttl)
     local t = redis.call('HGET', KEYS[3], 'transitions') or '0'
     return fence .. ' ' .. count .. ' ' .. now_ms() .. ' ' .. t
   end
   if ARGV[4] == '1' and n == 1 then
     count = string.format('%d', tonumber(count) + 1)
-    redis.call('HSET', KEYS[1], 'count', count, 'renewed_ms', now_ms(), 'ttl_ms', ttl)
-    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('HSET', mine, 'count', count, 'renewed_ms', now_ms(), 'ttl_ms', ttl)
+    redis.call('PEXPIRE', mine, ttl)
     return fence .. ' ' .. count .. ' ' .. now_ms() .. ' -1'
   end
   return {2, tonumber(fence), tonumber(count)}
@@ -348,7 +405,9 @@ end
 if refused then
   local wait = tonumber(ARGV[5])
   for _, i in ipairs(refused) do enqueue(KEYS[5 * i - 1], token, wait) end
-  if direct then enlist(direct, token, wait, ttl, ARGV[3], ARGV[8]) end
+  if direct then
+    enlist(direct, token, wait, m > 0 and (ttl .. ':' .. (m + 1)) or ttl, ARGV[3], ARGV[8])
+  end
   for i, a in pairs(admit) do  -- no stale registration where the lock was free
     if a % 2 == 1 then redis.call('ZREM', KEYS[5 * i - 1], token) end
   end
@@ -374,7 +433,7 @@ for i = 1, n do
     if direct then redis.call('HDEL', direct, token) end
   end
   local t
-  fence, t = grant(KEYS[5 * i - 4], KEYS[5 * i - 3], KEYS[5 * i - 2], token, ARGV[3], ttl,
+  fence, t = grant(leases[i], KEYS[5 * i - 3], KEYS[5 * i - 2], token, ARGV[3], ttl,
     floor, 'x')
   if not transitions or tonumber(t) > tonumber(transitions) then transitions = t end
 end
@@ -394,17 +453,28 @@ RELEASE = Script(
 -- (KEYS[4] .. ':' .. its token, same slot) is the one key not passed: only the script knows it.
 -- ARGV[1] owner token  ARGV[2] '1' release every reentrant count, '0' one
 -- ARGV[3] handoff ms   ARGV[4] '1' wake every waiter, '0' one
+-- ARGV[5] a counting semaphore (one lock, every count): m, the number of its slots after slot 0,
+--   whose lease keys are the last m KEYS (absent: a mutex). The slot the owner holds is freed
+--   and passed on to the head waiter.
 -- Returns the remaining reentrant count (0 = lease gone) when released, -1 when not the owner
 --   (of at least one lock; the owner's other locks are released)
 -- One lock with ARGV[2] '1' (the common release) takes the first branch: the same steps.
 """
     + _PRELUDE
     + """
-if #KEYS < 8 and ARGV[2] == '1' then  -- one lock, every count: the loop below, for n = 1
-  if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return -1 end
-  redis.call('DEL', KEYS[1])
-  pass_on(KEYS[1], KEYS[5], KEYS[6], KEYS[2], KEYS[3], KEYS[4], KEYS[7], ARGV[3],
-    ARGV[4] == '1')
+local m = tonumber(ARGV[5] or '0')
+if #KEYS - m < 8 and ARGV[2] == '1' then  -- one lock, every count: the loop below, for n = 1
+  local lease = KEYS[1]
+  if m > 0 then
+    lease = owned_slot({KEYS[1], unpack(KEYS, #KEYS - m + 1)}, ARGV[1])
+    if not lease then return -1 end
+  elseif redis.call('HGET', lease, 'owner') ~= ARGV[1] then
+    return -1
+  end
+  redis.call('DEL', lease)
+  local direct = nil
+  if #KEYS - m > 4 then direct = KEYS[7] end
+  pass_on(lease, KEYS[5], KEYS[6], KEYS[2], KEYS[3], KEYS[4], direct, ARGV[3], ARGV[4] == '1')
   return 0
 end
 local n = math.floor(#KEYS / 4)
@@ -441,20 +511,28 @@ EXTEND = Script(
 -- (all or none: a lease that lost one of its locks is lost, and is not kept alive in part).
 -- KEYS[1] lease hash (KEYS[2..n]: those of the other locks of a multi-key lease)
 -- ARGV[1] owner token  ARGV[2] new ttl ms
+-- ARGV[3] present: a counting semaphore; KEYS are the lease keys of its slots, and the one the
+--   owner holds is extended
 -- Returns {1, fence, now_ms} extended  {0, 0, now_ms} not the owner (or expired); fence and
 --   now_ms as strings
 """
     + _PRELUDE
     + """
+local leases = KEYS
+if ARGV[3] then
+  local mine = owned_slot(KEYS, ARGV[1])
+  if not mine then return {0, 0, now_ms()} end
+  leases = {mine}
+end
 local fence = 0
-for i = 1, #KEYS do
-  local cur = redis.call('HMGET', KEYS[i], 'owner', 'fence')
+for i = 1, #leases do
+  local cur = redis.call('HMGET', leases[i], 'owner', 'fence')
   if cur[1] ~= ARGV[1] then return {0, 0, now_ms()} end
   fence = cur[2]
 end
-for i = 1, #KEYS do
-  redis.call('HSET', KEYS[i], 'renewed_ms', now_ms(), 'ttl_ms', ARGV[2])
-  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+for i = 1, #leases do
+  redis.call('HSET', leases[i], 'renewed_ms', now_ms(), 'ttl_ms', ARGV[2])
+  redis.call('PEXPIRE', leases[i], ARGV[2])
 end
 return {1, fence, now_ms()}
 """,
@@ -472,18 +550,25 @@ LEAVE = Script(
 -- KEYS[7] history hash  KEYS[8] direct hand-off hash  KEYS[9] the caller's own grant list. A
 -- lease handed over to the caller while it gave up is released and passed on.
 -- ARGV[1] owner token  ARGV[2] handoff ms
+-- ARGV[3] a counting semaphore (one lock): m, the number of its slots after slot 0, whose lease
+--   keys are the last m KEYS (absent: a mutex); a lease handed over is found in any slot, and
+--   "free" means some slot is free
 -- Returns {live waiters, summed over the locks}
 """
     + _PRELUDE
     + """
-local m = 5 * math.floor(#KEYS / 5)
-if KEYS[m + 3] then
+local s = tonumber(ARGV[3] or '0')
+local m = 5 * math.floor((#KEYS - s) / 5)
+local slots = {KEYS[1]}
+if s > 0 then slots = {KEYS[1], unpack(KEYS, #KEYS - s + 1)} end
+if #KEYS - s >= m + 3 then
   redis.call('HDEL', KEYS[8], ARGV[1])
   redis.call('DEL', KEYS[9])
-  if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
-    redis.call('DEL', KEYS[1])
+  local lease = owned_slot(slots, ARGV[1])
+  if lease then
+    redis.call('DEL', lease)
     redis.call('ZREM', KEYS[2], ARGV[1])
-    pass_on(KEYS[1], KEYS[6], KEYS[7], KEYS[2], KEYS[3], KEYS[4], KEYS[8], tonumber(ARGV[2]),
+    pass_on(lease, KEYS[6], KEYS[7], KEYS[2], KEYS[3], KEYS[4], KEYS[8], tonumber(ARGV[2]),
       false)
     return {live(KEYS[2])}
   end
@@ -498,7 +583,8 @@ for i = 1, m, 5 do
   if was_writer == 1 and live(writers) == 0 then
     -- readers queued behind this writer may go now
     notify(waiters, handoff, wake, tonumber(ARGV[2]), true)
-  elseif n > 0 and redis.call('EXISTS', lease) == 0 and redis.call('EXISTS', handoff) == 1 then
+  elseif n > 0 and redis.call('EXISTS', lease, unpack(slots, 2)) < #slots
+      and redis.call('EXISTS', handoff) == 1 then
     redis.call('RPUSH', wake, '1')
     redis.call('PEXPIRE', wake, 1000)
   elseif n == 0 then
@@ -661,17 +747,27 @@ STATUS = Script(
 -- Read the live state of a lock in one round trip (read-only).
 -- KEYS[1] lease hash  KEYS[2] fence counter  KEYS[3] history hash  KEYS[4] readers zset
 -- KEYS[5] candidates zset  KEYS[6] waiters zset
+-- KEYS[7..] a counting semaphore's slots after slot 0 (KEYS[1] is slot 0), if any
 -- Returns {now_ms, lease pttl ms, {lease field, value, ...}, fence, {history field, value, ...},
---          live readers, {live candidate identities}, live waiters}
+--          live readers, {live candidate identities}, live waiters
+--          [, {{slot pttl ms, {slot field, value, ...}}, ...} with slot keys]}
 
 local t = redis.call('TIME')
 local ms = string.sub('00000' .. t[2], -6, -4)  -- the milliseconds of the second, 3 digits
 local now = t[1] .. ms  -- server time in ms as text: what Redis would print for the number
-return {t[1] * 1000 + ms, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[1]),
+local reply = {t[1] * 1000 + ms, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[1]),
   tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('HGETALL', KEYS[3]),
   redis.call('ZCOUNT', KEYS[4], now, '+inf'),
   redis.call('ZRANGEBYSCORE', KEYS[5], now, '+inf'),
   redis.call('ZCOUNT', KEYS[6], now, '+inf')}
+if #KEYS > 6 then
+  local slots = {}
+  for i = 7, #KEYS do
+    slots[#slots + 1] = {redis.call('PTTL', KEYS[i]), redis.call('HGETALL', KEYS[i])}
+  end
+  reply[9] = slots
+end
+return reply
 """,
 )
 
@@ -681,13 +777,13 @@ FORCE_RELEASE = Script(
 -- Administrative release (operator's force-release): remove the writer/holder lease and every
 -- reader, keep the fence counter, wake all waiters.
 -- KEYS[1] lease hash  KEYS[2] readers zset  KEYS[3] waiters zset  KEYS[4] handoff flag
--- KEYS[5] wake list
+-- KEYS[5] wake list  KEYS[6..] a counting semaphore's slots after slot 0 (removed too)
 -- ARGV[1] handoff ms
--- Returns {leases removed (0|1), readers removed}
+-- Returns {leases removed (slots included), readers removed}
 """
     + _PRELUDE
     + """
-local had = redis.call('DEL', KEYS[1])
+local had = redis.call('DEL', KEYS[1], unpack(KEYS, 6))
 local readers = redis.call('ZCARD', KEYS[2])
 redis.call('DEL', KEYS[2])
 notify(KEYS[3], KEYS[4], KEYS[5], tonumber(ARGV[1]), true)
@@ -700,7 +796,8 @@ RAISE_FENCE = Script(
     """
 -- Raise a lock's fence counter to at least a minimum (RedLock: a quorum holder's token must be
 -- on a quorum of counters before it is granted; also used to re-seed a node restarted empty).
--- KEYS[1] fence counter  KEYS[2] lease hash
+-- KEYS[1] fence counter  KEYS[2] lease hash (KEYS[3..]: a counting semaphore's other slots; the
+--   owner's lease record is found in any of them)
 -- ARGV[1] minimum fence  ARGV[2] owner token ('' : counter only)
 -- Returns {counter after, 1 if the owner's lease record now carries the fence else 0}
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -710,9 +807,14 @@ if cur < min then
   cur = min
 end
 local updated = 0
-if ARGV[2] ~= '' and redis.call('HGET', KEYS[2], 'owner') == ARGV[2] then
-  redis.call('HSET', KEYS[2], 'fence', ARGV[1])
-  updated = 1
+if ARGV[2] ~= '' then
+  for i = 2, #KEYS do
+    if redis.call('HGET', KEYS[i], 'owner') == ARGV[2] then
+      redis.call('HSET', KEYS[i], 'fence', ARGV[1])
+      updated = 1
+      break
+    end
+  end
 end
 return {cur, updated}
 """,
@@ -725,12 +827,16 @@ RETIRE = Script(
 -- and history included, which otherwise never expire. Refused while the lease is held, a
 -- reader or a waiter is live, or a candidate is alive (a running sidecar would take it again).
 -- KEYS[1] lease hash  KEYS[2] readers zset  KEYS[3] waiters zset  KEYS[4] candidates zset
--- KEYS[5..] the lock's other keys (fence, history, handoff, wake, writers-waiting, direct)
+-- KEYS[5..] the lock's other keys (fence, history, handoff, wake, writers-waiting, direct,
+--   and last the slots of a counting semaphore after slot 0)
+-- ARGV[1] the number of slot keys at the end of KEYS (absent: none); refused while one is held
 -- Returns {1, keys deleted} retired   {0, reason} refused: 'held' | 'readers' | 'waiters' |
 --   'candidates'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 'held'} end
+local s = tonumber(ARGV[1] or '0')
+if s > 0 and redis.call('EXISTS', unpack(KEYS, #KEYS - s + 1)) > 0 then return {0, 'held'} end
 if redis.call('ZCOUNT', KEYS[2], now, '+inf') > 0 then return {0, 'readers'} end
 if redis.call('ZCOUNT', KEYS[3], now, '+inf') > 0 then return {0, 'waiters'} end
 if redis.call('ZCOUNT', KEYS[4], now, '+inf') > 0 then return {0, 'candidates'} end

@@ -14,6 +14,15 @@ from redlease.core.requests import Call, Request
 
 
 @dataclass(frozen=True, slots=True)
+class Holder:
+    """One holder of a lock: a mutex has at most one, a counting semaphore up to its limit."""
+
+    identity: str
+    fencing_token: int
+    expires_in_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LockState:
     """A snapshot of one lock on one Redis node, all times in server milliseconds."""
 
@@ -33,16 +42,28 @@ class LockState:
     readers: int = 0
     waiters: int = 0
     candidates: tuple[str, ...] = field(default=())
+    # every holder (a semaphore's, by slot; a mutex: the one above), in slot order; the fields
+    # above describe the first of them
+    holders: tuple[Holder, ...] = field(default=())
 
     @property
     def held(self) -> bool:
         return self.holder is not None or self.readers > 0
 
 
-def status_call(keys: LockKeys) -> Call:
+def status_call(keys: LockKeys, limit: int = 1) -> Call:
+    """The STATUS call of the lock ``keys``; ``limit`` > 1: a semaphore's slots are read too."""
     return Call(
         scripts.STATUS,
-        (keys.lease, keys.fence, keys.history, keys.readers, keys.candidates, keys.waiters),
+        (
+            keys.lease,
+            keys.fence,
+            keys.history,
+            keys.readers,
+            keys.candidates,
+            keys.waiters,
+            *keys.slots(limit)[1:],
+        ),
         (),
         intent=ReadState(),
     )
@@ -60,9 +81,13 @@ def decode_state(keys: LockKeys, reply: object) -> LockState:
         return reply
     name = keys.name
     items = as_list(reply, name, 8)
-    lease = _pairs(items[2])
     history = _pairs(items[4])
-    pttl = as_int(items[1], name, "ttl")
+    slots = [(items[1], items[2])]
+    if len(items) > 8:
+        slots += [tuple(as_list(slot, name, 2)) for slot in as_list(items[8], name, 0)]
+    records = [(as_int(p, name, "ttl"), _pairs(fields)) for p, fields in slots]
+    held_slots = [(p, d) for p, d in records if d.get("owner")]
+    pttl, lease = held_slots[0] if held_slots else records[0]
 
     def opt(d: dict[str, str], key: str) -> int | None:
         return as_int(d[key], name, key) if key in d else None
@@ -88,11 +113,19 @@ def decode_state(keys: LockKeys, reply: object) -> LockState:
         readers=as_int(items[5], name, "readers"),
         candidates=tuple(sorted(as_str(c) for c in (items[6] or []))),
         waiters=as_int(items[7], name, "waiters"),
+        holders=tuple(
+            Holder(
+                d.get("holder", ""),
+                as_int(d.get("fence", "0"), name, "fence"),
+                p if p >= 0 else None,
+            )
+            for p, d in held_slots
+        ),
     )
 
 
-def read_state_flow(keys: LockKeys) -> Generator[Request, Any, LockState]:
-    reply = yield status_call(keys)
+def read_state_flow(keys: LockKeys, limit: int = 1) -> Generator[Request, Any, LockState]:
+    reply = yield status_call(keys, limit)
     return decode_state(keys, reply)
 
 

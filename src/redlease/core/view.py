@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redlease.core.rules import RESTART_DELAY, Outside, Probe, standing
-from redlease.core.state import LockState
+from redlease.core.state import Holder, LockState
 from redlease.core.times import format_time
 
 NodeAnswer = Mapping[str, LockState] | BaseException  # key -> state, or why the node failed
@@ -59,6 +59,8 @@ class Facts:
     waiters: int = 0
     candidates: tuple[str, ...] = ()
     unknown: str | None = None  # why no holder can be named (None: the view is conclusive)
+    # every holder a quorum agrees on (a counting semaphore's; a mutex: its holder), by token
+    holders: tuple[Holder, ...] = ()
 
     @property
     def held(self) -> bool:
@@ -103,6 +105,21 @@ def _nth_largest(values: Sequence[int], n: int) -> int | None:
     return ordered[n - 1] if 0 < n <= len(ordered) else None
 
 
+def agreed_holders(states: Sequence[LockState], quorum: int) -> tuple[Holder, ...]:
+    """The holders (identity and token) that at least ``quorum`` of ``states`` list, in token
+    order: the quorum rule per holder (a counting semaphore's nodes may list its holders in
+    different slots). Expiry: the moment the holder stops being on a quorum of nodes."""
+    seen: dict[tuple[str, int], list[int]] = {}
+    for state in states:
+        for h in state.holders:
+            seen.setdefault((h.identity, h.fencing_token), []).append(h.expires_in_ms or 0)
+    return tuple(
+        Holder(identity, token, _nth_largest(expiries, quorum))
+        for (identity, token), expiries in sorted(seen.items(), key=lambda kv: kv[0][1])
+        if len(expiries) >= quorum
+    )
+
+
 def key_view(key: str, states: Sequence[LockState], quorum: int, unanswered: int) -> KeyView:
     """Apply the quorum rule to one key (``states``: the nodes that answered)."""
     groups: dict[tuple[str, int | None], list[LockState]] = {}
@@ -119,6 +136,7 @@ def key_view(key: str, states: Sequence[LockState], quorum: int, unanswered: int
         "readers": _nth_largest([s.readers for s in states], quorum) or 0,
         "waiters": max((s.waiters for s in states), default=0),
         "candidates": tuple(sorted({c for s in states for c in s.candidates})),
+        "holders": agreed_holders(states, quorum),
     }
     if len(best) >= quorum:
         return KeyView(
@@ -173,6 +191,7 @@ def lock_view(
         "readers": primary.readers,
         "waiters": primary.waiters,
         "candidates": primary.candidates,
+        "holders": primary.holders if len(per_key) == 1 else (),
         "per_key": per_key,
         "healthy_nodes": tuple(ok),
         "errors": errors,

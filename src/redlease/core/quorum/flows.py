@@ -138,6 +138,14 @@ class Settings:
     # where to wait for a wake-up after the last refused acquire (see :func:`wait_nodes`); a
     # hint shared by the handle's owners
     wait_on: tuple[int, ...] = ()
+    rule: str = ""  # why ``quorum`` is above the node set's (a semaphore: rules.semaphore_rule)
+    set_quorum: int = 0  # the node set's own quorum (0: ``quorum``), for membership and re-seeding
+
+    @property
+    def members_quorum(self) -> int:
+        """The quorum the node set's membership rules use: every lock's, not a semaphore's
+        larger grant quorum (re-seeding must cover the tokens of every lock on the nodes)."""
+        return self.set_quorum or self.quorum
 
     @property
     def n(self) -> int:
@@ -189,9 +197,10 @@ def unavailable(
         else:
             why = "failed"
         parts.append(f"{cfg.names[i]}: {why}")
+    rule = f"; {cfg.rule}" if cfg.rule else ""
     return QuorumUnavailable(
         cfg.prim.name,
-        f"{what}: quorum of {cfg.quorum}/{cfg.n} nodes not reached ({'; '.join(parts)})",
+        f"{what}: quorum of {cfg.quorum}/{cfg.n} nodes not reached ({'; '.join(parts)}){rule}",
         nodes=[cfg.names[i] for i in sorted(set(bad))],
     )
 
@@ -220,7 +229,8 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
     states = [membership(p) for p in probes]
     if "fresh" in states:
         new_set = brand_new(probes)  # read again below anyway
-        if states.count("member") < cfg.quorum and not new_set:  # an operator may have acted
+        # an operator may have acted
+        if states.count("member") < cfg.members_quorum and not new_set:
             probes = yield from _refresh(cfg, probes)
             new_set = brand_new(probes)
         if new_set:
@@ -232,7 +242,7 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
     members = tuple(i for i, s in enumerate(states) if s == "member")
     fresh = [i for i, s in enumerate(states) if s == "fresh"]
     now = cfg.clock()
-    why = standing(probes, cfg.quorum, cfg.restart_delay, now)
+    why = standing(probes, cfg.members_quorum, cfg.restart_delay, now)
     cfg.outside = {
         i: reasons[i] if s == "unknown" else (w.why if (w := why[i]) else "not marked")
         for i, s in enumerate(states)
@@ -246,7 +256,7 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
         if may_rejoin(probes[i], now, cfg.restart_delay)  # type: ignore[arg-type]
         and cfg.reseed_state.get(cfg.names[i], 0.0) <= now
     ]
-    if not due or len(members) < reseed_sources(cfg.n, cfg.quorum):
+    if not due or len(members) < reseed_sources(cfg.n, cfg.members_quorum):
         return members
     for i in due:
         cfg.reseed_state[cfg.names[i]] = now + 0.5  # at most twice a second per node
@@ -360,7 +370,7 @@ def _collect_fences(cfg: Settings, members: Sequence[int]) -> QFlow:
             if _text(cursor) != "0":
                 nxt[i] = _text(cursor)
         cursors = nxt
-    if len(keys) < reseed_sources(cfg.n, cfg.quorum):
+    if len(keys) < reseed_sources(cfg.n, cfg.members_quorum):
         return None
     maxima: dict[str, int] = {}
     calls2 = {i: Command(("MGET", *sorted(ks))) for i, ks in keys.items() if ks}
@@ -415,11 +425,7 @@ def acquire(
     if d.granted:
         confirmed = True
         if d.raise_on:
-            raise_calls = {
-                i: Call(scripts.RAISE_FENCE, (cfg.prim.keys.fence, cfg.prim.keys.lease),
-                        (d.fence, token))
-                for i in d.raise_on
-            }  # fmt: skip
+            raise_calls = {i: cfg.prim.raise_fence(token, d.fence) for i in d.raise_on}
             raised = yield FanOut(raise_calls, cfg.node_timeout)
             confirmed = raise_confirmed(d, raised, d.fence, cfg.quorum)
         if confirmed and validity(ttl, cfg.clock() - start) > 0:
@@ -569,15 +575,33 @@ def read_status(
     keys = cfg.prim.keys
     states = {i: decode_state(keys, v) for i, v in good.items()}
     kv = key_view(keys.name, list(states.values()), cfg.quorum, cfg.n - len(good))
+    holders = kv.holders
     holding = [
         i for i, s in states.items() if (s.holder, s.fencing_token) == (kv.holder, kv.fencing_token)
     ]
+    if kv.holder is None and holders:  # a semaphore whose nodes list their holders apart
+        first = holders[0]
+        pair = (first.identity, first.fencing_token)
+        holding = [
+            i
+            for i, s in states.items()
+            if pair in {(h.identity, h.fencing_token) for h in s.holders}
+        ]
+        kv = replace(
+            kv,
+            holder=first.identity,
+            fencing_token=first.fencing_token,
+            expires_in_ms=first.expires_in_ms,
+        )
     if kv.holder is not None and holding:
         expires = kv.expires_in_ms
         return replace(
             states[holding[0]],
+            holder=kv.holder,
+            fencing_token=kv.fencing_token,
             expires_in_ms=expires if expires is not None and expires >= 0 else None,
             last_fence=kv.last_fence,
+            holders=holders,
         )
     return replace(
         states[next(iter(good))],
@@ -590,6 +614,7 @@ def read_status(
         mode=None,
         count=0,
         last_fence=kv.last_fence,
+        holders=(),
     )
 
 

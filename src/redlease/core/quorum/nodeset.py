@@ -26,7 +26,13 @@ from redlease.core.connect import (
 from redlease.core.quorum import _async, _sync
 from redlease.core.quorum.channel import Channel
 from redlease.core.quorum.flows import Settings
-from redlease.core.rules import RESTART_DELAY, check_quorum, standing
+from redlease.core.rules import (
+    RESTART_DELAY,
+    check_quorum,
+    semaphore_quorum,
+    semaphore_rule,
+    standing,
+)
 from redlease.errors import ConfigError
 
 NODESET_OPTIONS = ("quorum", "node_timeout", "restart_delay", "dead_after")
@@ -121,6 +127,11 @@ class NodeSet:
             return all(h.token != token for h in handle._holds.values())
 
         settings = self.settings(handle.prim, fresh)
+        if handle.prim.limit > 1:  # a semaphore: enough nodes that limit+1 holders cannot fit
+            n = len(self.names)
+            settings.set_quorum = self.quorum
+            settings.quorum = semaphore_quorum(n, self.quorum, handle.prim.limit)
+            settings.rule = semaphore_rule(n, self.quorum, handle.prim.limit)
         if self.asyncio:
             return _async.QuorumNode(self, settings)
         return _sync.QuorumNode(self, settings)
