@@ -181,9 +181,11 @@ class SyncNode(_redis.NodeBase):
 
     def run_all(self, calls: list[Call]) -> None:
         """Run ``calls`` (scripts on the node of the first one's key, no owner's request
-        unanswered) written back to back and read in order: one write for all; a call answered
-        with an error (a script not loaded yet, a moved slot) runs again alone, and so do all
-        of them while the server's library is still to be checked."""
+        unanswered) written back to back and read in order: one write for all. The calls answered
+        with an error (a script not loaded yet, a moved slot) run again: the first alone, which
+        loads the script or follows the slot, then the others in one write (on a server without
+        the scripts, 3 round trips for the batch, not one per call); every call runs alone
+        while the server's library is still to be checked."""
         pool = self._pool(calls[0].keys[0])
         run = _redis.scripting(pool) if pool is not None else None
         if run is None or not run.settled:  # no slot map yet, or the library to be checked
@@ -214,9 +216,11 @@ class SyncNode(_redis.NodeBase):
         finally:
             if slot is not None:
                 slot.release()
-        for call, reply in zip(calls, replies, strict=True):
-            if isinstance(reply, rex.RedisError):
-                self.execute(call)
+        failed = [c for c, r in zip(calls, replies, strict=True) if isinstance(r, rex.RedisError)]
+        if failed:  # the first alone loads the script (or follows the slot); the rest in one write
+            self.execute(failed[0])
+            if failed[1:]:
+                self.run_all(failed[1:])
 
     def blpop(self, keys: tuple[str, ...], timeout: float) -> Any:
         """BLPOP for ``timeout`` seconds: [key, value], or None if nothing arrived in time.
