@@ -590,8 +590,32 @@ class LocalCluster:
             found.append(new)
             return self._info_has("cluster_state:ok")
 
-        _until(time.monotonic() + timeout, f"a failover away from port {old.port}", promoted)
+        try:
+            _until(time.monotonic() + timeout, f"a failover away from port {old.port}", promoted)
+        except ServerError as exc:
+            raise ServerError(f"{exc}; {self._describe(slot)}") from None
         return found[-1]
+
+    def _describe(self, slot: int) -> str:
+        """What every server says of ``slot`` (its master's port), its role and cluster state:
+        why a wait for a failover did not end."""
+        parts = []
+        for server in self.everyone:
+            if not server.alive:
+                parts.append(f"{server.port}: not running")
+                continue
+            try:
+                masters = [
+                    int(master[1])
+                    for lo, hi, master, *_ in _command(server, "CLUSTER", "SLOTS")
+                    if int(lo) <= slot <= int(hi)
+                ]
+                state = _command(server, "CLUSTER", "INFO").split()[0]
+                role = _replication(server).get("role")
+                parts.append(f"{server.port}: {role}, slot {slot} at {masters}, {state}")
+            except redis.RedisError as exc:
+                parts.append(f"{server.port}: {exc}")
+        return "; ".join(parts)
 
     def wait_synced(self, master: RedisServer, timeout: float = 10.0) -> None:
         """Wait until every replica of ``master`` has everything it wrote so far (replication
