@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from redlease.devtools.manifests import api_server_accepts, lock_object
+from redlease.core.rules import MAX_HOLDERS
+from redlease.devtools.manifests import api_server_accepts, lock_object, version_schema
 from redlease.errors import ConfigError
 from redlease.kube.spec import parse_spec
 
@@ -47,6 +48,8 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("tls-client-only", spec(nodes=TLS, tls={"clientCertSecretRef": {"name": "client"}}), OK),
     ("multi-key", spec(keys=["orders", "billing"]), OK),
     ("holders", spec(holders=3), OK),
+    ("holders-max", spec(holders=64), OK),
+    ("holders-one-over-two-keys", spec(keys=["a", "b"], holders=1), OK),
     ("ttl-only", spec(ttlSeconds=5), OK),
     ("retry-below-derived-deadline", spec(ttlSeconds=4, retryPeriodSeconds=2), OK),
     ("full-timing", spec(ttlSeconds=30, renewDeadlineSeconds=20, retryPeriodSeconds=4), OK),
@@ -72,6 +75,9 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("ttl-too-long", spec(ttlSeconds=86401), "spec.ttlSeconds"),
     ("holders-zero", spec(holders=0), "spec.holders"),
     ("holders-string", spec(holders="2"), "spec.holders"),
+    ("holders-word", spec(holders="two"), "spec.holders"),
+    ("holders-too-many", spec(holders=65), "spec.holders"),
+    ("holders-over-two-keys", spec(keys=["a", "b"], holders=2), "spec.holders"),
     (
         "deadline-not-below-ttl",
         spec(ttlSeconds=10, renewDeadlineSeconds=10),
@@ -163,3 +169,14 @@ def test_parser_also_refuses_the_same_node_written_twice() -> None:
     with pytest.raises(ConfigError) as info:
         parse_spec(spec(nodes=[{"url": "redis://r:6379"}, {"url": "redis://r:6379/0"}, THREE[1]]))
     assert info.value.field == "spec.nodes"
+
+
+def test_holders_bound_is_the_cores() -> None:
+    """``spec.holders`` allows exactly what a ``Semaphore`` allows (redlease.MAX_HOLDERS), and
+    ``status.holders`` has room for that many."""
+    schema = version_schema()["properties"]
+    holders = schema["spec"]["properties"]["holders"]
+    assert (holders["minimum"], holders["maximum"], holders["default"]) == (1, MAX_HOLDERS, 1)
+    assert schema["status"]["properties"]["holders"]["maxItems"] == MAX_HOLDERS
+    assert parse_spec(spec()).holders == 1
+    assert parse_spec(spec(holders=MAX_HOLDERS)).holders == MAX_HOLDERS

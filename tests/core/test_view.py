@@ -7,7 +7,7 @@ from typing import Any
 from redlease.core import view as lockview
 from redlease.core.observe import Notices
 from redlease.core.rules import OPERATOR, REJOINING, Probe
-from redlease.core.state import LockState
+from redlease.core.state import Holder, LockState
 from redlease.core.view import lock_view
 
 
@@ -53,6 +53,22 @@ def test_a_holder_needs_a_quorum_agreeing_on_the_same_lease() -> None:
     # same identity, different tokens: two different leases, neither on a quorum
     split = lock_view(["job"], nodes(st("a", 7, 10), st("a", 8, 10), st("b", 9, 10)), 2)
     assert split.holder is None
+
+
+def test_semaphore_nodes_listing_holders_in_other_slots_still_name_them() -> None:
+    """A limit-2 semaphore on 3 nodes (quorum 3): a and b each hold a slot on every node, but
+    node 3 granted b its slot 0 first. No first-slot lease is on 3 nodes, yet both holders are:
+    the view names the first of them (by token) and is held, as ``Semaphore.state()`` says."""
+    a, b = Holder("a", 4, 9000), Holder("b", 5, 8000)
+    ab = st("a", 4, 9000, fence=5, holders=(a, b))
+    ba = st("b", 5, 8000, fence=5, holders=(b, a))
+    v = lock_view(["job"], nodes(ab, ab, ba), 3)
+    assert (v.holder, v.fencing_token, v.expires_in_ms, v.unknown) == ("a", 4, 9000, None)
+    assert v.held and v.holders == (a, b)
+    # a holder on only 2 of the 3 nodes is not named
+    only_b = st("b", 5, 8000, fence=5, holders=(b,))
+    w = lock_view(["job"], nodes(ab, ab, only_b), 3)
+    assert w.holders == (b,) and (w.holder, w.fencing_token) == ("b", 5)
 
 
 def test_a_stale_holder_on_a_minority_is_never_named() -> None:

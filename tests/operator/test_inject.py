@@ -25,7 +25,11 @@ from redlease.operator.injection import (
     InjectConfig,
     LockLookup,
 )
-from redlease.operator.injection.plan import LEADER_WARNING, native_drain_warning
+from redlease.operator.injection.plan import (
+    HOLDERS_WARNING,
+    LEADER_WARNING,
+    native_drain_warning,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = {
@@ -89,6 +93,17 @@ def test_lock_without_auth_gets_no_credentials() -> None:
     del lock["spec"]["auth"]
     out, _ = run(pod(), LockLookup(obj=lock))
     assert [e["name"] for e in sidecar(out)["env"]] == ["POD_NAME", "POD_NAMESPACE"]
+
+
+def test_a_lock_with_several_holders_warns_that_the_sidecar_elects_one() -> None:
+    lock = copy.deepcopy(LOCK)
+    lock["spec"]["holders"] = 2
+    out, result = run(pod(), LockLookup(obj=lock))
+    assert result.warnings == [HOLDERS_WARNING.format(n=2)]
+    assert "spec.holders" in result.warnings[0] and "one leader" in result.warnings[0]
+    assert not any("holders" in a for a in sidecar(out)["args"])  # no --holders yet
+    lock["spec"]["holders"] = 1
+    assert run(pod(), LockLookup(obj=lock))[1].warnings == []
 
 
 @pytest.mark.parametrize(

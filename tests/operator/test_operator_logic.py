@@ -5,11 +5,12 @@ tests/core/test_view.py.)"""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 
-from redlease.core.state import LockState
+from redlease.core.state import Holder, LockState
 from redlease.core.times import format_time
 from redlease.core.view import lock_view
 from redlease.errors import ConfigError
@@ -78,6 +79,40 @@ def test_change_detection_and_expiry_rule() -> None:
     released["phase"] = "Free"
     patch = reconcile.status_patch(first, released, now=1000.0, refresh=5.0)
     assert patch is not None and patch["holder"] is None and patch["fencingToken"] is None
+
+
+def test_semaphore_status_lists_every_agreed_holder() -> None:
+    two = (Holder("a", 4, 10_000), Holder("b", 6, 12_000))
+    node = {"job": st("a", 4, 10_000, fence=6, holders=two)}
+    s = parse_spec(spec(nodes=NODES3, holders=2))
+    # node 3 lists only b: both are still on a quorum of 2
+    only_b = {"job": st("b", 6, 12_000, holders=two[1:])}
+    answers = dict(zip(s.node_names, (node, node, only_b), strict=True))
+    view = lock_view(["job"], answers, 2)
+    status = reconcile.compute_status(
+        s, view, read_at=1000.0, generation=1, previous={}, now=1000.0
+    )
+    assert status["holders"] == [
+        {"holder": "a", "fencingToken": 4, "expiresAt": format_time(1010.0)},
+        {"holder": "b", "fencingToken": 6, "expiresAt": format_time(1012.0)},
+    ]
+    assert (status["holder"], status["fencingToken"]) == ("a", 4)  # the view's (lowest slot)
+    # a mutex's status has no list (unchanged), even when the view has its one holder
+    mutex = reconcile.compute_status(
+        parse_spec(spec(nodes=NODES3)), view, read_at=1000.0, generation=1, previous={}, now=1000.0
+    )
+    assert "holders" not in mutex
+
+    # change detection: a holder's renewal alone waits, a new holder or token is written
+    renewed = copy.deepcopy(status)
+    renewed["holders"][1]["expiresAt"] = format_time(1014.0)
+    assert reconcile.status_patch(status, renewed, now=1001.0, refresh=5.0) is None
+    assert reconcile.status_patch(status, renewed, now=1008.0, refresh=5.0) is not None
+    swapped = copy.deepcopy(status)
+    swapped["holders"][1] = {"holder": "c", "fencingToken": 7, "expiresAt": format_time(1012.0)}
+    assert reconcile.status_patch(status, swapped, now=1001.0, refresh=5.0) is not None
+    fewer = {**status, "holders": status["holders"][:1]}
+    assert reconcile.status_patch(status, fewer, now=1001.0, refresh=5.0) is not None
 
 
 def test_events() -> None:

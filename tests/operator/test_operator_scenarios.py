@@ -13,7 +13,7 @@ import pytest
 import redis
 import yaml
 
-from redlease import Lock
+from redlease import Lock, Semaphore
 from redlease.core.keys import LockKeys
 from redlease.core.quorum import NodeSet
 from redlease.core.times import parse_time
@@ -212,6 +212,69 @@ async def test_force_release(cluster: Cluster, redis_server: RedisServer) -> Non
         assert reasons(cluster).count("ForceReleased") == 1
     finally:
         client.close()
+
+
+async def test_semaphore_holders_in_status_column_and_force_release(
+    cluster: Cluster, redis_server: RedisServer
+) -> None:
+    client = redis_server.client()
+    try:
+        a = Semaphore(client, "pool", limit=2, ttl=60, identity="worker-a").acquire()
+        b = Semaphore(client, "pool", limit=2, ttl=60, identity="worker-b").acquire()
+        await cluster.create("pool", {**one_node(redis_server, "pool"), "holders": 2})
+
+        def both() -> list[Any] | None:
+            holders = cluster.status("pool").get("holders") or []
+            return holders if len(holders) == 2 else None
+
+        holders = await until(both, what="both holders in status")
+        assert [(h["holder"], h["fencingToken"]) for h in holders] == [
+            ("worker-a", a.fencing_token),
+            ("worker-b", b.fencing_token),
+        ]
+        for h in holders:
+            expires = parse_time(h["expiresAt"])
+            assert expires is not None and time.time() + 5 < expires <= time.time() + 61
+        status = cluster.status("pool")
+        assert status["phase"] == "Held" and status["holder"] == "worker-a"  # the lowest slot
+
+        # kubectl get distributedlocks: the HOLDERS column shows N
+        crd = yaml.safe_load(CRD.read_text())
+        columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+        body = cluster.api.objects["redlease.dev/v1alpha1/distributedlocks", NAMESPACE, "pool"].raw
+        row = {c["name"]: jsonpath(body, c["jsonPath"]) for c in columns}
+        assert (row["Holders"], row["Holder"], row["Token"]) == (2, "worker-a", a.fencing_token)
+
+        # force-release frees every slot, the fence counter kept
+        await cluster.patch(
+            "pool", {"metadata": {"annotations": {FORCE_RELEASE_ANNOTATION: "drain-pool"}}}
+        )
+        await until(lambda: cluster.status("pool").get("phase") == "Free", what="released")
+        assert "holders" not in cluster.status("pool")
+        keys = LockKeys.for_name("pool")
+        assert client.exists(*keys.slots(2)) == 0
+        assert int(client.get(keys.fence) or 0) == b.fencing_token
+        warning = await until(lambda: event_with(cluster, "ForceReleased"), what="event")
+        assert "drain-pool" in warning["message"] and "worker-a, worker-b" in warning["message"]
+        assert "(2 lease records)" in warning["message"]
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "over"),
+    [("zero", {"holders": 0}), ("too-many", {"holders": 65}), ("word", {"holders": "two"}),
+     ("two-keys", {"holders": 2, "keys": ["pool-a", "pool-b"]})],
+)  # fmt: skip
+async def test_invalid_holders_names_the_field(
+    cluster: Cluster, redis_server: RedisServer, name: str, over: dict[str, Any]
+) -> None:
+    await cluster.create(name, {**one_node(redis_server), **over})
+    await until(lambda: cluster.status(name).get("phase") == "Invalid", what="Invalid")
+    cond = next(c for c in cluster.status(name)["conditions"] if c["type"] == "Valid")
+    assert cond["status"] == "False" and "spec.holders" in cond["message"]
+    warning = await until(lambda: event_with(cluster, "InvalidSpec"), what="InvalidSpec event")
+    assert warning["type"] == "Warning" and "spec.holders" in warning["message"]
 
 
 async def test_delete_leaves_redis_alone(cluster: Cluster, redis_server: RedisServer) -> None:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from redlease import Lock
+from redlease import Lock, Semaphore
 from redlease.devtools.localredis import RedisServer
 from redlease.kube.spec import parse_spec
 from redlease.operator.reader import NodeReader
@@ -86,5 +86,63 @@ async def test_a_node_redis_py_cannot_build_fails_only_its_lock(redis_server: Re
         for bad, words in ((bad0, "ssl_ca_certs"), (bad1, "max_connections")):
             assert bad.holder is None and bad.unknown and not bad.nodes.reachable
             assert words in next(iter(bad.errors.values()))
+    finally:
+        await reader.aclose()
+
+
+async def test_semaphore_slots_read_in_the_same_round_trip(redis_server: RedisServer) -> None:
+    """``spec.holders`` 2: the STATUS read passes the slot keys, so both holders (slot 0 and 1)
+    are seen, and the node is still read in one pipelined round trip with a mutex next to it."""
+    client = redis_server.client()
+    try:
+        a = Semaphore(client, "jobs", limit=2, ttl=30, identity="worker-a").acquire()
+        b = Semaphore(client, "jobs", limit=2, ttl=30, identity="worker-b").acquire()
+        Lock(client, "single", ttl=30, identity="solo").acquire()
+    finally:
+        client.close()
+    node = [{"url": redis_server.url}]
+    sem = parse_spec({"keys": ["jobs"], "nodes": node, "holders": 2})
+    mutex = parse_spec({"keys": ["single"], "nodes": node})
+    as_mutex = parse_spec({"keys": ["jobs"], "nodes": node})  # the same name read as holders 1
+    reader = NodeReader()
+    try:
+        await reader.read([(sem, None)])  # warm: connect + SCRIPT LOAD
+        trips = reader.round_trips
+        (view, _), (single, _) = await reader.read([(sem, None), (mutex, None)])
+        assert reader.round_trips - trips == 1
+        assert [(h.identity, h.fencing_token) for h in view.holders] == [
+            ("worker-a", a.fencing_token),
+            ("worker-b", b.fencing_token),
+        ]
+        assert view.holder == "worker-a" and single.holder == "solo"
+        ((only_slot0, _),) = await reader.read([(as_mutex, None)])
+        assert [h.identity for h in only_slot0.holders] == ["worker-a"]
+    finally:
+        await reader.aclose()
+
+
+@pytest.mark.parametrize("redis_nodes", [3], indirect=True)
+async def test_semaphore_on_a_redlock_set_is_read_on_its_quorum(
+    redis_nodes: list[RedisServer],
+) -> None:
+    """Two holders of a limit-2 semaphore on 3 nodes: its clients hold each slot on 3 nodes
+    (``semaphore_quorum``), and the operator's view applies the same quorum."""
+    nodes = NodeSet([n.client() for n in redis_nodes])
+    try:
+        a = Semaphore(nodes, "jobs", limit=2, ttl=30, identity="worker-a").acquire()
+        b = Semaphore(nodes, "jobs", limit=2, ttl=30, identity="worker-b").acquire()
+    finally:
+        nodes.close()
+    spec = parse_spec({"keys": ["jobs"], "nodes": [{"url": n.url} for n in redis_nodes]})
+    reader = NodeReader()
+    try:
+        ((view, _),) = await reader.read([(dataclasses.replace(spec, holders=2), None)])
+        assert view.nodes.quorum == 3
+        assert [(h.identity, h.fencing_token) for h in view.holders] == [
+            ("worker-a", a.fencing_token),
+            ("worker-b", b.fencing_token),
+        ]
+        ((mutex, _),) = await reader.read([(spec, None)])
+        assert mutex.nodes.quorum == 2
     finally:
         await reader.aclose()

@@ -36,7 +36,11 @@ from redlease.operator.injection import (
     STATE_VOLUME,
 )
 from redlease.operator.injection import lookup as lookup_module
-from redlease.operator.injection.plan import drain_grace_warning, native_drain_warning
+from redlease.operator.injection.plan import (
+    HOLDERS_WARNING,
+    drain_grace_warning,
+    native_drain_warning,
+)
 from redlease.operator.webhook import LockSource
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -273,6 +277,14 @@ async def test_secret_without_consent_is_not_wired(
     assert "redis.other" not in warning and "rediss" not in warning
     assert ALLOWED_NODES_ANNOTATION not in warning and "opted in" not in warning
     assert "REDLEASE_PASSWORD" not in env_of(sidecar_of(check(pod, answer.patch)))
+
+
+async def test_a_lock_with_several_holders_is_injected_with_a_warning(webhook: Webhook) -> None:
+    webhook.add_lock("pool", {**LOCK_SPEC, "holders": 3})
+    pod = deployment_pod({LOCK_ANNOTATION: "pool"})
+    answer = await webhook.ask(pod)
+    assert answer.allowed and answer.warnings == [HOLDERS_WARNING.format(n=3)], answer
+    assert "--holders" not in " ".join(sidecar_of(check(pod, answer.patch))["args"])
 
 
 async def test_require_lock_denies_a_missing_lock(tmp_path: Any) -> None:

@@ -1,5 +1,7 @@
 """Administrative operations on a lock name, for operators of a deployment (not for holders).
 
+:func:`force_release_call` frees a lock whatever holds it (the operator's
+``redlease.dev/force-release``): every lease slot and reader, the fence counter kept.
 :func:`retire` deletes every key of a lock that nobody uses any more. A lock's fence counter and
 history never expire (they are what keeps fencing tokens increasing), so lock names made up at
 run time grow the keyspace until they are retired. A retired name that is used again seeds its
@@ -19,6 +21,14 @@ from redlease.core.replies import as_int, as_list, as_str
 from redlease.core.requests import Call
 from redlease.core.rules import MAX_HOLDERS
 from redlease.errors import LockError, LockUnavailable
+
+
+def force_release_call(keys: LockKeys, limit: int, handoff_ms: int) -> Call:
+    """The FORCE_RELEASE script for the lock ``keys`` with the slots of a counting semaphore of
+    ``limit`` (see its header): every holder of those slots is released; waiters are woken and
+    get ``handoff_ms`` to take the lock first."""
+    first = (keys.lease, keys.readers, keys.waiters, keys.handoff, keys.wake)
+    return Call(scripts.FORCE_RELEASE, (*first, *keys.slots(limit)[1:]), (handoff_ms,))
 
 
 def retire_call(keys: LockKeys) -> Call:

@@ -148,6 +148,12 @@ def key_view(key: str, states: Sequence[LockState], quorum: int, unanswered: int
             renewed_ms=max((s.renewed_ms or 0 for s in best), default=None) or None,
             **common,
         )
+    if common["holders"]:  # a semaphore whose nodes list its holders in different slots
+        first = common["holders"][0]
+        return KeyView(
+            holder=first.identity, fencing_token=first.fencing_token,
+            expires_in_ms=first.expires_in_ms, **common,
+        )  # fmt: skip
     if len(best) + unanswered < quorum:
         return KeyView(**common)  # no lease can have a quorum: free
     if not states or len(states) < quorum:

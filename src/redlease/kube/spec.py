@@ -22,6 +22,7 @@ from typing import Any
 from redlease.core.connect import Consent, Target, Tls, validate_target, with_pem
 from redlease.core.connect import check_consent as check_urls
 from redlease.core.keys import scoped_name, validate_identity, validate_name
+from redlease.core.rules import MAX_HOLDERS
 from redlease.core.timing import DEFAULT_TTL, TTL_RANGE, Timing, validate_timing
 from redlease.errors import ConfigError
 
@@ -52,7 +53,6 @@ DEFAULT_READY = "connected"
 
 MAX_KEYS = 16
 MAX_NODES = 15
-MAX_HOLDERS = 1000  # spec.holders: how many may hold the lock at once
 MAX_REPLICAS = 15  # spec.replicas: WAIT for this many replicas of a (Sentinel-managed) master
 MAX_SECONDS = int(TTL_RANGE[1])  # spec timing fields: whole seconds in the one TTL range
 _K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS-1123 subdomain
@@ -274,6 +274,7 @@ class LockSpec:
     preferred_holder: str | None = None
     tls_refs: TlsRefs = TlsRefs()
     replicas: int = 0  # WAIT for this many replicas after every write; fail closed if fewer
+    holders: int = 1  # how many may hold the lock at once (a counting semaphore's limit)
     scope: str | None = None  # see key_scope; set by who reads the object (it is not in .spec)
 
     @property
@@ -337,6 +338,19 @@ def _keys(spec: Mapping[str, Any]) -> tuple[str, ...]:
     if len(set(keys)) != len(keys):
         raise ConfigError("spec.keys", "keys must be unique")
     return tuple(keys)
+
+
+def _holders(spec: Mapping[str, Any], keys: Sequence[str]) -> int:
+    """``spec.holders``: 1 to MAX_HOLDERS, and more than 1 only over one key (a counting
+    semaphore is one lock name: the core's ``Semaphore`` refuses several)."""
+    holders = _integer(spec, "holders", 1, MAX_HOLDERS) or 1
+    if holders > 1 and len(keys) > 1:
+        raise ConfigError(
+            "spec.holders",
+            f"more than 1 holder needs exactly one key (a semaphore is one lock name), "
+            f"got {len(keys)} keys",
+        )
+    return holders
 
 
 def _urls(spec: Mapping[str, Any]) -> list[str]:
@@ -410,7 +424,7 @@ def parse_spec(spec: object) -> LockSpec:
     ttl = _integer(spec, "ttlSeconds", 1, MAX_SECONDS)
     renew = _integer(spec, "renewDeadlineSeconds", 1, MAX_SECONDS)
     retry = _integer(spec, "retryPeriodSeconds", 1, MAX_SECONDS)
-    _integer(spec, "holders", 1, MAX_HOLDERS)
+    holders = _holders(spec, keys)
     timing = validate_timing(
         DEFAULT_TTL if ttl is None else ttl,
         renew,
@@ -444,4 +458,5 @@ def parse_spec(spec: object) -> LockSpec:
         preferred_holder=preferred or None,
         tls_refs=tls_refs,
         replicas=replicas,
+        holders=holders,
     )

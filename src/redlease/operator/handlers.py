@@ -332,7 +332,10 @@ class Runtime:
         assert p.spec is not None
         meta = p.body.get("metadata", {})
         value = (meta.get("annotations") or {}).get(FORCE_RELEASE_ANNOTATION)
-        holder = (p.body.get("status") or {}).get("holder")
+        status = p.body.get("status") or {}
+        # a semaphore's status lists every holder (status.holders); a mutex's names the one
+        holders = [str(h.get("holder")) for h in status.get("holders") or []]
+        holder = ", ".join(holders) or status.get("holder")
         results = await self.reader.force_release(p.spec, p.creds)
         failed = {n: r for n, r in results.items() if isinstance(r, BaseException)}
         done = len(results) - len(failed)

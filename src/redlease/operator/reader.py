@@ -19,15 +19,16 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.exceptions as rex
 
 from redlease.core import scripts
+from redlease.core.admin import force_release_call
 from redlease.core.connect import Target, connect_target, redact
 from redlease.core.keys import LockKeys
 from redlease.core.observe import node_probe
-from redlease.core.rules import Probe
+from redlease.core.rules import Probe, semaphore_quorum
 from redlease.core.state import LockState, decode_state, status_call
 from redlease.core.view import LockView, lock_view
 from redlease.errors import LockError
@@ -38,6 +39,8 @@ from redlease.kube.spec import Credentials, LockSpec
 # one lock's nodes never fail another lock's refresh.
 NODE_ERRORS = (rex.RedisError, OSError, TimeoutError, LockError)
 FORCE_HANDOFF_MS = 250
+T = TypeVar("T")
+Read = tuple[str, int]  # a Redis lock name and how many slots of it to read (spec.holders)
 log = logging.getLogger("redlease.operator")
 
 
@@ -49,7 +52,7 @@ def targets_for(spec: LockSpec, creds: Credentials | None = None) -> list[Target
     return target.nodes()
 
 
-def _chunks(items: Sequence[str], size: int) -> list[Sequence[str]]:
+def _chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
@@ -87,19 +90,19 @@ class NodeReader:
         self.round_trips += 1
         self._loaded.add(target)
 
-    async def _pipeline(self, client: Any, names: Sequence[str]) -> list[Any]:
+    async def _pipeline(self, client: Any, names: Sequence[Read]) -> list[Any]:
         pipe = client.pipeline(transaction=False)
-        for name in names:
-            call = status_call(LockKeys.for_name(name))
+        for name, limit in names:
+            call = status_call(LockKeys.for_name(name), limit)
             pipe.evalsha(scripts.STATUS.sha, len(call.keys), *call.keys)
         self.round_trips += 1
         return list(await pipe.execute(raise_on_error=False))
 
-    async def _cluster_calls(self, client: Any, names: Sequence[str]) -> list[Any]:
+    async def _cluster_calls(self, client: Any, names: Sequence[Read]) -> list[Any]:
         sem = asyncio.Semaphore(64)
 
-        async def one(name: str) -> Any:
-            call = status_call(LockKeys.for_name(name))
+        async def one(read: Read) -> Any:
+            call = status_call(LockKeys.for_name(read[0]), read[1])
             async with sem:
                 self.round_trips += 1
                 try:
@@ -109,7 +112,7 @@ class NodeReader:
 
         return list(await asyncio.gather(*(one(n) for n in names)))
 
-    async def _read_target(self, target: Target, names: Sequence[str]) -> dict[str, LockState]:
+    async def _read_target(self, target: Target, names: Sequence[Read]) -> dict[str, LockState]:
         client = self._client(target)
         if target not in self._loaded:
             await self._load(target, client)
@@ -120,7 +123,7 @@ class NodeReader:
             if any(isinstance(r, rex.NoScriptError) for r in replies):
                 await self._load(target, client)  # the node lost its script cache
                 replies = await batch(client, chunk)
-            for name, reply in zip(chunk, replies, strict=True):
+            for (name, _), reply in zip(chunk, replies, strict=True):
                 if isinstance(reply, BaseException):
                     raise reply
                 out[name] = decode_state(LockKeys.for_name(name), reply)
@@ -133,10 +136,12 @@ class NodeReader:
         for all requested keys."""
         started = time.time()
         self._reads += 1
-        wanted: dict[Target, set[str]] = defaultdict(set)
+        # node -> Redis name -> slots to read (the largest limit of the locks that name it)
+        wanted: dict[Target, dict[str, int]] = defaultdict(dict)
         for spec, creds in requests:
             for target in targets_for(spec, creds):
-                wanted[target].update(spec.redis_keys)
+                for name in spec.redis_keys:
+                    wanted[target][name] = max(spec.holders, wanted[target].get(name, 1))
         results: dict[Target, dict[str, LockState] | BaseException] = {}
         # RedLock nodes: their markers say whether they count (one more read per node)
         sets = [targets_for(spec, creds) for spec, creds in requests]
@@ -144,13 +149,13 @@ class NodeReader:
         probes: dict[Target, Probe] = {}
         sem = asyncio.Semaphore(self.concurrency)
 
-        async def read_node(target: Target, names: list[str]) -> dict[str, LockState]:
+        async def read_node(target: Target, names: list[Read]) -> dict[str, LockState]:
             if target in marked:
                 probes[target] = await node_probe(self._client(target))
                 self.round_trips += 1
             return await self._read_target(target, names)
 
-        async def one(target: Target, names: list[str]) -> None:
+        async def one(target: Target, names: list[Read]) -> None:
             async with sem:
                 try:
                     results[target] = await asyncio.wait_for(read_node(target, names), self.timeout)
@@ -165,21 +170,24 @@ class NodeReader:
                     results[target] = exc
                     await self._drop(target)
 
-        await asyncio.gather(*(one(t, sorted(n)) for t, n in wanted.items()))
+        await asyncio.gather(*(one(t, sorted(n.items())) for t, n in wanted.items()))
         await self._gc()
         views = []
         for spec, creds in requests:
             named = list(zip(spec.node_names, targets_for(spec, creds), strict=True))
             per_node = {name: results[t] for name, t in named}
             seen = {name: probes.get(t) for name, t in named} if len(named) > 1 else None
-            view = lock_view(spec.redis_keys, per_node, spec.quorum, probes=seen)
+            # a semaphore's holders are named on the quorum its clients hold them on
+            quorum = semaphore_quorum(spec.total_nodes, spec.quorum, spec.holders)
+            view = lock_view(spec.redis_keys, per_node, quorum, probes=seen)
             views.append((view, started))
         return views
 
     async def force_release(
         self, spec: LockSpec, creds: Credentials | None = None
     ) -> dict[str, tuple[int, int] | BaseException]:
-        """FORCE_RELEASE every key on every node: ``{node: (leases removed, readers removed)}``.
+        """FORCE_RELEASE every key on every node: ``{node: (leases removed, readers removed)}``;
+        every slot of a counting semaphore (``spec.holders``) is released too.
 
         The fence counter is kept, so tokens stay monotonic; waiters are woken.
         """
@@ -189,18 +197,11 @@ class NodeReader:
             leases = readers = 0
             try:
                 for name in spec.redis_keys:
-                    k = LockKeys.for_name(name)
+                    call = force_release_call(
+                        LockKeys.for_name(name), spec.holders, FORCE_HANDOFF_MS
+                    )
                     reply = await asyncio.wait_for(
-                        client.eval(
-                            scripts.FORCE_RELEASE.lua,
-                            5,
-                            k.lease,
-                            k.readers,
-                            k.waiters,
-                            k.handoff,
-                            k.wake,
-                            FORCE_HANDOFF_MS,
-                        ),
+                        client.eval(call.script.lua, len(call.keys), *call.keys, *call.args),
                         self.timeout,
                     )
                     self.round_trips += 1

@@ -4,7 +4,8 @@
   the CRD documents; :func:`invalid_status` does the same for a spec that failed validation.
 * :func:`status_patch` is the change detection: ``None`` when nothing worth writing changed.
   ``expiresAt`` alone is rewritten only when the stored value would go stale before the next
-  refresh or the lease got shorter, so renewals do not cause a write per refresh.
+  refresh or the lease got shorter, so renewals do not cause a write per refresh (the same for
+  each ``holders[].expiresAt`` of a counting semaphore).
 * :func:`decide_events` names the Kubernetes Events to post for a transition.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from redlease.core.state import Holder
 from redlease.core.times import format_time, parse_time
 from redlease.core.view import LockView
 from redlease.errors import ConfigError
@@ -122,6 +124,8 @@ def compute_status(
             status["fencingToken"] = view.fencing_token
         if view.expires_in_ms is not None:
             status["expiresAt"] = format_time(read_at + view.expires_in_ms / 1000)
+    if spec.holders > 1 and view.holders:
+        status["holders"] = [_holder(h, read_at) for h in view.holders]
     if view.healthy_nodes:
         status["lastFencingToken"] = view.last_fence
         status["transitions"] = view.transitions
@@ -159,6 +163,14 @@ def compute_status(
     return status
 
 
+def _holder(holder: Holder, read_at: float) -> dict[str, Any]:
+    """One entry of ``status.holders`` (a holder the view agrees on)."""
+    entry: dict[str, Any] = {"holder": holder.identity, "fencingToken": holder.fencing_token}
+    if holder.expires_in_ms is not None:
+        entry["expiresAt"] = format_time(read_at + holder.expires_in_ms / 1000)
+    return entry
+
+
 def _errors_text(view: LockView) -> str:
     text = ""
     if view.errors:
@@ -181,8 +193,13 @@ def invalid_status(
     return status
 
 
+def _holders_of(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [h for h in status.get("holders") or [] if isinstance(h, Mapping)]
+
+
 def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: status.get(k) for k in _TRACKED}
+    out["holders"] = [(h.get("holder"), h.get("fencingToken")) for h in _holders_of(status)]
     out["conditions"] = [
         {k: v for k, v in c.items() if k != "lastTransitionTime"}
         for c in status.get("conditions") or []
@@ -200,19 +217,30 @@ def status_patch(
     """
     changed = _comparable(previous) != _comparable(new)
     if not changed:
-        old_exp = parse_time(previous.get("expiresAt"))
-        new_exp = parse_time(new.get("expiresAt"))
-        if (old_exp is None) != (new_exp is None):
-            changed = True
-        elif old_exp is not None and new_exp is not None:
-            stale_soon = old_exp < now + refresh  # would be in the past before the next look
-            shorter = new_exp < old_exp - 1.0  # the lease was re-granted with less time
-            changed = stale_soon or shorter
+        changed = any(
+            _expiry_changed(old, new_exp, now, refresh)
+            for old, new_exp in zip(_expiries(previous), _expiries(new), strict=True)
+        )
     if not changed:
         return None
     patch: dict[str, Any] = {k: None for k in previous if k not in new}
     patch.update(new)
     return patch
+
+
+def _expiries(status: Mapping[str, Any]) -> list[Any]:
+    """The lease ends a status shows: ``expiresAt``, then each holder's (same holders on both
+    sides once :func:`_comparable` found no change)."""
+    return [status.get("expiresAt"), *(h.get("expiresAt") for h in _holders_of(status))]
+
+
+def _expiry_changed(old: Any, new: Any, now: float, refresh: float) -> bool:
+    old_exp, new_exp = parse_time(old), parse_time(new)
+    if old_exp is None or new_exp is None:
+        return (old_exp is None) != (new_exp is None)
+    stale_soon = old_exp < now + refresh  # would be in the past before the next look
+    shorter = new_exp < old_exp - 1.0  # the lease was re-granted with less time
+    return stale_soon or shorter
 
 
 def decide_events(

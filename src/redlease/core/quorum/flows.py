@@ -576,23 +576,14 @@ def read_status(
     states = {i: decode_state(keys, v) for i, v in good.items()}
     kv = key_view(keys.name, list(states.values()), cfg.quorum, cfg.n - len(good))
     holders = kv.holders
+    pair = (kv.holder, kv.fencing_token)
+    # a semaphore's nodes may list the holder the view names in another slot than the first
     holding = [
-        i for i, s in states.items() if (s.holder, s.fencing_token) == (kv.holder, kv.fencing_token)
+        i
+        for i, s in states.items()
+        if (s.holder, s.fencing_token) == pair
+        or pair in {(h.identity, h.fencing_token) for h in s.holders}
     ]
-    if kv.holder is None and holders:  # a semaphore whose nodes list their holders apart
-        first = holders[0]
-        pair = (first.identity, first.fencing_token)
-        holding = [
-            i
-            for i, s in states.items()
-            if pair in {(h.identity, h.fencing_token) for h in s.holders}
-        ]
-        kv = replace(
-            kv,
-            holder=first.identity,
-            fencing_token=first.fencing_token,
-            expires_in_ms=first.expires_in_ms,
-        )
     if kv.holder is not None and holding:
         expires = kv.expires_in_ms
         return replace(

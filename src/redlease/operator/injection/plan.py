@@ -61,6 +61,11 @@ AUTOMOUNT_WARNING = (
     "that only the sidecar gets one"
 )
 
+HOLDERS_WARNING = (
+    "spec.holders: the DistributedLock lets {n} hold it, but the injected sidecar elects one "
+    "leader until the sidecar supports holders"
+)
+
 DEFAULT_GRACE_SECONDS = 30  # a pod's terminationGracePeriodSeconds when it sets none
 # Seconds the sidecar needs after its drain: the release, the step-down's state-file writes and
 # the lock API's bounded release of the app's leases (sidecar/lockapi.py CLOSE_TIMEOUT, 2 s).
@@ -283,6 +288,8 @@ def plan(
         return Injection(before, before, [warning])
     _check(spec, options)
     lock_spec, warnings = _lock_spec(namespace, options, lock, config)
+    if lock_spec is not None and lock_spec.holders > 1:
+        warnings.append(HOLDERS_WARNING.format(n=lock_spec.holders))
     warnings += _warnings(pod, options, config)
     after = copy.deepcopy(before)
     new = after["spec"]
