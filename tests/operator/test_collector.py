@@ -97,3 +97,41 @@ async def test_refresher_due_waits_for_the_cadence() -> None:
         assert time.monotonic() - t0 >= 0.45
     finally:
         task.cancel()
+
+
+async def test_cycle_reads_with_the_collector_paused(
+    collector_on: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cycle holds every lock from its preparation to its status: the collector is off
+    meanwhile (so those objects are not promoted), and on again once the cycle is over."""
+    from redlease.core import view as lockview
+    from redlease.kube.kubeconfig import ClusterAuth
+    from redlease.kube.spec import LockSpec
+    from redlease.operator.handlers import OperatorConfig, Runtime
+
+    runtime = Runtime(OperatorConfig(namespaces=("a",), kube=ClusterAuth("http://127.0.0.1:9")))
+    seen: list[bool] = []
+
+    async def scoped(spec: LockSpec, namespace: str) -> LockSpec:
+        seen.append(gc.isenabled())
+        return spec  # no Namespace read: nothing answers on the cluster address
+
+    async def observe_all(requests: Any) -> list[Any]:
+        seen.append(gc.isenabled())
+        return [(lockview.empty(["job"], 1, 1), time.time()) for _ in requests]
+
+    monkeypatch.setattr(runtime.secrets, "scoped", scoped)
+    monkeypatch.setattr(runtime.refresher, "observe_all", observe_all)
+    monkeypatch.setattr(runtime.events, "post", lambda *a, **k: None)  # kopf's, not running
+    body = {
+        "metadata": {"name": "l", "namespace": "a", "uid": "u1", "generation": 1},
+        "spec": {"keys": ["job"], "nodes": [{"url": "redis://127.0.0.1:1"}]},
+    }
+    runtime.track("u1", body)  # type: ignore[arg-type]
+    try:
+        await runtime.cycle()
+        assert seen == [False, False]
+        assert gc.isenabled()
+        assert "u1" in runtime.written  # the status was computed and queued
+    finally:
+        await runtime.stop()
