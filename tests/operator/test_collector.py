@@ -76,6 +76,33 @@ def test_overlapping_pauses_in_threads_resume_after_the_last(collector_on: None)
     assert gc.isenabled()
 
 
+async def test_a_pause_ends_at_its_limit(collector_on: None) -> None:
+    from redlease.devtools.polling import async_wait_until
+
+    pause = Pause()
+    async with pause.at_most(0.05):
+        assert not gc.isenabled()
+
+        async def resumed() -> bool:
+            return gc.isenabled()
+
+        await async_wait_until(resumed, timeout=30)  # the block still runs: resumed
+        with pause():  # a pause opened meanwhile does not stop it again
+            assert gc.isenabled()
+    assert gc.isenabled()
+
+
+async def test_a_pause_within_its_limit_resumes_once(collector_on: None) -> None:
+    pause = Pause()
+    async with pause.at_most(30):
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    async with pause.at_most(30):
+        pause.expire()  # the expiry of a pause of a disabled collector enables nothing
+    assert not gc.isenabled()
+
+
 async def test_refresher_due_waits_for_the_cadence() -> None:
     from redlease.core import view as lockview
     from redlease.kube.spec import parse_spec

@@ -232,7 +232,7 @@ class Runtime:
         read per node, then post the Events and hand the changed statuses to the patcher. The
         cyclic garbage collector is paused meanwhile (:mod:`.collector`: the cost per lock stays
         flat with thousands of locks)."""
-        with collector.paused():
+        async with collector.paused.at_most():
             await self._cycle()
 
     async def _cycle(self) -> None:
