@@ -18,6 +18,10 @@ writes no status). Then a fresh ``redlease operator`` process (the CLI, as users
 
 The refresh interval is 1 s so a cycle is bounded by the work, not the cadence, once the work
 takes longer; below that, seconds per refresh shows the 1 s floor and CPU per lock is the cost.
+
+With ``REDLEASE_SCALE_PROFILE=DIR`` the operator runs under bench/scale/profiled.py and each
+steady-state window is profiled (``DIR/op-N.prof`` for pstats, ``DIR/op-N.json``: the garbage
+collector's passes and CPU seconds by generation, asyncio tasks, objects).
 """
 
 from __future__ import annotations
