@@ -18,6 +18,10 @@ writes no status). Then a fresh ``redlease operator`` process (the CLI, as users
 
 The refresh interval is 1 s so a cycle is bounded by the work, not the cadence, once the work
 takes longer; below that, seconds per refresh shows the 1 s floor and CPU per lock is the cost.
+
+With ``REDLEASE_SCALE_PROFILE=DIR`` the operator runs under bench/scale/profiled.py and each
+steady-state window is profiled (``DIR/op-N.prof`` for pstats, ``DIR/op-N.json``: the garbage
+collector's passes and CPU seconds by generation, asyncio tasks, objects).
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ REFRESH = 1.0
 HELD_EVERY = 10
 WINDOW_LIMIT = 45.0  # a steady-state window ends here even short of two refreshes
 _TICK = os.sysconf("SC_CLK_TCK")
+# A directory: the operator runs under bench/scale/profiled.py, profiled through each
+# steady-state window (op-N.prof, op-N.json there). The numbers measured then include the
+# profiler's own cost: for attribution, not for the curve.
+PROFILE_ENV = "REDLEASE_SCALE_PROFILE"
 
 
 def _harness() -> Any:
@@ -156,10 +164,13 @@ async def _point(
             port = free_port()
             env = {**os.environ, "KUBECONFIG": str(h.kubeconfig(Path(tmp) / "kc", url))}
             env.pop("KUBERNETES_SERVICE_HOST", None)
+            profile = os.environ.get(PROFILE_ENV)
+            command = ["-m", "redlease"]
+            if profile:  # see bench/scale/profiled.py (scenario made the directory)
+                command = ["-m", "bench.scale.profiled", str(Path(profile) / f"op-{n}"), "--"]
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
-                "-m",
-                "redlease",
+                *command,
                 "operator",
                 "--namespace",
                 h.NAMESPACE,
@@ -168,6 +179,7 @@ async def _point(
                 "--metrics",
                 f"127.0.0.1:{port}",
                 env=env,
+                cwd=ROOT,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL,
             )
@@ -186,7 +198,12 @@ async def _point(
                 out["first_pass_s"] = time.perf_counter() - started if done == n else math.nan
                 out.setdefault("first_status_s", out["first_pass_s"] if done else math.nan)
                 await asyncio.sleep(2 * REFRESH)  # the first writes settle
+                if profile:
+                    proc.send_signal(signal.SIGUSR1)
                 out.update(await _window(n, proc.pid, port, api, rc, min_window, load))
+                if profile:
+                    proc.send_signal(signal.SIGUSR2)
+                    await asyncio.sleep(2.0)  # the profile is written
             finally:
                 with contextlib.suppress(ProcessLookupError):
                     proc.send_signal(signal.SIGTERM)
@@ -261,6 +278,9 @@ def scenario(
 ) -> dict[str, Any]:
     """Every point in turn; the first pass waits at most ``first_pass_limit`` seconds for a
     status on every lock, then the steady-state window measures whatever the operator does."""
+    profile = os.environ.get(PROFILE_ENV)
+    if profile:
+        Path(profile).mkdir(parents=True, exist_ok=True)
     points = []
     for n in counts:
         try:

@@ -38,7 +38,7 @@ from redlease.kube.spec import (
     LockSpec,
     parse_spec,
 )
-from redlease.operator import apifaults, metrics, ports, reconcile, webhook
+from redlease.operator import apifaults, collector, metrics, ports, reconcile, webhook
 from redlease.operator.events import EventPoster
 from redlease.operator.patcher import Patcher
 from redlease.operator.reader import NodeReader
@@ -220,6 +220,7 @@ class Runtime:
                 await asyncio.sleep(self.config.refresh)
                 continue
             try:
+                await self.refresher.due()
                 await self.cycle()
             except Exception:  # noqa: BLE001 - a failed cycle is logged; the next one runs
                 self.failures += 1
@@ -228,7 +229,13 @@ class Runtime:
 
     async def cycle(self) -> None:
         """Refresh every tracked object: validate, force-release if asked, read them all in one
-        read per node, then post the Events and hand the changed statuses to the patcher."""
+        read per node, then post the Events and hand the changed statuses to the patcher. The
+        cyclic garbage collector is paused meanwhile (:mod:`.collector`: the cost per lock stays
+        flat with thousands of locks)."""
+        async with collector.paused.at_most():
+            await self._cycle()
+
+    async def _cycle(self) -> None:
         self._forget_gone()
         bodies = list(self.tracked.items())
         limit = max(1, self.config.api_requests)

@@ -32,6 +32,16 @@ class Refresher:
         self.last_cycle_end = time.monotonic()  # for the liveness probe
         self.last_cycle_size = 0
         self.last_cycle_wall: float | None = None  # epoch seconds (for /metrics)
+        self._next_due = time.monotonic()  # when :meth:`due` returns next
+
+    async def due(self) -> None:
+        """Return once per ``interval`` (at once the first time, or when late): a caller that
+        prepares its requests after this, then reads, holds them only through the read, not
+        through the wait for the cadence."""
+        delay = self._next_due - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        self._next_due = max(self._next_due + self.interval, time.monotonic())
 
     async def observe(self, spec: LockSpec, creds: Credentials | None = None) -> Observation:
         """The lock's state as read by the next cycle."""
