@@ -245,18 +245,7 @@ async def test_async_limit_holders_and_notified_waiter(any_aclient: Any, lock_na
         await s.release()
 
 
-async def test_async_stress_never_more_than_limit(
-    any_aclient: Any, lock_name: str, request: pytest.FixtureRequest
-) -> None:
-    if "cluster" in request.node.name:
-        request.applymarker(
-            pytest.mark.xfail(
-                reason="known, not the semaphore's: 12 concurrent asyncio acquirers on one "
-                "asyncio RedisCluster fail with 'Connection closed by server' (a plain "
-                "redlease.aio.Lock does too, on main)",
-                strict=False,
-            )
-        )
+async def test_async_stress_never_more_than_limit(any_aclient: Any, lock_name: str) -> None:
     limit, workers, rounds = 2, 12, 3
     intervals: list[tuple[float, float]] = []
     tokens: list[int] = []

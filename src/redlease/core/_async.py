@@ -46,7 +46,7 @@ class AsyncNode(_redis.NodeBase):
     async def _wait_replicas(self, req: Replicate) -> Any:
         """``WAIT`` on the connection the write went out on (see the blocking driver's)."""
         args = ("WAIT", req.replicas, req.timeout_ms)
-        home = self._home(req.key)
+        home = await self._home(req.key)
         if home is None:  # the cluster's slot map is not ready: through the client's routing
             node = self.client.get_node_from_key(req.key)
             return await self.client.execute_command(*args, target_nodes=node)
@@ -55,17 +55,23 @@ class AsyncNode(_redis.NodeBase):
             raise reply
         return reply
 
-    def _home(self, key: str) -> Any:
-        """The pool (or cluster node) serving ``key``; None: let the cluster client route."""
+    async def _home(self, key: str) -> Any:
+        """The pool (or cluster node) serving ``key``; None: let the cluster client route.
+
+        A cluster client learns its slot map first (once; redis-py's ``initialize`` is a no-op
+        after that): before it, redis-py's own routing sends a keyed command to a default node,
+        and its fifth MOVED reply makes it close every connection of every node, those other
+        requests of this process are reading from included ("Connection closed by server")."""
         if not self.cluster:
             return self.client.connection_pool
+        await self.client.initialize()
         try:
             return self.client.get_node_from_key(key)
         except RedisClusterException:  # slot not covered (yet): the client refreshes its map
             return None
 
     async def _call(self, req: Call) -> Any:
-        home = self._home(req.keys[0]) if req.keys else None
+        home = await self._home(req.keys[0]) if req.keys else None
         if home is None:
             return await self._routed(req)
         for _ in range(_redis.HOPS):
@@ -101,7 +107,7 @@ class AsyncNode(_redis.NodeBase):
         await self._refresh(home, error)
         if not _redis.resendable(error):
             return None
-        moved = self._home(req.keys[0])
+        moved = await self._home(req.keys[0])
         return moved if moved is not None and moved is not home else None
 
     async def _refresh(self, home: Any, error: BaseException) -> None:
@@ -165,7 +171,7 @@ class AsyncNode(_redis.NodeBase):
         requests take): [key, value], or None if nothing arrived. The reply is awaited a second
         longer (Redis checks blocking timeouts at its ``hz`` tick); then, or when cancelled, the
         connection is dropped. Only the listener of a lock's waiters calls this."""
-        home = self._home(keys[0])
+        home = await self._home(keys[0])
         if home is None:
             return None  # the cluster's slot map is not ready: the next attempt re-routes
         conn = await _checkout(home)
@@ -195,7 +201,7 @@ class AsyncNode(_redis.NodeBase):
     async def read(self, key: str, *args: Any) -> Any:
         """One plain command on the node of ``key`` (``args`` includes it); raises an error
         reply. None when the cluster's slot map is not ready."""
-        home = self._home(key)
+        home = await self._home(key)
         if home is None:
             return None
         reply = await self._exchange(home, args)
@@ -210,7 +216,7 @@ class AsyncNode(_redis.NodeBase):
         loads the script or follows the slot, then the others in one write (on a server without
         the scripts, 3 round trips for the batch, not one per call); every call runs alone
         while the server's library is still to be checked."""
-        home = self._home(calls[0].keys[0])
+        home = await self._home(calls[0].keys[0])
         replies: list[Any] = [None] * len(calls)
         run = _redis.scripting(home) if home is not None else None
         if run is None or not run.settled:  # no slot map yet, or the library to be checked
@@ -236,8 +242,7 @@ class AsyncNode(_redis.NodeBase):
                 raise
             await _give(home, conn)
         finally:
-            if slot is not None:
-                slot.release()
+            slot.release()
         failed = [c for c, r in zip(calls, replies, strict=True) if isinstance(r, rex.RedisError)]
         if failed:  # the first alone loads the script (or follows the slot); the rest in one write
             await self.execute(failed[0])
