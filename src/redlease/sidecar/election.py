@@ -25,7 +25,6 @@ from redlease.core import election as elector
 from redlease.core import view as lockview
 from redlease.core.timing import Timing
 from redlease.core.view import LockView
-from redlease.errors import NotOwned
 from redlease.sidecar.config import ElectionConfig
 
 # --- what the driver is asked to do --------------------------------------------------------------
@@ -260,12 +259,12 @@ class Election:
             term.lease_deadline = lease_deadline
 
     def renew_failed(self, term: Term, exc: BaseException) -> Transition | None:
-        """Refused (taken over, the server clock stepped): lost at once. Any other error (an
-        outage, a timeout, a reply not understood) proves nothing about the lease: retried a
-        retry period after the failed attempt was sent, until the deadline."""
+        """Refused (taken over, the server clock stepped): lost at once. Any other error
+        proves nothing about the lease: retried a retry period after the failed attempt was
+        sent, until the deadline (the one rule: :func:`redlease.core.election.classify`)."""
         if term is not self.term:
             return None
-        reason = elector.classify(exc) if isinstance(exc, NotOwned) else None
+        reason = elector.classify(exc)
         step = self.timer.failed(term.attempt_at, reason)
         if reason is not None:
             return self._end("lost", step.reason)
