@@ -273,3 +273,37 @@ async def test_a_blocking_lock_runs_on_its_worker_and_a_late_grant_is_kept(
     finally:
         worker.shutdown()
         client.close()
+
+
+async def test_stop_cuts_a_pending_acquire_short_and_errors_are_heard() -> None:
+    """A standby's acquire waiting for a release does not hold up the stop; every failed
+    attempt's error goes to ``on_error`` (with whether it was a renewal)."""
+    never = asyncio.Event()
+
+    class Slow(Script):
+        async def acquire(self, wait: float | None = None) -> Granted[str] | Held:
+            self.attempts.append("acquire")
+            if len(self.attempts) == 1:
+                raise LockUnavailable("L", "down")
+            self.changed.set()
+            await never.wait()
+            return Held("other")
+
+    script = Slow(granted())
+    errors: list[tuple[str, bool]] = []
+    election = Election(renew_every=0.01, retry_every=0.01, renew_deadline=0.2)
+    campaign = Campaign(
+        election,
+        script,
+        script,
+        acquire_timeout=3600.0,
+        on_error=lambda exc, renewing: errors.append((type(exc).__name__, renewing)),
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(campaign.run(stop))
+    await until(script, lambda: len(script.attempts) >= 2)
+    assert campaign.due_by > time.monotonic() + 3000  # its watchdog deadline: the budget
+    stop.set()
+    async with asyncio.timeout(5):
+        await task
+    assert errors == [("LockUnavailable", False)] and script.told == []

@@ -23,7 +23,7 @@ import contextlib
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -161,7 +161,9 @@ class Campaign(Generic[R]):
 
     ``acquire_timeout`` bounds an acquire (plus the wait the policy gives it) and the release
     at the end; ``jitter`` spreads a candidate's waits (not a leader's); ``watcher`` hears every
-    refusal's holder; ``policy``: the owner's rules (:class:`Policy`; default :class:`Eager`).
+    refusal's holder; ``policy``: the owner's rules (:class:`Policy`; default :class:`Eager`);
+    ``on_error`` hears each failed attempt's error (a :class:`TimeoutError` when it ran out of
+    time) and whether it was a renewal. :meth:`run`'s ``stop`` also cuts an attempt short.
     """
 
     def __init__(
@@ -175,9 +177,11 @@ class Campaign(Generic[R]):
         clock: Callable[[], float] = time.monotonic,
         watcher: Watcher | None = None,
         policy: Policy | None = None,
+        on_error: Callable[[BaseException, bool], None] | None = None,
     ) -> None:
         self.election = election
         self.policy: Policy = policy or Eager()
+        self.on_error = on_error
         self.watcher = watcher
         self.backend = backend
         self.hooks = hooks
@@ -192,6 +196,8 @@ class Campaign(Generic[R]):
         self._ending: str | None = None  # end() asked to step down, with this reason
         self._wake = asyncio.Event()
         self._woken = False  # the last wait was ended by wake()
+        self._stop = asyncio.Event()  # run()'s
+        self.due_by = math.inf  # monotonic: the loop comes around again before this (watchdog)
 
     def leading(self) -> bool:
         """True while the term runs (before its deadline)."""
@@ -200,8 +206,10 @@ class Campaign(Generic[R]):
     async def run(self, stop: asyncio.Event) -> None:
         """Attempt, settle, wait; until ``stop`` is set. A running term is ended and the lock
         released on the way out."""
+        self._stop = stop
         try:
             while not stop.is_set():
+                self.due_by = self.clock() + self.acquire_timeout
                 if not await self._handed_off() and not self._early():
                     await self.attempt()
                 await self.settle()
@@ -238,19 +246,22 @@ class Campaign(Generic[R]):
             return  # the deadline passed: settle() ends the term
         if wait is not None:
             budget += wait
+        renewing = self.is_leader
         try:
-            async with asyncio.timeout(budget):
-                result = await (
-                    self.backend.renew() if self.is_leader else self.backend.acquire(wait)
-                )
-        except TimeoutError:
-            self.last_error = f"no answer within {budget:.2f}s"
-            self.election.failed(self.clock(), None)
-            return
+            answer = await self._bounded(
+                self.backend.renew() if renewing else self.backend.acquire(wait), budget
+            )
         except Exception as exc:  # noqa: BLE001 - the backend says which errors end the term
+            if isinstance(exc, TimeoutError):
+                exc = TimeoutError(f"no answer within {budget:.2f}s")
             self.last_error = str(exc) or type(exc).__name__
             self.election.failed(self.clock(), self.backend.loss(exc))
+            if self.on_error is not None:
+                self.on_error(exc, renewing)
             return
+        if answer is None:
+            return  # stopped meanwhile: run() ends the term
+        result = answer
         self.last_error = None
         if isinstance(result, Held):
             self.holder = result.holder
@@ -264,6 +275,32 @@ class Campaign(Generic[R]):
             if not self.is_leader:
                 self.is_leader = True
                 await self.hooks.started(result)
+
+    async def _bounded(
+        self, call: Awaitable[Granted[R] | Held], budget: float
+    ) -> Granted[R] | Held | None:
+        """``call``'s answer within ``budget`` seconds (else TimeoutError), or None when the
+        campaign is stopped first (a pending acquire must not hold up a hand-off)."""
+        self.due_by = self.clock() + budget + 1.0
+        task = asyncio.ensure_future(call)
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {task, stopper}, timeout=budget, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            stopper.cancel()
+            if not task.done():
+                task.cancel()
+                task.add_done_callback(_retrieve)
+        if task in done:
+            return task.result()
+        # never wait long for the cancelled call: a cancelled Redis command can take its time
+        # to tear its connection down, and stopping must stay prompt
+        await asyncio.wait({task}, timeout=1.0)
+        if self._stop.is_set():
+            return None
+        raise TimeoutError
 
     async def settle(self) -> None:
         """Tell the hooks when the term ended (deadline passed, refused)."""
@@ -312,7 +349,9 @@ class Campaign(Generic[R]):
                 return True
             if now >= deadline:
                 return False
-            await asyncio.sleep(min(after, deadline, now + self.election.retry_every) - now)
+            nap = min(after, deadline, now + self.election.retry_every) - now
+            self.due_by = now + nap + self.acquire_timeout
+            await asyncio.sleep(nap)
 
     async def _stopped(self, reason: str) -> None:
         self.election.reset()
@@ -326,6 +365,7 @@ class Campaign(Generic[R]):
             wait = self.idle.seconds
         if not self.is_leader:
             wait = self.jitter(wait)
+        self.due_by = now + wait + self.acquire_timeout
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(wait):
                 await _first(stop, self._wake)
@@ -336,6 +376,13 @@ class Campaign(Generic[R]):
         """Woken before the next attempt is due (the policy is asked again, no attempt)."""
         now = self.clock()
         return self._woken and self.idle is None and now < self.election.next(now).at
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark an abandoned call's outcome as seen (it was reported as a timeout or a stop), so
+    asyncio does not log "Task exception was never retrieved" for it."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _first(*events: asyncio.Event) -> None:
