@@ -307,3 +307,36 @@ async def test_stop_cuts_a_pending_acquire_short_and_errors_are_heard() -> None:
     async with asyncio.timeout(5):
         await task
     assert errors == [("LockUnavailable", False)] and script.told == []
+
+
+async def test_a_slow_failure_is_retried_a_period_after_its_send() -> None:
+    """client-go's ticker: a renewal that failed after longer than the retry period is tried
+    again at once, not a retry period after the failure."""
+    sent: list[float] = []
+    failed: list[float] = []
+
+    class Slow(Script):
+        async def renew(self) -> Granted[str] | Held:
+            sent.append(time.monotonic())
+            if len(sent) == 1:
+                await asyncio.sleep(1.2)  # the failed attempt's own duration
+                failed.append(time.monotonic())
+                raise LockUnavailable("L", "slow")
+            return await super().renew()
+
+    script = Slow(granted())
+    election = Election(renew_every=0.05, retry_every=1.0, renew_deadline=10.0)
+    campaign = Campaign(election, script, script, acquire_timeout=1.0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(campaign.run(stop))
+    await until(script, lambda: bool(script.told))
+
+    async def retried() -> bool:
+        return len(sent) >= 2
+
+    await async_wait_until(retried)
+    stop.set()
+    await task
+    # due 1 s after the first send, which the 1.2 s failure passed: sent right after it (a
+    # retry period after the failure would be 1 s later)
+    assert sent[1] - failed[0] < 0.8

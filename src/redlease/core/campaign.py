@@ -255,7 +255,9 @@ class Campaign(Generic[R]):
             if isinstance(exc, TimeoutError):
                 exc = TimeoutError(f"no answer within {budget:.2f}s")
             self.last_error = str(exc) or type(exc).__name__
-            self.election.failed(self.clock(), self.backend.loss(exc))
+            # retried a retry period after the failed attempt was sent (client-go's ticker: a
+            # slow failure is retried at once)
+            self.election.failed(sent, self.backend.loss(exc))
             if self.on_error is not None:
                 self.on_error(exc, renewing)
             return
