@@ -85,8 +85,10 @@ async def until(script: Script, done: Callable[[], bool]) -> None:
 class Running:
     """A fast campaign running in a task until :meth:`stop`; started elected when asked."""
 
-    def __init__(self, script: Script, policy: Policy | None = None) -> None:
-        self.campaign = fast(script, policy)
+    def __init__(
+        self, script: Script, policy: Policy | None = None, campaign: Campaign[str] | None = None
+    ) -> None:
+        self.campaign = campaign or fast(script, policy)
         self.halt = asyncio.Event()
         self.task = asyncio.create_task(self.campaign.run(self.halt))
 
@@ -340,3 +342,25 @@ async def test_a_slow_failure_is_retried_a_period_after_its_send() -> None:
     # due 1 s after the first send, which the 1.2 s failure passed: sent right after it (a
     # retry period after the failure would be 1 s later)
     assert sent[1] - failed[0] < 0.8
+
+
+async def test_end_cuts_a_hung_renewal_short() -> None:
+    """A planned step-down (a drain's end) does not wait for a renewal that hangs: the lock is
+    given back, the term is not left to run into its deadline."""
+    never = asyncio.Event()
+
+    class Hung(Script):
+        async def renew(self) -> Granted[str] | Held:
+            self.attempts.append("renew")
+            self.changed.set()
+            await never.wait()
+            return Held()
+
+    script = Hung(granted())
+    election = Election(renew_every=0.01, retry_every=0.01, renew_deadline=3600.0)
+    run = Running(script, campaign=Campaign(election, script, script, acquire_timeout=1.0))
+    await until(script, lambda: "renew" in script.attempts)
+    run.campaign.end("drain timed out")
+    await until(script, lambda: len(script.told) >= 3)
+    assert script.told == ["started mine", "stopped drain timed out", "released True"]
+    await run.stop()

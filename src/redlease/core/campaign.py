@@ -197,6 +197,7 @@ class Campaign(Generic[R]):
         self._wake = asyncio.Event()
         self._woken = False  # the last wait was ended by wake()
         self._stop = asyncio.Event()  # run()'s
+        self._ended = asyncio.Event()  # end() was called: cut the attempt under way short
         self.due_by = math.inf  # monotonic: the loop comes around again before this (watchdog)
 
     def leading(self) -> bool:
@@ -224,9 +225,11 @@ class Campaign(Generic[R]):
     def end(self, reason: str) -> None:
         """Step down (the owner's planned hand-off, a drain that ended): the running term ends
         with ``reason`` at once and the lock is given back (after :meth:`Policy.release_after`);
-        the campaign goes on running. Nothing happens when no term runs."""
+        the campaign goes on running; a renewal under way is cut short. Nothing happens when no
+        term runs."""
         if self.is_leader:
             self._ending = reason
+            self._ended.set()
             self.wake()
 
     async def attempt(self) -> None:
@@ -262,7 +265,7 @@ class Campaign(Generic[R]):
                 self.on_error(exc, renewing)
             return
         if answer is None:
-            return  # stopped meanwhile: run() ends the term
+            return  # stopped or ended meanwhile: the loop ends the term
         result = answer
         self.last_error = None
         if isinstance(result, Held):
@@ -282,16 +285,21 @@ class Campaign(Generic[R]):
         self, call: Awaitable[Granted[R] | Held], budget: float
     ) -> Granted[R] | Held | None:
         """``call``'s answer within ``budget`` seconds (else TimeoutError), or None when the
-        campaign is stopped first (a pending acquire must not hold up a hand-off)."""
+        campaign is stopped or :meth:`end` is called first (a pending attempt must not hold up
+        a hand-off)."""
         self.due_by = self.clock() + budget + 1.0
         task = asyncio.ensure_future(call)
-        stopper = asyncio.ensure_future(self._stop.wait())
+        stoppers = {
+            asyncio.ensure_future(self._stop.wait()),
+            asyncio.ensure_future(self._ended.wait()),
+        }
         try:
             done, _ = await asyncio.wait(
-                {task, stopper}, timeout=budget, return_when=asyncio.FIRST_COMPLETED
+                {task, *stoppers}, timeout=budget, return_when=asyncio.FIRST_COMPLETED
             )
         finally:
-            stopper.cancel()
+            for stopper in stoppers:
+                stopper.cancel()
             if not task.done():
                 task.cancel()
                 task.add_done_callback(_retrieve)
@@ -300,7 +308,7 @@ class Campaign(Generic[R]):
         # never wait long for the cancelled call: a cancelled Redis command can take its time
         # to tear its connection down, and stopping must stay prompt
         await asyncio.wait({task}, timeout=1.0)
-        if self._stop.is_set():
+        if self._stop.is_set() or self._ended.is_set():
             return None
         raise TimeoutError
 
@@ -317,6 +325,7 @@ class Campaign(Generic[R]):
         """End a running term (``reason``) and give the lock back, bounded (not before
         :meth:`Policy.release_after`)."""
         self._ending = None
+        self._ended.clear()
         if not self.is_leader:
             return
         await self._stopped(reason)

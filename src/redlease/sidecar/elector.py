@@ -202,7 +202,7 @@ class Elector:
         if not self.election.app_drained(time.monotonic()):
             return False
         log.info("app drained: releasing", lock=self.config.lock)
-        self._wake()
+        self._drain_due()
         return True
 
     async def run(self) -> None:
@@ -313,9 +313,18 @@ class Elector:
                 self._drain_wake.cancel()
             loop = asyncio.get_running_loop()
             self._drain_wake = loop.call_later(
-                max(0.0, self.election.drain_end() - mono), self._wake
+                max(0.0, self.election.drain_end() - mono), self._drain_due
             )
         return None
+
+    def _drain_due(self) -> None:
+        """The drain may be over (the app said so, its end came): step down now, cutting a
+        renewal under way short (the lease is released, never lost to a hung renewal)."""
+        if self.election.drain is None:
+            return
+        action = self.election.leader(time.monotonic())
+        if isinstance(action, StepDown):
+            self._end(action.reason)
 
     def release_after(self) -> float | None:
         """Keep the lease of the term that just ended while a published claim of it may still
