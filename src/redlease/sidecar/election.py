@@ -87,7 +87,6 @@ class Term:
     transitions: int
     lease_deadline: float  # local lease deadline (Lease.deadline)
     granted_at: float = 0.0  # monotonic time the grant was in hand: later reads must show it
-    attempt_at: float = 0.0  # monotonic time the current (or last) extend attempt was sent
 
 
 @dataclass(slots=True)
@@ -243,13 +242,9 @@ class Election:
             transitions=transitions,
             lease_deadline=lease_deadline,
             granted_at=now,
-            attempt_at=sent_at,
         )
         self.last_holder = self.identity
         return self._transition("elected", fencing_token, "acquired the lease")
-
-    def renew_started(self, term: Term, now: float) -> None:
-        term.attempt_at = now
 
     def renewed(
         self,
@@ -269,19 +264,6 @@ class Election:
         if self.timer.succeeded(sent_at, now, lease_deadline):
             term.renewed_ms = server_ms
             term.lease_deadline = lease_deadline
-
-    def renew_failed(self, term: Term, exc: BaseException) -> Transition | None:
-        """Refused (taken over, the server clock stepped): lost at once. Any other error
-        proves nothing about the lease: retried a retry period after the failed attempt was
-        sent, until the deadline (the one rule: :func:`redlease.core.election.classify`)."""
-        if term is not self.term:
-            return None
-        reason = elector.classify(exc)
-        step = self.timer.failed(term.attempt_at, reason)
-        if reason is not None:
-            return self._end("lost", step.reason)
-        self.outage()
-        return None
 
     def begin_drain(self, now: float, timeout: float, reason: str) -> bool:
         """Start draining before the planned step-down ``reason`` (hand-off or shutdown), for at
