@@ -11,10 +11,11 @@ import redis.asyncio as aioredis
 
 import redlease
 from redlease import aio
-from redlease.core.campaign import SHUTDOWN, Campaign, Granted, Held, RedisLease
+from redlease.core.campaign import SHUTDOWN, Campaign, Granted, Held, Policy, RedisLease, Wait
 from redlease.core.election import DEADLINE_PASSED, Election
 from redlease.core.lease import Lease
 from redlease.devtools.localredis import RedisServer
+from redlease.devtools.polling import async_wait_until
 from redlease.errors import LockUnavailable, NotOwned
 
 Answer = Callable[[], Granted[str] | Held]
@@ -28,6 +29,7 @@ class Script:
         self.answers = list(answers)
         self.attempts: list[str] = []
         self.told: list[str] = []
+        self.waits: list[float | None] = []
         self.changed = asyncio.Event()
 
     async def _answer(self, kind: str) -> Granted[str] | Held:
@@ -37,7 +39,8 @@ class Script:
             raise answer
         return answer()
 
-    async def acquire(self) -> Granted[str] | Held:
+    async def acquire(self, wait: float | None = None) -> Granted[str] | Held:
+        self.waits.append(wait)
         return await self._answer("acquire")
 
     async def renew(self) -> Granted[str] | Held:
@@ -66,16 +69,47 @@ def granted(record: str = "mine") -> Answer:
     return lambda: Granted(time.monotonic(), record)
 
 
-async def campaign_until(script: Script, done: Callable[[], bool]) -> list[str]:
-    """Run a fast campaign (retry 10 ms, renew deadline 0.2 s) until ``done``, then stop it."""
+def fast(script: Script, policy: Policy | None = None) -> Campaign[str]:
+    """A fast campaign: retry 10 ms, renew deadline 0.2 s."""
     election = Election(renew_every=0.01, retry_every=0.01, renew_deadline=0.2)
-    campaign = Campaign(election, script, script, acquire_timeout=0.5)
-    stop = asyncio.Event()
-    task = asyncio.create_task(campaign.run(stop))
+    return Campaign(election, script, script, acquire_timeout=0.5, policy=policy)
+
+
+async def until(script: Script, done: Callable[[], bool]) -> None:
     async with asyncio.timeout(10):
         while not done():
             script.changed.clear()
             await script.changed.wait()
+
+
+class Running:
+    """A fast campaign running in a task until :meth:`stop`; started elected when asked."""
+
+    def __init__(
+        self, script: Script, policy: Policy | None = None, campaign: Campaign[str] | None = None
+    ) -> None:
+        self.campaign = campaign or fast(script, policy)
+        self.halt = asyncio.Event()
+        self.task = asyncio.create_task(self.campaign.run(self.halt))
+
+    async def elected(self, script: Script) -> Running:
+        await until(script, lambda: bool(script.told))
+        return self
+
+    async def stop(self) -> None:
+        self.halt.set()
+        async with asyncio.timeout(10):
+            await self.task
+
+
+async def campaign_until(
+    script: Script, done: Callable[[], bool], policy: Policy | None = None
+) -> list[str]:
+    """Run a fast campaign until ``done``, then stop it."""
+    campaign = fast(script, policy)
+    stop = asyncio.Event()
+    task = asyncio.create_task(campaign.run(stop))
+    await until(script, done)
     stop.set()
     await task
     return script.told
@@ -103,6 +137,80 @@ async def test_transient_errors_are_retried_until_the_deadline() -> None:
     assert told[:2] == ["started mine", f"stopped {DEADLINE_PASSED}"]
     assert time.monotonic() - started >= 0.2
     assert script.attempts.count("renew") > 3  # retried every retry period meanwhile
+
+
+class Rules:
+    """A policy the test changes as it goes."""
+
+    def __init__(self) -> None:
+        self.wait: float | Wait | None = None
+        self.hand: str | None = None
+        self.after: float | None = None
+        self.asked = 0
+
+    def acquire(self, now: float) -> float | Wait | None:
+        self.asked += 1
+        return self.wait
+
+    def hand_off(self, now: float) -> str | None:
+        return self.hand
+
+    def release_after(self) -> float | None:
+        return self.after
+
+
+async def test_the_policy_may_decline_an_acquire_and_wake_runs_at_once() -> None:
+    rules = Rules()
+    rules.wait = Wait(3600.0, "paused")  # an hour: only wake() ends it
+    script = Script(granted())
+    run = Running(script, rules)
+
+    async def asked() -> bool:
+        return rules.asked > 0
+
+    await async_wait_until(asked)
+    assert script.attempts == [] and run.campaign.idle == Wait(3600.0, "paused")
+    rules.wait = 0.25  # unpaused: the acquire may wait 0.25 s for a release
+    run.campaign.wake()
+    await run.elected(script)
+    assert script.told == ["started mine"] and script.waits == [0.25]
+    await run.stop()
+
+
+async def test_end_steps_down_with_its_reason_releases_and_runs_again() -> None:
+    script = Script(granted())
+    run = await Running(script).elected(script)
+    run.campaign.end("drained")
+    await until(script, lambda: len(script.told) >= 4)
+    assert script.told[:4] == ["started mine", "stopped drained", "released True", "started mine"]
+    await run.stop()
+
+
+async def test_the_policy_hands_off_before_a_renewal() -> None:
+    rules = Rules()
+    script = Script(granted())
+    run = await Running(script, rules).elected(script)
+    rules.wait, rules.hand = Wait(3600.0), "hand-off to 'b'"  # and defer to it afterwards
+    await until(script, lambda: len(script.told) >= 3)
+    assert script.told == ["started mine", "stopped hand-off to 'b'", "released True"]
+    assert not run.campaign.leading()
+    await run.stop()
+
+
+async def test_a_released_term_waits_for_release_after_or_is_left_to_expire() -> None:
+    rules = Rules()
+    script = Script(granted())
+    run = await Running(script, rules).elected(script)
+    held_until = time.monotonic() + 0.3
+    rules.after = held_until  # a published claim runs until then
+    await run.stop()
+    assert script.told[-1] == "released True" and time.monotonic() >= held_until
+    # the lock's own deadline first: not given back
+    script = Script(lambda: Granted(time.monotonic(), "mine", time.monotonic() + 0.2))
+    rules.after = time.monotonic() + 3600.0
+    run = await Running(script, rules).elected(script)
+    await run.stop()
+    assert script.told[-1] == "released False" and "release" not in script.attempts
 
 
 async def test_a_redis_lease_is_one_backend(redis_server: RedisServer, lock_name: str) -> None:
@@ -167,3 +275,92 @@ async def test_a_blocking_lock_runs_on_its_worker_and_a_late_grant_is_kept(
     finally:
         worker.shutdown()
         client.close()
+
+
+async def test_stop_cuts_a_pending_acquire_short_and_errors_are_heard() -> None:
+    """A standby's acquire waiting for a release does not hold up the stop; every failed
+    attempt's error goes to ``on_error`` (with whether it was a renewal)."""
+    never = asyncio.Event()
+
+    class Slow(Script):
+        async def acquire(self, wait: float | None = None) -> Granted[str] | Held:
+            self.attempts.append("acquire")
+            if len(self.attempts) == 1:
+                raise LockUnavailable("L", "down")
+            self.changed.set()
+            await never.wait()
+            return Held("other")
+
+    script = Slow(granted())
+    errors: list[tuple[str, bool]] = []
+    election = Election(renew_every=0.01, retry_every=0.01, renew_deadline=0.2)
+    campaign = Campaign(
+        election,
+        script,
+        script,
+        acquire_timeout=3600.0,
+        on_error=lambda exc, renewing: errors.append((type(exc).__name__, renewing)),
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(campaign.run(stop))
+    await until(script, lambda: len(script.attempts) >= 2)
+    assert campaign.due_by > time.monotonic() + 3000  # its watchdog deadline: the budget
+    stop.set()
+    async with asyncio.timeout(5):
+        await task
+    assert errors == [("LockUnavailable", False)] and script.told == []
+
+
+async def test_a_slow_failure_is_retried_a_period_after_its_send() -> None:
+    """client-go's ticker: a renewal that failed after longer than the retry period is tried
+    again at once, not a retry period after the failure."""
+    sent: list[float] = []
+    failed: list[float] = []
+
+    class Slow(Script):
+        async def renew(self) -> Granted[str] | Held:
+            sent.append(time.monotonic())
+            if len(sent) == 1:
+                await asyncio.sleep(1.2)  # the failed attempt's own duration
+                failed.append(time.monotonic())
+                raise LockUnavailable("L", "slow")
+            return await super().renew()
+
+    script = Slow(granted())
+    election = Election(renew_every=0.05, retry_every=1.0, renew_deadline=10.0)
+    campaign = Campaign(election, script, script, acquire_timeout=1.0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(campaign.run(stop))
+    await until(script, lambda: bool(script.told))
+
+    async def retried() -> bool:
+        return len(sent) >= 2
+
+    await async_wait_until(retried)
+    stop.set()
+    await task
+    # due 1 s after the first send, which the 1.2 s failure passed: sent right after it (a
+    # retry period after the failure would be 1 s later)
+    assert sent[1] - failed[0] < 0.8
+
+
+async def test_end_cuts_a_hung_renewal_short() -> None:
+    """A planned step-down (a drain's end) does not wait for a renewal that hangs: the lock is
+    given back, the term is not left to run into its deadline."""
+    never = asyncio.Event()
+
+    class Hung(Script):
+        async def renew(self) -> Granted[str] | Held:
+            self.attempts.append("renew")
+            self.changed.set()
+            await never.wait()
+            return Held()
+
+    script = Hung(granted())
+    election = Election(renew_every=0.01, retry_every=0.01, renew_deadline=3600.0)
+    run = Running(script, campaign=Campaign(election, script, script, acquire_timeout=1.0))
+    await until(script, lambda: "renew" in script.attempts)
+    run.campaign.end("drain timed out")
+    await until(script, lambda: len(script.told) >= 3)
+    assert script.told == ["started mine", "stopped drain timed out", "released True"]
+    await run.stop()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from redlease.core.election import DEADLINE_PASSED, Action, Election, classify
-from redlease.errors import ClockStepped, LockUnavailable, NotOwned
+from redlease.core.lease import Lease, RenewLoop
+from redlease.errors import ClockStepped, LockError, LockUnavailable, NotOwned, ProtocolError
 
 
 def leader(sent_at: float = 0.0) -> Election:
@@ -119,3 +120,36 @@ def test_new_periods_apply_to_the_next_attempt_and_the_deadline_to_the_next_succ
     assert e.deadline == 10.0  # the running term keeps its deadline
     assert e.failed(4.0, None).at == 4.5
     assert e.succeeded(4.5, 4.6) and e.deadline == 10.5
+
+
+def test_one_rule_only_a_refusal_ends_a_term_at_once() -> None:
+    """NotOwned (and its ClockStepped) end the term at once; any other error -- an outage, a
+    timeout, a reply not understood, an error from a client library -- is retried until the
+    local deadline (client-go's rule), by every renewer (they all classify with this)."""
+    assert classify(NotOwned("x", "gone")) is not None
+    assert classify(ClockStepped("x", "stepped")) is not None
+    for exc in (
+        LockUnavailable("x", "down"),
+        TimeoutError(),
+        ProtocolError("x", "unexpected reply"),
+        LockError("x", "anything else"),
+        ConnectionResetError(),
+        RuntimeError("a client library bug"),
+    ):
+        e = leader(0.0)
+        step = e.failed(3.0, classify(exc))
+        assert step.action is Action.RENEW and e.leading(3.0), exc
+
+
+def test_the_library_renewer_follows_the_one_rule() -> None:
+    """The renewer's loop (core/lease.py) retries a reply it does not understand until the
+    lease's local deadline, and loses it at once on a refusal."""
+    now = [0.0]
+    lease = Lease("x", fencing_token=1, ttl=3.0, deadline=3.0, acquired_at_ms=0)
+    loop = RenewLoop("x", lease, 1 / 3, clock=lambda: now[0])
+    now[0] = 1.0
+    budget = loop.begin()
+    assert loop.end(budget, ProtocolError("x", "unexpected reply")) is None
+    assert loop.end(loop.begin(), RuntimeError("client bug")) is None
+    now[0] = 2.0
+    assert loop.end(loop.begin(), NotOwned("x", "gone")) is not None

@@ -9,6 +9,7 @@ import pytest
 
 from redlease.cli.wait import is_leader
 from redlease.core.connect import validate_target
+from redlease.core.election import classify
 from redlease.core.state import LockState
 from redlease.core.timing import validate_timing
 from redlease.core.view import LockView, lock_view
@@ -16,7 +17,7 @@ from redlease.errors import ConfigError, LockUnavailable, NotOwned
 from redlease.kube.spec import CREDENTIALS_LABEL, SecretRef, credentials_from_secret, parse_spec
 from redlease.operator.reader import targets_for
 from redlease.sidecar.config import ElectionConfig, election_from_spec
-from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown, Term
+from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown, Term, Transition
 
 CONSENT = {"metadata": {"labels": {CREDENTIALS_LABEL: "true"}}}
 CFG = ElectionConfig(
@@ -31,6 +32,14 @@ def elected(e: Election, at: float = 100.0, token: int = 5) -> None:
     t = e.acquired(fencing_token=token, server_ms=1, transitions=3, sent_at=at,
                    lease_deadline=at + 15 - 0.152)  # fmt: skip
     assert t.kind == "elected" and t.fencing_token == token
+
+
+def renewal_failed(e: Election, sent: float, exc: BaseException) -> Transition | None:
+    """What the campaign (core/campaign.py) does with a renewal sent at ``sent`` that failed
+    with ``exc``: the one rule (``classify``) decides, retried a retry period after the send;
+    a loss ends the term at the next check."""
+    e.timer.failed(sent, classify(exc))
+    return e.check(sent)
 
 
 def leader() -> tuple[Election, Term]:
@@ -61,8 +70,7 @@ def test_leader_steps_down_at_renew_deadline_not_at_ttl() -> None:
     elected(e)
     term = e.term
     assert term is not None
-    e.renew_started(term, 102.0)
-    assert e.renew_failed(term, LockUnavailable("L", "down")) is None  # outage: keep trying
+    assert renewal_failed(e, 102.0, LockUnavailable("L", "down")) is None  # outage: keep trying
     assert e.leading(109.999) and e.check(109.999) is None
     assert not e.leading(110.0)  # renew deadline: 10 s after the last successful send
     t = e.check(110.0)
@@ -83,7 +91,7 @@ def test_refused_renewal_is_lost_at_once() -> None:
     e = Election(CFG)
     elected(e)
     assert e.term is not None
-    t = e.renew_failed(e.term, NotOwned("L", "gone"))
+    t = renewal_failed(e, 101.0, NotOwned("L", "gone"))
     assert t is not None and t.kind == "lost" and not e.leading(101.0)
 
 
@@ -254,7 +262,6 @@ def test_a_grant_void_on_arrival_begins_no_term() -> None:
 
 def test_a_renewal_in_hand_after_the_deadline_ends_the_term() -> None:
     e, term = leader()
-    e.renew_started(term, 109.0)
     e.renewed(term, sent_at=109.0, server_ms=2, lease_deadline=123.8, received_at=110.5)
     assert not e.leading(110.5)
     t = e.check(110.5)
@@ -262,12 +269,10 @@ def test_a_renewal_in_hand_after_the_deadline_ends_the_term() -> None:
 
 
 def test_a_slow_failed_renewal_is_retried_a_retry_period_after_its_send() -> None:
-    e, term = leader()
-    e.renew_started(term, 102.0)
-    assert e.renew_failed(term, TimeoutError()) is None  # in hand at 103.5
+    e, _ = leader()
+    assert renewal_failed(e, 102.0, TimeoutError()) is None  # in hand at 103.5
     assert e.next_action(103.5) == Renew(0.5, 6.0)
-    e.renew_started(term, 104.0)
-    e.renew_failed(term, LockUnavailable("L", "down"))
+    renewal_failed(e, 104.0, LockUnavailable("L", "down"))
     assert e.next_action(107.0) == Renew(0.0, 3.0)  # due at 106: at once
 
 
@@ -283,7 +288,6 @@ def test_drain_publishes_not_leader_renews_then_steps_down_when_the_app_is_done(
     assert e.leading(101.0)  # the term runs on: renewed, so nobody else is granted the lease
     assert e.next_action(101.0) == Renew(1.0, 4.0)  # the budget ends with the drain (106)
     assert e.next_action(102.0) == Renew(0.0, 4.0)
-    e.renew_started(term, 102.0)
     e.renewed(term, sent_at=102.0, server_ms=2, lease_deadline=117.0)
     assert e.next_action(103.0) == Renew(1.0, 2.0)  # the next renewal, within the drain
     assert e.app_drained(103.0)
@@ -303,12 +307,11 @@ def test_drain_ends_at_its_timeout() -> None:
 def test_drain_ends_before_the_lease_deadline_when_renewals_fail() -> None:
     """A drain longer than the term can run: renewals failing, it ends one retry period before
     the term's deadline (110), so the lease is released, never lost."""
-    e, term = leader()
+    e, _ = leader()
     assert e.begin_drain(101.0, 60.0, "shutting down")
     for at in (102.0, 104.0, 106.0):
         assert e.next_action(at) == Renew(0.0, 108.0 - at)  # budget ends at the drain's end
-        e.renew_started(term, at)
-        assert e.renew_failed(term, LockUnavailable("L", "down")) is None
+        assert renewal_failed(e, at, LockUnavailable("L", "down")) is None
     assert e.next_action(107.0) == Renew(1.0, 0.0)
     reason = "shutting down: drain ended before the lease's deadline (60s)"
     assert e.next_action(108.0) == StepDown(reason)
@@ -316,8 +319,8 @@ def test_drain_ends_before_the_lease_deadline_when_renewals_fail() -> None:
 
 
 def test_a_lost_term_ends_the_drain() -> None:
-    e, term = leader()
+    e, _ = leader()
     assert e.begin_drain(101.0, 5.0, "shutting down")
-    assert e.renew_failed(term, NotOwned("L", "gone")) is not None
+    assert renewal_failed(e, 101.0, NotOwned("L", "gone")) is not None
     assert e.drain is None and not e.app_drained(101.0)
     assert e.snapshot(101.0, 0.0)["draining"] is False

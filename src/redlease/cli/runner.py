@@ -1,7 +1,8 @@
 """How `redlease run` runs COMMAND only while this process leads (:mod:`redlease.cli.run`
 parses it).
 
-The election is the sidecar's (:class:`~redlease.sidecar.elector.Elector`). Once elected,
+The election is the sidecar's (:class:`~redlease.sidecar.elector.Elector`: the one campaign
+loop with the sidecar's rules; `run` declines every acquire after its one term). Once elected,
 COMMAND starts in its own process group with ``REDLEASE_FENCING_TOKEN`` set. When the lease is
 lost (at the local renew deadline) the group gets SIGTERM, then SIGKILL after ``grace`` seconds;
 the default grace ends half-way between the renew deadline and the TTL, so COMMAND is gone

@@ -12,7 +12,8 @@ Lease). The rules, one place for every surface:
   renew_deadline``, capped by the lease's own local deadline: send time plus TTL minus drift);
 - at the deadline the term ends; a success that arrives after it does not resurrect it;
 - a refusal (the lock is not ours, the server clock stepped) ends the term at once, with its
-  reason; a transient error is retried until the deadline.
+  reason; every other error (an outage, a timeout, a reply not understood) proves nothing about
+  the lease and is retried until the deadline (:func:`classify`: client-go's rule).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from redlease.errors import ClockStepped, LockError, LockUnavailable, NotOwned
+from redlease.errors import ClockStepped, NotOwned
 
 DEADLINE_PASSED = "local deadline passed before a renewal succeeded"
 
@@ -45,16 +46,20 @@ class Step:
 
 
 def classify(exc: BaseException) -> str | None:
-    """The loss reason an attempt's error means, or None for a transient one (retry)."""
+    """The loss reason an attempt's error means, or None to retry it until the deadline.
+
+    The one rule for every renewer (library renewers, the public elector, the sidecar, `redlease
+    run`): only a refusal ends a term at once -- :class:`NotOwned` (the lease expired or was
+    taken over) and its :class:`ClockStepped` (the server's clock stepped). Any other error (an
+    outage, a timeout, a reply not understood, a bug in a client library) says nothing about who
+    holds the lease, so it is retried every retry period until the local deadline, which always
+    comes before the lease could be granted elsewhere (client-go: only the renew deadline ends
+    a term)."""
     if isinstance(exc, ClockStepped):
         return exc.message
     if isinstance(exc, NotOwned):
         return "renewal refused: lease expired or taken over"
-    if isinstance(exc, LockUnavailable | TimeoutError):
-        return None
-    if isinstance(exc, LockError):
-        return f"renewal failed: {exc.message}"
-    return f"renewal failed: {exc!r}"
+    return None
 
 
 class Election:

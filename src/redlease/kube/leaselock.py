@@ -76,9 +76,9 @@ class LeaseLock:
         self.clock = clock
         self.wall = wall
 
-    async def acquire(self) -> Granted[LeaseRecord] | Held:
+    async def acquire(self, wait: float | None = None) -> Granted[LeaseRecord] | Held:
         """Acquire or renew (one rule, as client-go's ``tryAcquireOrRenew``); the write's send
-        time starts the term."""
+        time starts the term. A Lease cannot wait for a release: ``wait`` is ignored."""
         lease = await self.writer.read()
         now = self.clock()
         record = None if lease is None else LeaseRecord.of(lease)

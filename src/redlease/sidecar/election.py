@@ -11,7 +11,9 @@ an outage), the hand-off to the preferred holder, the drain before a planned ste
 the drain's end), the lock view read after the grant that
 must show this term's lease, and the ``/status`` document.
 
-The driver (:mod:`redlease.sidecar.elector`) asks :meth:`Election.next_action`, does the I/O and
+The driver (:mod:`redlease.sidecar.elector`: the one campaign loop,
+:class:`redlease.core.campaign.Campaign`) asks :meth:`Election.candidate` and
+:meth:`Election.leader` (:meth:`Election.next_action`: either) as its policy, does the I/O and
 reports the outcome; every call that changes who leads returns a :class:`Transition` for the
 driver to log and publish. Times are passed in, so tests drive it with a fake clock.
 """
@@ -25,7 +27,6 @@ from redlease.core import election as elector
 from redlease.core import view as lockview
 from redlease.core.timing import Timing
 from redlease.core.view import LockView
-from redlease.errors import NotOwned
 from redlease.sidecar.config import ElectionConfig
 
 # --- what the driver is asked to do --------------------------------------------------------------
@@ -86,7 +87,6 @@ class Term:
     transitions: int
     lease_deadline: float  # local lease deadline (Lease.deadline)
     granted_at: float = 0.0  # monotonic time the grant was in hand: later reads must show it
-    attempt_at: float = 0.0  # monotonic time the current (or last) extend attempt was sent
 
 
 @dataclass(slots=True)
@@ -189,17 +189,25 @@ class Election:
         return self._end("lost", step.reason) if step.action is elector.Action.LOST else None
 
     def next_action(self, now: float) -> Action:
+        return self.candidate(now) if self.term is None else self.leader(now)
+
+    def leader(self, now: float) -> Renew | StepDown:
+        """While a term runs: renew (when, and how long it may take), or step down (the
+        hand-off to the preferred holder when a renewal is due, the end of a drain)."""
+        step = self.timer.next(now)
+        if step.action is not elector.Action.RENEW:
+            return Renew(0.0, 0.0)  # over: the next check() ends the term
+        if self.drain is not None:
+            return self._draining(now, step.at)
+        wait = max(0.0, step.at - now)
+        if wait == 0.0 and self.preferred_alive(now):
+            return StepDown(f"hand-off to preferred holder {self.config.preferred_holder!r}")
+        return Renew(wait, max(0.0, self.timer.deadline - now - wait))
+
+    def candidate(self, now: float) -> Acquire | Idle:
+        """While no term runs: acquire (waiting at most a retry period for a release), or not
+        now (backing off after an outage, paused, deferring to the preferred holder)."""
         timing = self.config.timing
-        if self.term is not None:
-            step = self.timer.next(now)
-            if step.action is not elector.Action.RENEW:
-                return Renew(0.0, 0.0)  # over: the next check() ends the term
-            if self.drain is not None:
-                return self._draining(now, step.at)
-            wait = max(0.0, step.at - now)
-            if wait == 0.0 and self.preferred_alive(now):
-                return StepDown(f"hand-off to preferred holder {self.config.preferred_holder!r}")
-            return Renew(wait, max(0.0, self.timer.deadline - now - wait))
         if now < self.retry_at:
             return Idle(self.retry_at - now, "backing off after an outage")
         if self.config.paused:
@@ -223,6 +231,8 @@ class Election:
         driver gives the lease back)."""
         self.reachable()
         now = sent_at if received_at is None else received_at
+        if self.term is None:
+            self.timer.reset()  # a term that ended may not have been reset by its driver yet
         if not self.timer.succeeded(sent_at, now, lease_deadline):
             return None
         self.term = Term(
@@ -232,13 +242,9 @@ class Election:
             transitions=transitions,
             lease_deadline=lease_deadline,
             granted_at=now,
-            attempt_at=sent_at,
         )
         self.last_holder = self.identity
         return self._transition("elected", fencing_token, "acquired the lease")
-
-    def renew_started(self, term: Term, now: float) -> None:
-        term.attempt_at = now
 
     def renewed(
         self,
@@ -258,19 +264,6 @@ class Election:
         if self.timer.succeeded(sent_at, now, lease_deadline):
             term.renewed_ms = server_ms
             term.lease_deadline = lease_deadline
-
-    def renew_failed(self, term: Term, exc: BaseException) -> Transition | None:
-        """Refused (taken over, the server clock stepped): lost at once. Any other error (an
-        outage, a timeout, a reply not understood) proves nothing about the lease: retried a
-        retry period after the failed attempt was sent, until the deadline."""
-        if term is not self.term:
-            return None
-        reason = elector.classify(exc) if isinstance(exc, NotOwned) else None
-        step = self.timer.failed(term.attempt_at, reason)
-        if reason is not None:
-            return self._end("lost", step.reason)
-        self.outage()
-        return None
 
     def begin_drain(self, now: float, timeout: float, reason: str) -> bool:
         """Start draining before the planned step-down ``reason`` (hand-off or shutdown), for at
@@ -295,6 +288,10 @@ class Election:
         if self.term is None:
             return None
         return self._end("stepped_down", reason)
+
+    def ended(self, kind: str, reason: str) -> Transition | None:
+        """The driver ended the term (``kind``: ``lost`` or ``stepped_down``); None if none ran."""
+        return None if self.term is None else self._end(kind, reason)
 
     def outage(self) -> None:
         self.failures += 1
@@ -411,11 +408,11 @@ class Election:
         term = self.term
         self.term = None
         self.drain = None
-        self.timer.reset()
+        self.timer.lose(reason)  # the driver resets it once it handled the end
         self.last_holder = None
         return self._transition(kind, term.fencing_token if term else None, reason)
 
-    def _draining(self, now: float, renew_at: float) -> Action:
+    def _draining(self, now: float, renew_at: float) -> Renew | StepDown:
         """While draining: renew as usual until the app is done or :meth:`drain_end`, then
         step down."""
         drain = self.drain

@@ -1,12 +1,17 @@
-"""The asyncio driver of :class:`~redlease.sidecar.election.Election`: does its I/O.
+"""The sidecar's elector: the one campaign loop (:class:`~redlease.core.campaign.Campaign` over
+a :class:`~redlease.core.campaign.RedisLease`) with the sidecar's rules, and the observer loop.
 
-One :class:`Elector` runs the candidate loop (acquire / renew / step down) and, beside it, the
-observer loop (candidate heartbeat and a STATUS read every retry period). It owns the Redis
-client. With a drain timeout, a planned step-down (:meth:`Elector.stop` while leading, the
-hand-off to the preferred holder) first drains: the election publishes ``leader: false, draining:
-true`` and keeps renewing until :meth:`Elector.drained` or the drain's end, then the lease is
-released. What it learns goes to :class:`Hooks` (publish state, metrics, logs); the sidecar and
-`redlease run` are two different sets of hooks on the same elector.
+The campaign acquires, renews and ends terms by the elector state machine every surface shares;
+this module gives it the sidecar's rules as its :class:`~redlease.core.campaign.Policy` (from
+:class:`~redlease.sidecar.election.Election`: back-off after an outage, pause, deferring to and
+handing off to the preferred holder, the drain, the hold of a lease whose step-down could not be
+published) and turns its hooks into transitions. Beside it, the observer loop heartbeats and
+reads the lock view every retry period. With a drain timeout, a planned step-down
+(:meth:`Elector.stop` while leading, the hand-off to the preferred holder) first drains: the
+election publishes ``leader: false, draining: true`` and the campaign keeps renewing until
+:meth:`Elector.drained` or the drain's end, then the lease is released. What it learns goes to
+:class:`Hooks` (publish state, metrics, logs); the sidecar and `redlease run` are two different
+sets of hooks on the same elector.
 """
 
 from __future__ import annotations
@@ -16,24 +21,25 @@ import contextlib
 import functools
 import random
 import time
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any
 
 import structlog
 
 from redlease.core import _async, aio
+from redlease.core.campaign import SHUTDOWN, Campaign, Granted, Held, RedisLease, Wait
 from redlease.core.connect import connect_target
 from redlease.core.durability import read_config, restart_loss
+from redlease.core.election import classify
 from redlease.core.keys import LockKeys
+from redlease.core.lease import Lease
 from redlease.core.observe import Notices, node_drivers, read_view
 from redlease.core.rules import OPERATOR
 from redlease.core.state import heartbeat_flow
 from redlease.core.view import LockView
-from redlease.errors import LockError, LockTimeout, RedleaseError
+from redlease.errors import LockError
 from redlease.sidecar.config import ElectionConfig
-from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown, Term, Transition
+from redlease.sidecar.election import Election, Idle, StepDown, Transition
 
-T = TypeVar("T")
 log = structlog.get_logger("redlease.sidecar")
 
 
@@ -67,8 +73,45 @@ class Hooks:
         return None
 
 
-class _Stopped(Exception):
-    """The elector was asked to stop while waiting."""
+class _Lease(RedisLease):
+    """The sidecar's lease: every key of the lock as one lease (one key: exactly a Lock; leader
+    only while all of them are held), made afresh for each term from the settings of the time;
+    a renewal's outcome and latency go to the elector."""
+
+    def __init__(self, elector: Elector) -> None:
+        super().__init__(self._lock(elector))
+        self.elector = elector
+        self.unclaimed = False  # the last grant did not start a term (void on arrival)
+
+    @staticmethod
+    def _lock(elector: Elector) -> aio.MultiLock:
+        cfg = elector.config
+        return aio.MultiLock(
+            elector.client,
+            cfg.redis_keys,
+            ttl=cfg.timing.ttl,
+            identity=cfg.identity,
+            replicas=cfg.replicas,
+            replica_timeout=cfg.replica_timeout,
+        )
+
+    async def acquire(self, wait: float | None = None) -> Granted[Lease] | Held:
+        if self.unclaimed and self.lock.lease() is not None:
+            log.warning("grant came after its deadline: giving it back", lock=self.lock.name)
+            with contextlib.suppress(LockError, TimeoutError):
+                async with asyncio.timeout(self.elector.release_timeout()):
+                    await self.release()
+        self.lock = self._lock(self.elector)  # an asyncio acquire never outlives its attempt
+        granted = await super().acquire(wait)
+        self.unclaimed = isinstance(granted, Granted)  # until the campaign starts a term on it
+        return granted
+
+    async def renew(self) -> Granted[Lease] | Held:
+        started = time.monotonic()
+        granted = await super().renew()
+        if isinstance(granted, Granted):
+            self.elector.renewed(granted, started)
+        return granted
 
 
 class Elector:
@@ -81,13 +124,18 @@ class Elector:
         self.drain_timeout = drain_timeout  # seconds; 0: a planned step-down releases at once
         self._stop_after_drain = False
         self.hooks = hooks or Hooks()
-        self._client: Any = None
-        self._lock: aio.MultiLock | None = None
-        self._stop = asyncio.Event()
-        self._wake = asyncio.Event()
-        self._pending: ElectionConfig | None = None
-        self._tick_deadline = time.monotonic() + 30.0
+        self.client: Any = None
+        self.campaign: Campaign[Lease] | None = None
+        self.lease: _Lease | None = None  # the campaign's (each run makes its own)
+        self._stop = asyncio.Event()  # stop() was called (after any drain)
+        self._halt = asyncio.Event()  # the running campaign ends (stop, or a new lock or nodes)
+        self._end_reason = "shutting down"  # the step-down reason when the campaign ends
+        self._planned: set[str] = set()  # step-downs this elector asked for (not losses)
+        self._pending: ElectionConfig | None = None  # a new lock or node set, for the next run
+        self._drain_wake: asyncio.TimerHandle | None = None
+        self._holding = False  # a term's lease is kept until its published claim runs out
         self._task: asyncio.Task[None] | None = None
+        self._born = time.monotonic()
         self._outage_logged = False
         self._durability_checked = False
         self._notices = Notices()
@@ -108,19 +156,33 @@ class Elector:
         transition = self.election.check(time.monotonic())
         if transition is not None:
             self._emit(transition)
+            self._wake()
 
     def healthy(self) -> bool:
         """The loop runs and has not stalled past the time its current step may take."""
         if self._task is None or self._task.done():
             return False
-        return time.monotonic() <= self._tick_deadline
+        due = self._born + 30.0 if self.campaign is None else self.campaign.due_by
+        slack = max(2.0, 2 * self.config.timing.retry_period)
+        return time.monotonic() <= due + slack
 
     def reconfigure(self, config: ElectionConfig) -> None:
         """Adopt new settings; a new lock name or node set makes the elector step down first."""
-        if config == self.config:
+        old = self._pending or self.config
+        if config == old:
             return
-        self._pending = config
-        self._wake.set()
+        moved = (config.redis_lock, config.target) != (old.redis_lock, old.target)
+        if moved or self._pending is not None:
+            self._pending = config  # all of it applies with the new lock or node set
+            self._end_reason = "configuration changed: lock or nodes"
+            self._halt.set()
+            return
+        if (config.replicas, config.replica_timeout) != (old.replicas, old.replica_timeout):
+            # the held lease's handle WAITs as it was told: take a new term under the new rule
+            self._end("configuration changed: replicas")
+        self.election.update(config)
+        self._applied(config)
+        self._wake()
 
     def stop(self) -> None:
         """Stop: release and withdraw. While leading with a drain timeout, drain first (or join
@@ -130,8 +192,9 @@ class Elector:
         ):
             self._stop_after_drain = True
             return
+        self._end_reason = "shutting down"
         self._stop.set()
-        self._wake.set()
+        self._halt.set()
 
     def drained(self) -> bool:
         """The app finished its work: end the drain now (the lease is released at once).
@@ -139,74 +202,158 @@ class Elector:
         if not self.election.app_drained(time.monotonic()):
             return False
         log.info("app drained: releasing", lock=self.config.lock)
-        self._wake.set()
+        self._drain_due()
         return True
 
     async def run(self) -> None:
-        """The candidate loop; returns after :meth:`stop` (lease released, candidate withdrawn)."""
+        """The campaign; returns after :meth:`stop` (lease released, candidate withdrawn)."""
         self._task = asyncio.current_task()
-        self._client = self._connect()
+        self.client = self._connect()
         observer = asyncio.create_task(self._observe_loop(), name="redlease-observe")
         try:
             while not self._stop.is_set():
-                try:
-                    await self._step()
-                except _Stopped:
-                    break
-                except Exception as exc:  # noqa: BLE001 - the loop must survive surprises
-                    log.exception("election step failed", lock=self.config.lock, error=str(exc))
-                    self.hooks.error(type(exc).__name__)
-                    await self._sleep(self.election.failed_attempt(time.monotonic()))
+                if self._pending is not None:
+                    await self._restart()
+                self._halt.clear()
+                if not self._stop.is_set():
+                    await self._campaign()
         finally:
             observer.cancel()
             await asyncio.wait({observer}, timeout=1.0)
-            await self._shutdown()
+            await self._withdraw()
+            await self._close_client()
+            self.hooks.changed()
 
-    # -- the loop -----------------------------------------------------------------------------
+    # -- the campaign -------------------------------------------------------------------------
 
-    async def _step(self) -> None:
-        if self._pending is not None:
-            await self._apply_pending()
+    async def _campaign(self) -> None:
+        """Run one campaign until :meth:`stop` or a new lock or node set; an unexpected error
+        is logged and the campaign runs again after a back-off."""
+        self.lease = _Lease(self)
+        self.campaign = Campaign(
+            self.election.timer,
+            self.lease,
+            self,
+            acquire_timeout=self._socket_timeout() + 1.0,
+            jitter=jitter,
+            watcher=self,
+            policy=self,
+            on_error=self._failed,
+        )
+        try:
+            await self.campaign.run(self._halt)
+        except Exception as exc:  # noqa: BLE001 - the loop must survive surprises
+            log.exception("election step failed", lock=self.config.lock, error=str(exc))
+            self.hooks.error(type(exc).__name__)
+            delay = self.election.failed_attempt(time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._halt.wait()
+        if self._drain_wake is not None:
+            self._drain_wake.cancel()
+
+    async def _restart(self) -> None:
+        """A new lock or node set: withdraw from the old one, connect to the new one."""
+        new, self._pending = self._pending, None
+        assert new is not None
+        await self._withdraw()
+        await self._close_client()
+        self.election = Election(new)
+        self.client = self._connect()
+        self._end_reason = "shutting down"
+        self._applied(new)
+
+    def _applied(self, new: ElectionConfig) -> None:
+        log.info(
+            "configuration applied",
+            lock=new.lock,
+            redis_lock=new.redis_lock,
+            identity=new.identity,
+            ttl=new.timing.ttl,
+            paused=new.paused,
+            preferred_holder=new.preferred_holder,
+            replicas=new.replicas,
+        )
+
+    def _wake(self) -> None:
+        if self.campaign is not None:
+            self.campaign.wake()
+
+    def _end(self, reason: str) -> None:
+        """Step down now (planned), releasing the lease."""
+        if self.campaign is not None and self.campaign.is_leader:
+            self._planned.add(reason)
+            self.campaign.end(reason)
+
+    # -- the campaign's policy: the sidecar's rules (sidecar/election.py) ----------------------
+
+    def acquire(self, now: float) -> float | Wait | None:
         self.refresh()
         self.hooks.changed()
-        if self._stop_after_drain and self.election.term is None:
-            raise _Stopped  # drained and released (or the term ended meanwhile)
-        action = self.election.next_action(time.monotonic())
-        if isinstance(action, Acquire):
-            await self._acquire(action)
-        elif isinstance(action, Renew):
-            await self._renew(action)
-        elif isinstance(action, StepDown):
-            await self._step_down(action.reason, drain=True)
-        elif isinstance(action, Idle):
-            await self._sleep(action.wait)
-
-    async def _acquire(self, action: Acquire) -> None:
-        cfg = self.config
-        # every key of the lock as one lease (one key: exactly a Lock); leader only while all
-        # of them are held
-        lock = aio.MultiLock(
-            self._client,
-            cfg.redis_keys,
-            ttl=cfg.timing.ttl,
-            identity=cfg.identity,
-            replicas=cfg.replicas,
-            replica_timeout=cfg.replica_timeout,
-        )
+        action = self.election.candidate(time.monotonic())
+        if isinstance(action, Idle):
+            return Wait(action.wait, action.reason)
         timeout = self.hooks.acquire_timeout(action.timeout)
-        if timeout is None:
-            await self._sleep(action.timeout)
+        return Wait(action.timeout, "not now") if timeout is None else timeout
+
+    def hand_off(self, now: float) -> str | None:
+        self.refresh()
+        self.hooks.changed()
+        if self.election.term is None:
+            return None
+        mono = time.monotonic()
+        action = self.election.leader(mono)
+        if isinstance(action, StepDown):
+            if self._drain(action.reason):
+                return None  # a planned hand-off drains first
+            self._planned.add(action.reason)
+            return action.reason
+        if self.election.drain is not None:  # ask again at the drain's end
+            if self._drain_wake is not None:
+                self._drain_wake.cancel()
+            loop = asyncio.get_running_loop()
+            self._drain_wake = loop.call_later(
+                max(0.0, self.election.drain_end() - mono), self._drain_due
+            )
+        return None
+
+    def _drain_due(self) -> None:
+        """The drain may be over (the app said so, its end came): step down now, cutting a
+        renewal under way short (the lease is released, never lost to a hung renewal)."""
+        if self.election.drain is None:
             return
-        budget = timeout + self._socket_timeout() + 1.0
-        try:
-            lease = await self._bounded(lock.acquire(timeout=timeout), budget)
-        except LockTimeout:
-            self.hooks.refused()
-            return
-        except (LockError, TimeoutError) as exc:
-            self._outage(exc)
-            return
-        self._lock = lock
+        action = self.election.leader(time.monotonic())
+        if isinstance(action, StepDown):
+            self._end(action.reason)
+
+    def release_after(self) -> float | None:
+        """Keep the lease of the term that just ended while a published claim of it may still
+        be trusted (the step-down could not be published), retrying the publication."""
+        self.hooks.changed()  # once leader: false is out, release at once
+        until = self.hooks.claim_until()
+        left = None if until is None else until - time.time()
+        if left is None or left <= 0:
+            if self._holding:
+                self._holding = False
+                why = "step-down published" if until is None else "published claim ran out"
+                log.info(f"{why}, releasing", lock=self.config.lock)
+            return None
+        if not self._holding:
+            self._holding = True
+            log.error(
+                "step-down not published: holding the lease until the published claim runs out",
+                lock=self.config.lock,
+                leader_until=round(until or 0.0, 3),
+                hold=round(left, 3),
+            )
+        return time.monotonic() + left
+
+    # -- the campaign's hooks -----------------------------------------------------------------
+
+    async def started(self, granted: Granted[Lease]) -> None:
+        if self.lease is not None:
+            self.lease.unclaimed = False
+        lease = granted.record
         self._recovered()
         transition = self.election.acquired(
             fencing_token=lease.fencing_token,
@@ -216,58 +363,62 @@ class Elector:
             lease_deadline=lease.deadline,
             received_at=time.monotonic(),
         )
-        if transition is None:
-            log.warning("grant came after its deadline: giving it back", lock=cfg.lock)
-            await self._drop_lease()
-            return
-        self._emit(transition)
+        if transition is not None:
+            self._emit(transition)
 
-    async def _renew(self, action: Renew) -> None:
-        if action.wait > 0:
-            await self._sleep(action.wait)
-            return
-        term = self.election.term
-        lock = self._lock
-        if term is None or lock is None or action.budget <= 0:
-            return
-        now = time.monotonic()
-        self.election.renew_started(term, now)
-        try:
-            lease = await self._bounded(lock.extend(), action.budget)
-        except (LockError, TimeoutError) as exc:
-            self.hooks.error(type(exc).__name__)
-            transition = self.election.renew_failed(term, exc)
-            if transition is not None:
-                self._emit(transition)
-                await self._drop_lease(term)
-            else:
-                self._outage(exc, count=False)
-            return
-        self.hooks.renewed(time.monotonic() - now)
-        self._recovered()
-        self.election.renewed(
-            term,
-            sent_at=lease.sent_at,
-            server_ms=lease.renewed_ms,
-            lease_deadline=lease.deadline,
-            received_at=time.monotonic(),
-        )
-
-    async def _step_down(self, reason: str, *, drain: bool = False) -> None:
-        """Stop leading and release; ``drain``: a planned step-down, which drains first if a
-        drain timeout is set (this returns at once; the election steps down again after)."""
-        if drain and self._drain(reason):
-            return
-        term = self.election.term
-        transition = self.election.stepped_down(reason)
+    async def stopped(self, reason: str) -> None:
+        if reason == SHUTDOWN:
+            reason = self._end_reason
+        if reason in self._planned or reason == self._end_reason:
+            transition = self.election.stepped_down(reason)
+        else:
+            transition = self.election.ended("lost", reason)
+        self._planned.discard(reason)
         if transition is not None:
             self._emit(transition)  # publishes leader: false
-        if term is None:
+        if self._stop_after_drain:
+            self._stop_now()
+
+    def released(self, outcome: bool | Exception) -> None:
+        if self._holding:
+            self._holding = False
+            log.warning(
+                "lease deadline came before the published claim's end: left to expire",
+                lock=self.config.lock,
+            )
+        elif isinstance(outcome, Exception):
+            log.debug("release after step-down failed", lock=self.config.lock, error=str(outcome))
+
+    async def held(self, holder: str | None) -> None:
+        self.hooks.refused()
+
+    def renewed(self, granted: Granted[Lease], started: float) -> None:
+        """A renewal came back (the campaign decides whether it was in time)."""
+        now = time.monotonic()
+        self.hooks.renewed(now - started)
+        self._recovered()
+        term = self.election.term
+        if term is not None:
+            lease = granted.record
+            self.election.renewed(
+                term,
+                sent_at=lease.sent_at,
+                server_ms=lease.renewed_ms,
+                lease_deadline=lease.deadline,
+                received_at=now,
+            )
+
+    def _failed(self, exc: BaseException, renewing: bool) -> None:
+        """An attempt failed: a renewal is retried until the deadline (the campaign's rule);
+        an acquire backs off; a refused renewal is a loss, not an outage."""
+        if renewing and classify(exc) is not None:
+            self.hooks.error(type(exc).__name__)
             return
-        if await self._outwait_claim(term):
-            await self._drop_lease(term)
-        else:
-            self._lock = None
+        self._outage(exc, count=not renewing)
+
+    def _stop_now(self) -> None:
+        self._stop_after_drain = False
+        self.stop()
 
     def _drain(self, reason: str) -> bool:
         """Begin draining before the step-down ``reason`` and publish it; False if there is
@@ -280,85 +431,9 @@ class Elector:
             reason=reason,
             timeout=self.drain_timeout,
         )
-        self._wake.set()
+        self._wake()
         self.hooks.changed()
         return True
-
-    async def _outwait_claim(self, term: Term) -> bool:
-        """Keep the lease of the term that just ended, unrenewed, while a published claim of it
-        may still be trusted (the step-down could not be published), retrying the publication.
-        Not cut short by :meth:`stop`. Returns whether the lease may be released now: not if
-        its local deadline came first (a stepped wall clock); then it is left to expire."""
-        until = self.hooks.claim_until()
-        if until is None or time.time() >= until:
-            return True
-        log.error(
-            "step-down not published: holding the lease until the published claim runs out",
-            lock=self.config.lock,
-            leader_until=round(until, 3),
-            hold=round(until - time.time(), 3),
-        )
-        while True:
-            left = min(until - time.time(), term.lease_deadline - time.monotonic())
-            if left <= 0:
-                break
-            step = min(left, self.config.timing.retry_period)
-            self._expect(step)
-            await asyncio.sleep(step)
-            self.hooks.changed()  # once leader: false is out, release at once
-            claim = self.hooks.claim_until()
-            if claim is None:
-                break
-            until = claim
-        if self.hooks.claim_until() is None:
-            log.info("step-down published, releasing", lock=self.config.lock)
-        elif time.time() < until:
-            log.warning(
-                "lease deadline came before the published claim's end: left to expire",
-                lock=self.config.lock,
-            )
-            return False
-        else:
-            log.info("published claim ran out, releasing", lock=self.config.lock)
-        return True
-
-    async def _drop_lease(self, term: Term | None = None) -> None:
-        """Release the lease if Redis still has it (speeds up the take-over); best effort."""
-        lock, self._lock = self._lock, None
-        if lock is None or lock.lease() is None:
-            return
-        try:
-            async with asyncio.timeout(max(0.2, min(2.0, self.config.timing.retry_period))):
-                await lock.release()
-        except (LockError, TimeoutError) as exc:
-            log.debug("release after step-down failed", lock=self.config.lock, error=str(exc))
-
-    async def _apply_pending(self) -> None:
-        new, self._pending = self._pending, None
-        if new is None:
-            return
-        old = self.config
-        if (new.redis_lock, new.target) != (old.redis_lock, old.target):
-            await self._step_down("configuration changed: lock or nodes")
-            await self._withdraw()
-            await self._close_client()
-            self.election = Election(new)
-            self._client = self._connect()
-        else:
-            if (new.replicas, new.replica_timeout) != (old.replicas, old.replica_timeout):
-                # the held lease's handle WAITs as it was told: take a new term under the new rule
-                await self._step_down("configuration changed: replicas")
-            self.election.update(new)
-        log.info(
-            "configuration applied",
-            lock=new.lock,
-            redis_lock=new.redis_lock,
-            identity=new.identity,
-            ttl=new.timing.ttl,
-            paused=new.paused,
-            preferred_holder=new.preferred_holder,
-            replicas=new.replicas,
-        )
 
     # -- observer loop ------------------------------------------------------------------------
 
@@ -371,7 +446,7 @@ class Elector:
             hb_ms = int(max(cfg.timing.ttl, 3 * cfg.timing.retry_period) * 1000)
             heartbeat = LockKeys.for_name(cfg.redis_lock)
             view = await read_view(
-                self._client,
+                self.client,
                 cfg.redis_keys,
                 cfg.target.quorum,
                 max(1.0, cfg.timing.retry_period),
@@ -392,9 +467,9 @@ class Elector:
     async def _warn_if_not_durable(self, view: LockView) -> None:
         """Once, on a single node (a RedLock set has the restart rule): say what a restart of
         it would lose."""
-        if view.nodes.total != 1 or getattr(self._client, "clients", None):
+        if view.nodes.total != 1 or getattr(self.client, "clients", None):
             return
-        loss = restart_loss(await read_config(self._client, 1.0))
+        loss = restart_loss(await read_config(self.client, 1.0))
         if loss is not None:
             log.warning(
                 "the Redis node does not keep leases across a restart",
@@ -426,6 +501,8 @@ class Elector:
             )
         self.hooks.transition(transition)
         self.hooks.changed()
+        if transition.kind == "lost":
+            self._wake()  # the campaign ends the term at once
 
     def _note_outside(self, view: LockView) -> None:
         """Log nodes that answer but do not count: what the operator must do, rate-limited."""
@@ -460,45 +537,9 @@ class Elector:
             self._outage_logged = False
             log.info("redis reachable again", lock=self.config.lock)
 
-    def _expect(self, seconds: float) -> None:
-        slack = max(2.0, 2 * self.config.timing.retry_period)
-        self._tick_deadline = time.monotonic() + seconds + slack
-
-    async def _sleep(self, seconds: float) -> None:
-        self._expect(seconds)
-        if seconds <= 0:
-            return
-        self._wake.clear()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._wake.wait()
-        if self._stop.is_set():
-            raise _Stopped
-
-    async def _bounded(self, coro: Awaitable[T], budget: float) -> T:
-        """Await ``coro`` for at most ``budget`` seconds; give up at once when stopping."""
-        self._expect(budget)
-        task = asyncio.ensure_future(coro)
-        stopper = asyncio.ensure_future(self._stop.wait())
-        try:
-            done, _ = await asyncio.wait(
-                {task, stopper}, timeout=budget, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            stopper.cancel()
-        if task in done:
-            return task.result()
-        task.cancel()
-        task.add_done_callback(_retrieve)  # it may end later, with an error nobody awaits
-        # never wait long for the cancelled operation: a cancelled redis-py command can take
-        # its time to tear its connection down, and stopping must stay prompt
-        await asyncio.wait({task}, timeout=1.0)
-        if task.done() and not task.cancelled():
-            with contextlib.suppress(RedleaseError, TimeoutError):
-                task.result()
-        if self._stop.is_set():
-            raise _Stopped
-        raise TimeoutError(f"no answer within {budget:.3f}s")
+    def release_timeout(self) -> float:
+        """How long giving a lease back may take (best effort: it expires by itself)."""
+        return max(0.2, min(2.0, self.config.timing.retry_period))
 
     def _socket_timeout(self) -> float:
         return max(0.5, min(5.0, self.config.timing.ttl / 3))
@@ -511,7 +552,7 @@ class Elector:
     async def _withdraw(self) -> None:
         cfg = self.config
         keys = LockKeys.for_name(cfg.redis_lock)
-        for _, node in node_drivers(self._client, cfg.redis_lock):
+        for _, node in node_drivers(self.client, cfg.redis_lock):
             try:
                 async with asyncio.timeout(0.5):
                     await _async.drive(node, heartbeat_flow(keys, cfg.identity, 0))
@@ -519,25 +560,11 @@ class Elector:
                 log.debug("candidate withdrawal failed", lock=cfg.lock, error=str(exc))
 
     async def _close_client(self) -> None:
-        client, self._client = self._client, None
+        client, self.client = self.client, None
         if client is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2.0):
                     await client.aclose()
-
-    async def _shutdown(self) -> None:
-        """Stop leading, release at once (standbys take over), withdraw, close."""
-        await self._step_down("shutting down")
-        await self._withdraw()
-        await self._close_client()
-        self.hooks.changed()
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    """Mark the outcome of an abandoned operation as seen (its error was already reported as a
-    timeout), so asyncio does not log "Task exception was never retrieved" for it."""
-    if not task.cancelled():
-        task.exception()
 
 
 def jitter(seconds: float) -> float:
