@@ -180,6 +180,40 @@ def test_renewer_signals_loss_when_taken_over(any_client: Any, lock_name: str) -
     assert not lock.owned()
 
 
+def test_renewer_retries_an_unexpected_error_until_the_deadline(
+    any_client: Any, lock_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one rule (core/election.py classify): an error that is not a refusal (here a bug in
+    a client library) is retried, not the end of the renewer; when every renewal fails, the
+    lease is lost at its local deadline, with the callback."""
+    lock = redlease.Lock(any_client, lock_name, ttl=1.0)
+    lock.acquire()
+    failures, renewals = [0], [0]
+    extend = lock.extend
+
+    def flaky(**kwargs: Any) -> Any:
+        if failures[0] < 1:
+            failures[0] += 1
+            raise RuntimeError("client library bug")
+        lease = extend(**kwargs)
+        renewals[0] += 1
+        return lease
+
+    monkeypatch.setattr(lock, "extend", flaky)
+    lost = threading.Event()
+    with redlease.Renewer(lock, on_lost=lambda e: lost.set()) as renewer:
+        # the renewer went on after the failure and renewed
+        wait_until(lambda: renewals[0] >= 1, 10)
+        assert failures[0] == 1 and not renewer.lost.is_set() and lock.owned()
+
+        def broken(**kwargs: Any) -> Any:
+            raise RuntimeError("client library bug")
+
+        monkeypatch.setattr(lock, "extend", broken)
+        assert lost.wait(10)  # the local deadline, under the TTL
+        assert renewer.lost.is_set()
+
+
 def test_reentrant_counts(any_client: Any, lock_name: str) -> None:
     lock = redlease.ReentrantLock(any_client, lock_name, identity="r")
     first = lock.acquire()

@@ -19,7 +19,7 @@ from redlease.core.handles import HandleCore, ReadWritePair
 from redlease.core.lease import Lease, RenewerBase
 from redlease.core.multi import MultiCore
 from redlease.core.state import LockState
-from redlease.errors import LeaseLost, LockError, NotOwned
+from redlease.errors import LeaseLost, NotOwned
 
 LostCallback = Callable[[LeaseLost], None]
 
@@ -234,7 +234,7 @@ class Renewer(RenewerBase):
             if budget is not None:
                 try:
                     self.handle.extend(owner=self.owner, timeout=budget)
-                except LockError as exc:
+                except Exception as exc:  # noqa: BLE001 - the one rule decides (classify)
                     error = exc
             why = loop.end(budget, error)
             if why is not None:
