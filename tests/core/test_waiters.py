@@ -443,9 +443,11 @@ def test_a_waiter_that_times_out_leaves_the_queue_in_its_last_attempt(
 
 # --- N waiters on one held lock: connections, honest timeouts, one grant per release, in order ---
 
-# 1 s timeouts give up within this much: sound on a loaded 2-core machine, and far below the
-# seconds a give-up tied to a BLPOP's server timeout (or the next poll) would take
-GIVE_UP_SLACK = 0.5
+# 1 s timeouts give up within this much: sound on a loaded 2-core machine (1,000 asyncio writers
+# gave up 0.59 s late beside a CI run and two other test runs), and below the 5 s a give-up tied
+# to a BLPOP's server timeout (the fallback step, Options.max_wait_step) would take. How late
+# they really are is measured by `make bench-scale` (waiters), not asserted here.
+GIVE_UP_SLACK = 2.0
 L = TypeVar("L", redlease.Lock, aio.Lock)
 SCALE = [200, pytest.param(1000, marks=pytest.mark.slow)]
 
