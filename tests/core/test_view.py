@@ -121,8 +121,15 @@ def test_document_is_the_status_contract() -> None:
         "nodes": {"total": 1, "healthy": 1, "quorum": 1},
         "holder_unknown": None,
         "nodes_not_counting": {},
+        "holders": [],
     }
     assert lockview.document(v, expires_in_ms=100)["expires_in_ms"] == 100
+    listed = (Holder("a", 4, 900), Holder("b", 6, 50))
+    sem = lock_view(["job"], nodes(st("a", 4, 900, holders=listed)), 1)
+    assert lockview.document(sem, age_ms=100)["holders"] == [
+        {"holder": "a", "fencing_token": 4, "expires_in_ms": 800},
+        {"holder": "b", "fencing_token": 6, "expires_in_ms": 0},
+    ]
     empty = lockview.document(lockview.empty(["job"], 3, 2))
     assert empty["holder"] is None and empty["nodes"]["healthy"] == 0 and empty["holder_unknown"]
 

@@ -26,7 +26,6 @@ from redlease.operator.injection import (
     LockLookup,
 )
 from redlease.operator.injection.plan import (
-    HOLDERS_WARNING,
     LEADER_WARNING,
     native_drain_warning,
 )
@@ -95,15 +94,27 @@ def test_lock_without_auth_gets_no_credentials() -> None:
     assert [e["name"] for e in sidecar(out)["env"]] == ["POD_NAME", "POD_NAMESPACE"]
 
 
-def test_a_lock_with_several_holders_warns_that_the_sidecar_elects_one() -> None:
+def test_a_lock_with_several_holders_is_injected_with_holders() -> None:
     lock = copy.deepcopy(LOCK)
     lock["spec"]["holders"] = 2
     out, result = run(pod(), LockLookup(obj=lock))
-    assert result.warnings == [HOLDERS_WARNING.format(n=2)]
-    assert "spec.holders" in result.warnings[0] and "one leader" in result.warnings[0]
-    assert not any("holders" in a for a in sidecar(out)["args"])  # no --holders yet
+    assert result.warnings == []
+    assert "--holders=2" in sidecar(out)["args"]
     lock["spec"]["holders"] = 1
-    assert run(pod(), LockLookup(obj=lock))[1].warnings == []
+    out, result = run(pod(), LockLookup(obj=lock))
+    assert result.warnings == []
+    assert not any("holders" in a for a in sidecar(out)["args"])  # one holder: no flag
+
+
+def test_several_holders_and_a_lease_mirror_are_denied() -> None:
+    lock = copy.deepcopy(LOCK)
+    lock["spec"]["holders"] = 2
+    p = pod()
+    p["metadata"]["annotations"][injection.LEASE_MIRROR_ANNOTATION] = "true"
+    with pytest.raises(ConfigError) as err:
+        run(p, LockLookup(obj=lock))
+    assert err.value.field == injection.LEASE_MIRROR_ANNOTATION
+    assert "spec.holders" in str(err.value)
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,6 @@ from redlease.operator.injection import (
 )
 from redlease.operator.injection import lookup as lookup_module
 from redlease.operator.injection.plan import (
-    HOLDERS_WARNING,
     drain_grace_warning,
     native_drain_warning,
 )
@@ -279,12 +278,12 @@ async def test_secret_without_consent_is_not_wired(
     assert "REDLEASE_PASSWORD" not in env_of(sidecar_of(check(pod, answer.patch)))
 
 
-async def test_a_lock_with_several_holders_is_injected_with_a_warning(webhook: Webhook) -> None:
+async def test_a_lock_with_several_holders_is_injected_with_holders(webhook: Webhook) -> None:
     webhook.add_lock("pool", {**LOCK_SPEC, "holders": 3})
     pod = deployment_pod({LOCK_ANNOTATION: "pool"})
     answer = await webhook.ask(pod)
-    assert answer.allowed and answer.warnings == [HOLDERS_WARNING.format(n=3)], answer
-    assert "--holders" not in " ".join(sidecar_of(check(pod, answer.patch))["args"])
+    assert answer.allowed and answer.warnings == [], answer
+    assert "--holders=3" in sidecar_of(check(pod, answer.patch))["args"]
 
 
 async def test_require_lock_denies_a_missing_lock(tmp_path: Any) -> None:

@@ -130,3 +130,15 @@ def test_long_poll_parameters() -> None:
         with pytest.raises(BadParameter) as err:
             long_poll({"wait": "1", "since": bad})
         assert err.value.name == "since"
+
+
+def test_holders_countdowns_do_not_move_the_version_but_a_new_holder_does() -> None:
+    changes = Changes()
+
+    def doc(*holders: tuple[str, int, int]) -> dict[str, Any]:
+        listed = [{"holder": h, "fencing_token": t, "expires_in_ms": ms} for h, t, ms in holders]
+        return changes.stamp({"leader": True, "holders": listed})
+
+    first = doc(("a", 1, 9000), ("b", 2, 8000))["version"]
+    assert doc(("a", 1, 4000), ("b", 2, 3000))["version"] == first
+    assert doc(("a", 1, 4000), ("c", 3, 9000))["version"] != first

@@ -79,6 +79,15 @@ def run_cli(argv: list[str]) -> int:
             "--lease-mirror",
         ),
         ([*KUBE, "--lock", "x", "--events"], {}, "--events: needs the POD_NAMESPACE"),
+        ([*BASE, "--holders", "0"], {}, "--holders: must be an integer from 1 to 64"),
+        ([*BASE, "--holders", "65"], {}, "--holders: must be an integer from 1 to 64"),
+        ([*BASE, "--holders", "two"], {}, "--holders"),
+        (BASE, {"REDLEASE_HOLDERS": "x"}, "REDLEASE_HOLDERS (for --holders)"),
+        (
+            [*KUBE, "--lock", "x", "--lease-mirror", "--holders", "2"],
+            {"POD_NAMESPACE": "apps"},
+            "--lease-mirror: a Lease names one holder: it cannot mirror --holders = 2",
+        ),
         ([*BASE, "--replicas", "-1"], {}, "--replicas"),
         ([*BASE, "--replicas", "one"], {}, "--replicas"),
         ([*BASE, "--replica-timeout", "0"], {}, "--replica-timeout"),
@@ -163,3 +172,32 @@ def test_real_process_bad_state_dir_and_env() -> None:
     )
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "--retry-period" in out.stderr
+
+
+def test_holders_from_flags_env_and_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--holders`` (or REDLEASE_HOLDERS) reaches the sidecar's election, default 1; a
+    DistributedLock's ``spec.holders`` does the same; several keys with several holders are
+    refused naming the field."""
+    from redlease import cli
+    from redlease.cli.login import Pod
+    from redlease.cli.sidecar import sidecar_config
+    from redlease.errors import ConfigError
+    from redlease.kube.spec import parse_spec
+    from redlease.sidecar.config import check_holders, election_from_spec
+
+    def holders(argv: list[str]) -> int:
+        config = sidecar_config(cli.parse_args(argv), Pod(None, None))
+        assert config.election is not None
+        return config.election.holders
+
+    assert holders(BASE) == 1
+    assert holders([*BASE, "--holders", "3"]) == 3
+    monkeypatch.setenv("REDLEASE_HOLDERS", "2")
+    assert holders(BASE) == 2
+    assert holders([*BASE, "--holders", "4"]) == 4  # the flag wins over the env var
+
+    spec = parse_spec({"keys": ["x"], "nodes": [{"url": "redis://r:1"}], "holders": 2})
+    assert election_from_spec(spec, "pod-0").holders == 2
+    with pytest.raises(ConfigError, match="--holders: more than 1 holder needs exactly one key"):
+        check_holders(2, ("a", "b"), "--holders")
+    assert check_holders(1, ("a", "b"), "--holders") == 1

@@ -10,7 +10,7 @@ import pytest
 from redlease.cli.wait import is_leader
 from redlease.core.connect import validate_target
 from redlease.core.election import classify
-from redlease.core.state import LockState
+from redlease.core.state import Holder, LockState
 from redlease.core.timing import validate_timing
 from redlease.core.view import LockView, lock_view
 from redlease.errors import ConfigError, LockUnavailable, NotOwned
@@ -108,6 +108,50 @@ def test_paused_and_preferred_holder() -> None:
     assert isinstance(e.next_action(22.0), StepDown)
     t = e.stepped_down("hand-off")
     assert t is not None and t.kind == "stepped_down"
+
+
+def slots(*holders: tuple[str, int], candidates: tuple[str, ...] = ()) -> LockView:
+    """A one-node view of a semaphore of 2 held by ``holders`` ((identity, token) each)."""
+    listed = tuple(Holder(who, token, 9000) for who, token in holders)
+    first = listed[0] if listed else None
+    one = LockState(name="L", now_ms=0, holder=first.identity if first else None,
+                    fencing_token=first.fencing_token if first else None,
+                    expires_in_ms=9000 if first else None, candidates=candidates,
+                    holders=listed)  # fmt: skip
+    return lock_view(["L"], {"n": {"L": one}}, 1)
+
+
+def test_several_holders_a_term_ends_only_when_its_own_slot_is_gone() -> None:
+    e = Election(dataclasses.replace(CFG, holders=2))
+    elected(e, at=20.0, token=8)
+    assert e.observe(slots(("other", 7), ("me", 8)), 21.0) is None  # another holder first
+    assert e.leading(21.0)
+    doc = e.snapshot(21.0, 0.0)
+    assert doc["leader"] and doc["fencing_token"] == 8 and doc["holders_limit"] == 2
+    assert [(h["holder"], h["fencing_token"]) for h in doc["holders"]] == [("other", 7), ("me", 8)]
+    t = e.observe(slots(("other", 7), ("third", 9)), 22.0)  # our slot is gone from Redis
+    assert t is not None and t.kind == "lost" and "holders 'other' (token 7)" in t.reason
+    assert [h["holder"] for h in e.snapshot(22.0, 0.0)["holders"]] == ["other", "third"]
+
+
+def test_several_holders_only_the_newest_makes_room_for_the_preferred_one() -> None:
+    cfg = dataclasses.replace(CFG, holders=2, preferred_holder="boss")
+    newest, oldest = Election(cfg), Election(dataclasses.replace(cfg, identity="old"))
+    elected(newest, at=20.0, token=8)
+    elected(oldest, at=20.0, token=7)
+    view = slots(("old", 7), ("me", 8), candidates=("boss", "me", "old"))
+    for e in (newest, oldest):
+        e.observe(view, 21.0)
+    assert isinstance(newest.next_action(22.0), StepDown)  # the newest holder yields
+    assert isinstance(oldest.next_action(22.0), Renew)  # one slot is enough
+    waiting = Election(dataclasses.replace(cfg, identity="third"))
+    waiting.observe(view, 21.0)
+    assert isinstance(waiting.next_action(21.0), Idle)  # deferring to the preferred one
+    held = slots(("boss", 9), ("old", 7), candidates=("boss", "me", "old", "third"))
+    for e in (newest, oldest, waiting):
+        e.observe(held, 23.0)
+    assert isinstance(oldest.next_action(24.0), Renew)  # the preferred one holds a slot
+    assert waiting.next_action(23.0) == Acquire(2.0)
 
 
 def test_outage_backoff_grows_and_is_capped() -> None:

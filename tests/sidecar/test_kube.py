@@ -211,3 +211,52 @@ async def test_an_injected_sidecar_checks_the_master_a_sentinel_names() -> None:
             sc.stop()
     assert master.received == b""
     assert password.encode() not in sentinel.received and password not in sc.log()
+
+
+@pytest.mark.slow
+async def test_spec_holders_is_followed_live_and_labels_every_active_pod(
+    redis_server: RedisServer,
+) -> None:
+    """``spec.holders`` reaches sidecars started with ``--lock-ref``: 1 -> 2 lets a second pod
+    lead (both labelled), 2 -> 1 leaves one (a reconfiguration like the others)."""
+    pods = ("pod-a", "pod-b", "pod-c")
+    async with kmock.KubernetesEmulator() as api, kmock.Server(api) as srv:
+        api.resources["v1/pods"] = kmock.ResourceInfo(kind="Pod", namespaced=True)
+        api.resources[DLOCKS] = kmock.ResourceInfo(kind="DistributedLock", namespaced=True)
+        for pod in pods:
+            api.objects["v1/pods", NS, pod] = {"metadata": {"name": pod, "namespace": NS}}
+        api.objects[DLOCKS, NS, "pool"] = {
+            "metadata": {"name": "pool", "namespace": NS, "generation": 1},
+            "spec": {"keys": ["pool"], "ttlSeconds": 3, "renewDeadlineSeconds": 2,
+                     "retryPeriodSeconds": 1,
+                     "nodes": [{"url": f"redis://127.0.0.1:{redis_server.port}/0"}]},
+        }  # fmt: skip
+        base = f"http://127.0.0.1:{srv.port}"
+        scs = {
+            pod: Sidecar(pod, "", [], extra=["--lock-ref", "pool", "--pod-label",
+                                            "--kube-api", base],
+                         environ=env(POD_NAME=pod, POD_NAMESPACE=NS)).start()
+            for pod in pods
+        }  # fmt: skip
+
+        def leaders() -> list[str]:
+            return sorted(pod for pod, sc in scs.items() if sc.is_leader())
+
+        try:
+            await until(lambda: len(leaders()) == 1)
+            path = f"/apis/{DLOCKS.rsplit('/', 1)[0]}/namespaces/{NS}/distributedlocks/pool"
+            headers = {"Content-Type": "application/merge-patch+json"}
+            async with aiohttp.ClientSession(base) as http:
+                async with http.patch(path, json={"spec": {"holders": 2}}, headers=headers) as r:
+                    assert r.status == 200, await r.text()
+                two = await until(lambda: leaders() if len(leaders()) == 2 else None, timeout=30)
+                await until(lambda: all(label(api, p) == ("true" if p in two else "false")
+                                        for p in pods))  # fmt: skip
+                doc = scs[two[0]].status()
+                assert doc is not None and doc["holders_limit"] == 2
+                async with http.patch(path, json={"spec": {"holders": 1}}, headers=headers) as r:
+                    assert r.status == 200, await r.text()
+                await until(lambda: len(leaders()) == 1, timeout=30)
+        finally:
+            for sc in scs.values():
+                sc.stop()

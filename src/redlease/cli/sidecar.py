@@ -4,6 +4,7 @@ the ones the injector writes) and its :class:`~redlease.sidecar.config.SidecarCo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,14 @@ OWN = (
         metavar="PREFIX",
     ),
     Flag(
+        (sa.HOLDERS,),
+        "N active of M: up to N replicas lead at once, each holding one slot of a counting "
+        "semaphore over the lock (1 to 64; with --lock-ref, spec.holders decides)",
+        1,
+        flags.count,
+        metavar="N",
+    ),
+    Flag(
         (sa.DRAIN_TIMEOUT,),
         "on SIGTERM or a hand-off, publish leader: false, draining: true and keep the lease "
         "until the app calls POST /drained, at most DURATION (ends early, released, if the "
@@ -66,9 +75,16 @@ def sidecar_config(
     from redlease.sidecar.lockapi import validate_prefix
 
     ref = flags.lock_ref(args, pod.namespace)
-    return sc.SidecarConfig(
+    election = None
+    if ref is None:
+        election = flags.election_config(args)
+        holders = sc.check_holders(args.holders, election.keys, sa.HOLDERS)
+        election = dataclasses.replace(election, holders=holders)
+    else:  # the DistributedLock's spec.holders decides; the flag is checked all the same
+        sc.check_holders(args.holders, (), sa.HOLDERS)
+    config = sc.SidecarConfig(
         identity=flags.identity(args),
-        election=None if ref is not None else flags.election_config(args),
+        election=election,
         http=sc.parse_http(args.http),
         metrics=sc.parse_http(args.metrics, sa.METRICS),
         state_dir=Path(args.state_dir) if args.state_dir else None,
@@ -83,6 +99,9 @@ def sidecar_config(
         api_locks=validate_prefix(args.api_locks, sa.API_LOCKS),
         drain_timeout=args.drain_timeout,
     )
+    if election is not None:
+        config.check_election(election, sa.HOLDERS)
+    return config
 
 
 def main(args: argparse.Namespace) -> int:

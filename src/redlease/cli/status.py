@@ -74,6 +74,8 @@ def render(doc: dict[str, Any]) -> str:
         ("candidates", ", ".join(candidates) if isinstance(candidates, list) else candidates),
         ("nodes healthy", f"{nodes['healthy']}/{nodes['total']} (quorum {nodes['quorum']})"),
     ]
+    if (doc.get("holders_limit") or 1) > 1 or len(doc.get("holders") or []) > 1:
+        rows.append(("holders", _holders(doc)))
     if doc.get("holder_unknown"):
         rows.append(("why unknown", doc["holder_unknown"]))
     for node, why in (doc.get("unhealthy") or {}).items():
@@ -87,10 +89,22 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(f"{k + ':':<15}{'-' if v in (None, '') else v}" for k, v in rows)
 
 
-async def read(keys: Sequence[str], target: Target) -> LockView:
+def _holders(doc: dict[str, Any]) -> str:
+    """Every holder of a semaphore (docs/holders.md): ``pod-0 (token 7, 2.100s), ...``."""
+    parts = []
+    for h in doc.get("holders") or []:
+        left = h.get("expires_in_ms")
+        ttl = f", {left / 1000:.3f}s" if left is not None else ""
+        parts.append(f"{h.get('holder')} (token {h.get('fencing_token')}{ttl})")
+    limit = doc.get("holders_limit")
+    count = f"{len(parts)} of {limit}" if limit else f"{len(parts)}"
+    return f"{count}: {', '.join(parts)}" if parts else f"{count}"
+
+
+async def read(keys: Sequence[str], target: Target, holders: int = 1) -> LockView:
     client = connect_target(target, asyncio=True, socket_timeout=READ_TIMEOUT)
     try:
-        return await read_view(client, keys, target.quorum, READ_TIMEOUT)
+        return await read_view(client, keys, target.quorum, READ_TIMEOUT, limit=holders)
     finally:
         await close_client(client)
 
@@ -102,11 +116,16 @@ async def close_client(client: Any) -> None:
             await c.aclose()
 
 
-def show_status(keys: Sequence[str], target: Target, *, as_json: bool = False) -> int:
-    """Print the view; exit 0, or 1 when no quorum of nodes could be read."""
+def show_status(
+    keys: Sequence[str], target: Target, *, as_json: bool = False, holders: int = 1
+) -> int:
+    """Print the view (``holders`` > 1: a semaphore's, every holder); exit 0, or 1 when no
+    quorum of nodes could be read."""
     started = time.monotonic()
-    view = asyncio.run(read(keys, target))
+    view = asyncio.run(read(keys, target, holders))
     doc = describe(view)
+    if holders > 1:
+        doc["holders_limit"] = holders
     doc["read_ms"] = round((time.monotonic() - started) * 1000, 1)
     print(json.dumps(doc, indent=2) if as_json else render(doc))
     return 0 if view.nodes.reachable else 1
@@ -145,7 +164,11 @@ def main(args: argparse.Namespace) -> int:
         return watch(url, as_json=args.json) if args.watch else show_sidecar(url, as_json=args.json)
     if args.watch:
         raise ConfigError("--watch", "needs --http (the sidecar's address): it long-polls /status")
-    return show_status(flags.lock_keys(args), flags.target(args), as_json=args.json)
+    from redlease.sidecar.config import check_holders
+
+    keys = flags.lock_keys(args)
+    holders = check_holders(args.holders, keys, sa.HOLDERS)
+    return show_status(keys, flags.target(args), as_json=args.json, holders=holders)
 
 
 COMMAND = Command(
@@ -162,6 +185,14 @@ COMMAND = Command(
         Flag(("--json",), "print JSON", kind="switch"),
         Flag((sa.HTTP,), f"read this sidecar's /status, e.g. {sa.DEFAULT_HTTP}", metavar="URL"),
         Flag(("--watch",), "with --http: print each change until interrupted", kind="switch"),
+        Flag(
+            (sa.HOLDERS,),
+            "the lock is a semaphore of N holders (a sidecar's --holders): read and list "
+            "every holder",
+            1,
+            flags.count,
+            metavar="N",
+        ),
     ),
     run=main,
     credentials=True,

@@ -407,7 +407,8 @@ async def _first(*events: asyncio.Event) -> None:
 
 
 class RedisLease:
-    """A Redis lease as a :class:`LockBackend`: ``lock`` is a ``Lock`` or ``MultiLock``, asyncio
+    """A Redis lease as a :class:`LockBackend`: ``lock`` is a ``Lock``, ``MultiLock`` or
+    (asyncio) a counting ``Semaphore`` (one of its slots), asyncio
     (:mod:`redlease.core.aio`) or blocking (:mod:`redlease.core.locks`: give ``offload``, the
     executor its calls run on, one at a time: one worker). An acquire waits at most ``wait``
     seconds for a release (a release hands the lease over at once: notified, not polled); a
@@ -416,7 +417,7 @@ class RedisLease:
 
     def __init__(
         self,
-        lock: aio.Lock | aio.MultiLock | locks.Lock | locks.MultiLock,
+        lock: aio.Lock | aio.MultiLock | aio.Semaphore | locks.Lock | locks.MultiLock,
         wait: float = 0.0,
         *,
         renew_timeout: float | None = None,

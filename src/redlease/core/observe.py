@@ -16,7 +16,7 @@ from redlease.core import _async
 from redlease.core.keys import LockKeys
 from redlease.core.quorum import _probe
 from redlease.core.requests import Flow
-from redlease.core.rules import OPERATOR, RESTART_DELAY, Outside, Probe
+from redlease.core.rules import OPERATOR, RESTART_DELAY, Outside, Probe, semaphore_quorum
 from redlease.core.state import LockState, read_state_flow
 from redlease.core.view import LockView, NodeAnswer, lock_view
 from redlease.errors import LockError, LockUnavailable
@@ -54,9 +54,11 @@ async def node_answer(
     before: Flow | None = None,
     *,
     probe: bool = False,
+    limit: int = 1,
 ) -> tuple[NodeAnswer, Probe | None]:
     """One node's states of ``keys`` (after running ``before``, e.g. a candidate heartbeat),
-    or the error that kept it from answering within ``timeout`` seconds; with ``probe``, also
+    or the error that kept it from answering within ``timeout`` seconds (``limit`` > 1: a
+    counting semaphore's, its slots read too); with ``probe``, also
     what its server and marker say (read first, so a restart in between shows as a stale
     marker rather than as a counted node)."""
     seen: Probe | None = None
@@ -68,7 +70,9 @@ async def node_answer(
                 await _async.drive(node, before)
             states: dict[str, LockState] = {}
             for key in keys:
-                states[key] = await _async.drive(node, read_state_flow(LockKeys.for_name(key)))
+                states[key] = await _async.drive(
+                    node, read_state_flow(LockKeys.for_name(key), limit)
+                )
             return states, seen
     except LockError as exc:
         return exc, None
@@ -84,15 +88,20 @@ async def read_view(
     quorum: int,
     timeout: float,
     before: Callable[[], Flow] | None = None,
+    limit: int = 1,
 ) -> LockView:
     """Read every node in parallel (after running ``before()`` on each) and build the lock
     view; on a RedLock set, each node's marker is read too, so that nodes that answer but do
-    not count are named as such."""
+    not count are named as such. ``limit`` > 1: the lock is a counting semaphore of that many
+    holders (its view lists them all; the quorum per holder is
+    :func:`~redlease.core.rules.semaphore_quorum`'s, as its grants need)."""
     drivers = node_drivers(client, keys[0])
     probe = is_nodeset(client)
+    if limit > 1:
+        quorum = semaphore_quorum(len(drivers), quorum, limit)
     answers = await asyncio.gather(
         *(
-            node_answer(d, keys, timeout, before() if before else None, probe=probe)
+            node_answer(d, keys, timeout, before() if before else None, probe=probe, limit=limit)
             for _, d in drivers
         )
     )

@@ -258,12 +258,16 @@ def iso_ms(ms: int | None) -> str | None:
     return None if ms is None else format_time(ms / 1000, "milliseconds")
 
 
-def document(view: LockView, *, expires_in_ms: int | None = None) -> dict[str, Any]:
+def document(
+    view: LockView, *, expires_in_ms: int | None = None, age_ms: int = 0
+) -> dict[str, Any]:
     """The lock part of a status document (docs/sidecar.md "HTTP"): holder, fencing token,
     expiry, times, transitions, nodes, why the holder is unknown if it is, and the nodes that
-    answered but do not count (node -> why).
+    answered but do not count (node -> why); ``holders``: every holder a quorum agrees on, by
+    token (a counting semaphore's up to its limit; a mutex: its holder), see docs/holders.md.
 
-    ``expires_in_ms`` overrides the view's (a reader that aged the view since it was read)."""
+    ``expires_in_ms`` overrides the view's, ``age_ms`` is how long ago it was read (a reader
+    that aged the view since it was read)."""
     held = view.holder is not None
     return {
         "holder": view.holder,
@@ -277,6 +281,16 @@ def document(view: LockView, *, expires_in_ms: int | None = None) -> dict[str, A
         "nodes": view.nodes.as_dict(),
         "holder_unknown": view.unknown,
         "nodes_not_counting": view.not_counting,
+        "holders": [
+            {
+                "holder": h.identity,
+                "fencing_token": h.fencing_token,
+                "expires_in_ms": None
+                if h.expires_in_ms is None
+                else max(0, h.expires_in_ms - age_ms),
+            }
+            for h in view.holders
+        ],
     }
 
 

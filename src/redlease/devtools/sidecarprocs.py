@@ -299,7 +299,9 @@ class Observer:
                 return s
         return None
 
-    def violations(self) -> list[str]:
+    def _spans(self) -> tuple[dict[int, float], dict[int, float], dict[int, str]] | str:
+        """Per claimed token: the first arrival of a claim, the last request answered with one,
+        its owner; or what is wrong when two identities claimed one token."""
         first_recv: dict[int, float] = {}
         last_sent: dict[int, float] = {}
         owner: dict[int, str] = {}
@@ -309,7 +311,27 @@ class Observer:
             first_recv[s.token] = min(first_recv.get(s.token, s.received), s.received)
             last_sent[s.token] = max(last_sent.get(s.token, s.sent), s.sent)
             if owner.setdefault(s.token, s.identity) != s.identity:
-                return [f"token {s.token} claimed by {owner[s.token]} and {s.identity}"]
+                return f"token {s.token} claimed by {owner[s.token]} and {s.identity}"
+        return first_recv, last_sent, owner
+
+    def led_after(self, since: float, among: Sequence[Sidecar]) -> float | None:
+        """Seconds from ``since`` until an answer to a request sent after it said one of
+        ``among`` leads; None: not seen yet."""
+        names = {sc.identity for sc in among}
+        for s in list(self.samples):
+            if s.leader and s.identity in names and s.sent >= since:
+                return s.received - since
+        return None
+
+    def violations(self, holders: int = 1) -> list[str]:
+        """Proven overlaps: with one holder, an older term claimed after a newer one; with
+        ``holders`` > 1, more than that many terms claimed at once (see :meth:`overlaps`)."""
+        if holders > 1:
+            return self.overlaps(holders)
+        spans = self._spans()
+        if isinstance(spans, str):
+            return [spans]
+        first_recv, last_sent, owner = spans
         bad = []
         tokens = sorted(first_recv)
         for i, old in enumerate(tokens):
@@ -319,3 +341,32 @@ class Observer:
                         f"{owner[old]} still claimed token {old} after {owner[new]} claimed {new}"
                     )
         return bad
+
+    def overlaps(self, holders: int) -> list[str]:
+        """More than ``holders`` terms proven active at once. A term is proven active from the
+        first arrival of a claim of it to the last request of one that was answered with a
+        claim of it (every claim in between was true at some moment of its round trip); where
+        more than ``holders`` of these spans cover one instant, so many terms were active at
+        once. Also a token claimed by two identities."""
+        spans = self._spans()
+        if isinstance(spans, str):
+            return [spans]
+        first_recv, last_sent, owner = spans
+        events = sorted(
+            (at, step, token)
+            for token in first_recv
+            if last_sent[token] > first_recv[token]
+            for at, step in ((first_recv[token], 1), (last_sent[token], -1))
+        )  # at one instant an end sorts before a start: touching spans do not overlap
+        active: set[int] = set()
+        for _, step, token in events:
+            if step < 0:
+                active.discard(token)
+                continue
+            active.add(token)
+            if len(active) > holders:
+                return [
+                    f"{len(active)} terms active at once: "
+                    + ", ".join(f"{owner[t]} (token {t})" for t in sorted(active))
+                ]
+        return []

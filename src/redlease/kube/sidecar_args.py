@@ -29,6 +29,7 @@ LEASE_MIRROR = "--lease-mirror"
 EVENTS = "--events"
 API_LOCKS = "--api-locks"
 DRAIN_TIMEOUT = "--drain-timeout"
+HOLDERS = "--holders"
 TLS_CA_FILE_FLAG = "--tls-ca-file"
 TLS_CERT_FILE_FLAG = "--tls-cert-file"
 TLS_KEY_FILE_FLAG = "--tls-key-file"
@@ -77,6 +78,7 @@ class SidecarArgs:
     tls_client: bool = False  # the client pair is mounted at TLS_CERT_FILE / TLS_KEY_FILE
     api_locks: str | None = None  # the lock API's name prefix; None: off
     drain_timeout: float = 0.0  # seconds; 0: off
+    holders: int = 1  # spec.holders: N active of M (written when > 1)
 
     def argv(self) -> list[str]:
         """``sidecar`` and its flags, in a fixed order."""
@@ -96,6 +98,8 @@ class SidecarArgs:
             args.append(f"{METRICS}=0.0.0.0:{self.metrics_port}")  # noqa: S104 - for scrapers
         if self.api_locks is not None:
             args.append(f"{API_LOCKS}={self.api_locks}")
+        if self.holders > 1:
+            args.append(f"{HOLDERS}={self.holders}")
         if self.drain_timeout > 0:
             args.append(f"{DRAIN_TIMEOUT}={self.drain_timeout:.15g}")  # seconds, the flag's syntax
         if self.tls_ca:

@@ -3,7 +3,8 @@
 ``version`` is opaque: ``<boot>.<n>``, where ``boot`` is random per process (a restarted sidecar
 never repeats an earlier one's versions, also in a state file left behind) and ``n`` counts the
 changes of what the document says. What moves by itself is left out (:data:`TICKING`: the
-countdown ``expires_in_ms``, and ``renewed_at`` / ``leader_until``, which move on every renewal),
+countdown ``expires_in_ms``, also each holder's in ``holders``, and ``renewed_at`` /
+``leader_until``, which move on every renewal),
 so a version is stable across renewals and changes with the leader, the holder, the fencing token,
 the nodes' health, the candidates or the settings (tests/sidecar/test_changes.py). A change back
 to an earlier content is a new version: a watcher never misses a change that came and went.
@@ -41,7 +42,7 @@ class Changes:
     def stamp(self, doc: dict[str, Any]) -> dict[str, Any]:
         """Set ``doc["version"]``: a new one if what ``doc`` says differs from the last stamped
         document (then every waiter wakes). Returns ``doc``."""
-        said = json.dumps({k: v for k, v in doc.items() if k not in TICKING}, sort_keys=True)
+        said = json.dumps(_said(doc), sort_keys=True)
         if said != self._last:
             self._last = said
             self.count += 1
@@ -75,3 +76,14 @@ class Changes:
         moved, self._moved = self._moved, None
         if moved is not None:
             moved.set()
+
+
+def _said(doc: dict[str, Any]) -> dict[str, Any]:
+    """What ``doc`` says, without what ticks (the holders' countdowns too)."""
+    said = {k: v for k, v in doc.items() if k not in TICKING}
+    if isinstance(said.get("holders"), list):
+        said["holders"] = [
+            {k: v for k, v in h.items() if k not in TICKING} if isinstance(h, dict) else h
+            for h in said["holders"]
+        ]
+    return said

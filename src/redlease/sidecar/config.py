@@ -15,6 +15,7 @@ from pathlib import Path
 from redlease.core.connect import Target, Tls, digits
 from redlease.core.keys import scoped_name
 from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
+from redlease.core.rules import check_limit
 from redlease.core.timing import Timing, validate_timing
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args
@@ -37,6 +38,7 @@ __all__ = [
     "LockRef",
     "SidecarConfig",
     "Timing",
+    "check_holders",
     "election_from_spec",
     "parse_http",
     "parse_lock_ref",
@@ -111,6 +113,8 @@ class ElectionConfig:
     and fail closed if fewer confirm (a Sentinel-managed master; see docs/safety.md).
     ``scope``: a DistributedLock's namespace, whose keys are held in Redis under
     :attr:`redis_keys` (None: the keys are the Redis names, as with ``--lock``).
+    ``holders`` > 1 (``--holders``, ``spec.holders``): up to that many replicas lead at once,
+    each holding one slot of a counting semaphore over the one key (docs/holders.md).
     """
 
     keys: tuple[str, ...]
@@ -122,6 +126,7 @@ class ElectionConfig:
     replicas: int = 0
     replica_timeout: float = DEFAULT_REPLICA_TIMEOUT
     scope: str | None = None
+    holders: int = 1  # N active of M: a counting semaphore of this limit (1: the mutex)
 
     @property
     def lock(self) -> str:
@@ -160,7 +165,22 @@ def election_from_spec(
         replicas=spec.replicas,
         replica_timeout=replica_timeout,
         scope=spec.scope,
+        holders=spec.holders,
     )
+
+
+def check_holders(holders: object, keys: tuple[str, ...], field_name: str) -> int:
+    """``holders`` checked by the core's rule (:func:`redlease.core.rules.check_limit`), and
+    more than 1 only over one key (a semaphore is one lock name), naming ``field_name``."""
+    try:
+        limit = check_limit(holders)
+    except ConfigError as exc:
+        raise ConfigError(field_name, exc.message) from None
+    if limit > 1 and len(keys) > 1:
+        raise ConfigError(
+            field_name, f"more than 1 holder needs exactly one key, got {len(keys)} keys"
+        )
+    return limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +203,17 @@ class SidecarConfig:
     events: bool = False  # post became/stopped-leading Events
     api_locks: str | None = None  # the lock API's name prefix (sidecar/lockapi.py); None: off
     drain_timeout: float = 0.0  # seconds a planned step-down waits for POST /drained; 0: off
+
+    def check_election(self, election: ElectionConfig, holders_field: str) -> None:
+        """Refuse what the sidecar's own outputs cannot show for ``election``: the Lease mirror
+        names one holder, so it does not go with several (``holders_field``: where they were
+        asked for, ``--holders`` or ``spec.holders``)."""
+        if self.lease_mirror and election.holders > 1:
+            raise ConfigError(
+                sidecar_args.LEASE_MIRROR,
+                f"a Lease names one holder: it cannot mirror {holders_field} = "
+                f"{election.holders}; drop --lease-mirror or use 1 holder",
+            )
 
     def lock_object(self, lock: str) -> tuple[str, str]:
         """(namespace, name) of the Kubernetes object named after the lock, for the Lease

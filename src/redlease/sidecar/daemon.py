@@ -24,6 +24,7 @@ import structlog
 from redlease.core.connect import redact
 from redlease.core.view import iso_ms
 from redlease.errors import ConfigError
+from redlease.kube import sidecar_args
 from redlease.kube.client import KubeClient
 from redlease.kube.httpguard import GuardedServer
 from redlease.kube.kubeconfig import required
@@ -248,6 +249,7 @@ class Sidecar(Hooks):
         """The outputs named after the lock, the elector, the HTTP ports and the background
         tasks (pod label, DistributedLock follower, Lease mirror, Events)."""
         cfg = self.config
+        cfg.check_election(election, "spec.holders" if cfg.lock_ref else sidecar_args.HOLDERS)
         self._kube_views(self._kube, election)
         if cfg.state_dir is not None:
             self.state_file = StateFile(cfg.state_dir, election.lock)
@@ -310,6 +312,12 @@ class Sidecar(Hooks):
 
     def _reconfigure(self, config: ElectionConfig) -> None:
         if self.elector is not None:
+            try:
+                self.config.check_election(config, "spec.holders")
+            except ConfigError as exc:
+                log.error("DistributedLock spec refused, keeping the current settings",
+                          error=str(exc))  # fmt: skip
+                return
             self.elector.reconfigure(config)
 
     async def _listen(

@@ -155,12 +155,25 @@ class Election:
         return min(self.drain.until, self.timer.deadline - self.config.timing.retry_period)
 
     def preferred_alive(self, now: float) -> bool:
-        """The configured preferred holder (not us) is a live candidate, as last read."""
+        """The configured preferred holder (not us) is a live candidate, as last read; with
+        several holders, one that is not among them yet (docs/holders.md)."""
         preferred = self.config.preferred_holder
         if not preferred or preferred == self.identity or self.observed is None:
             return False
+        view = self.observed.view
         fresh = now - self.observed.at < self.config.timing.ttl
-        return fresh and preferred in self.observed.view.candidates
+        if self.config.holders > 1 and any(h.identity == preferred for h in view.holders):
+            return False  # it holds a slot already: nobody needs to make room
+        return fresh and preferred in view.candidates
+
+    def yields_slot(self) -> bool:
+        """The holder that makes room for the preferred holder: the one leader with one holder;
+        with several, only the newest (the highest token) of them, so one slot is freed, not
+        all of them (every replica reads the same holders)."""
+        if self.config.holders == 1 or self.term is None or self.observed is None:
+            return self.config.holders == 1
+        tokens = [h.fencing_token for h in self.observed.view.holders]
+        return bool(tokens) and max(tokens) == self.term.fencing_token
 
     def connected(self, now: float) -> bool:
         """Leading (its renewals reach a quorum), or a quorum of the nodes answered the latest
@@ -200,7 +213,7 @@ class Election:
         if self.drain is not None:
             return self._draining(now, step.at)
         wait = max(0.0, step.at - now)
-        if wait == 0.0 and self.preferred_alive(now):
+        if wait == 0.0 and self.preferred_alive(now) and self.yields_slot():
             return StepDown(f"hand-off to preferred holder {self.config.preferred_holder!r}")
         return Renew(wait, max(0.0, self.timer.deadline - now - wait))
 
@@ -325,9 +338,14 @@ class Election:
             term is not None
             and self.leading(now)
             and now > term.granted_at
-            and (holder != self.identity or view.fencing_token != term.fencing_token)
+            and not self._shown(view, term.fencing_token)
         ):
             shows = f"{holder!r} (token {view.fencing_token})" if holder else "no holder"
+            if self.config.holders > 1:
+                shows = "holders " + (
+                    ", ".join(f"{h.identity!r} (token {h.fencing_token})" for h in view.holders)
+                    or "none"
+                )
             return self._end(
                 "lost",
                 f"the lock view shows {shows}: Redis lost this lease (restarted without its "
@@ -346,6 +364,14 @@ class Election:
             "new holder" if holder else "lock is free",
             holder,
         )
+
+    def _shown(self, view: LockView, token: int) -> bool:
+        """The view shows this term's lease: as its holder, or (several holders) among them."""
+        if self.config.holders > 1:
+            return any(
+                h.identity == self.identity and h.fencing_token == token for h in view.holders
+            )
+        return view.holder == self.identity and view.fencing_token == token
 
     # -- reporting ----------------------------------------------------------------------------
 
@@ -376,7 +402,8 @@ class Election:
             "identity": cfg.identity,
             "leader": term is not None,
             "draining": draining,
-            **lockview.document(view, expires_in_ms=left),
+            **lockview.document(view, expires_in_ms=left, age_ms=age_ms),
+            "holders_limit": cfg.holders,
             "candidates": len(view.candidates),
             "leader_until": None,
             "paused": cfg.paused,
@@ -395,11 +422,18 @@ class Election:
                 leader_until=lockview.iso_ms(int((wall + self.timer.deadline - now) * 1000)),
                 holder_unknown=None,
             )
+            if cfg.holders > 1:  # the view may not list this term yet: it knows it first hand
+                own = {"holder": cfg.identity, "fencing_token": term.fencing_token,
+                       "expires_in_ms": doc["expires_in_ms"]}  # fmt: skip
+                others = [h for h in doc["holders"] if h["fencing_token"] != term.fencing_token]
+                doc["holders"] = sorted([*others, own], key=lambda h: h["fencing_token"])
         elif doc["holder"] == cfg.identity:
             # Redis still shows our last lease, but we no longer lead (deadline passed or
             # stepped down, draining): never present ourselves as the holder while leader is
             # false.
             doc.update(holder=None, fencing_token=None, expires_in_ms=None)
+        if term is None:  # nor among the holders
+            doc["holders"] = [h for h in doc["holders"] if h["holder"] != cfg.identity]
         return doc
 
     # -- internals ----------------------------------------------------------------------------

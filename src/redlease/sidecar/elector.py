@@ -75,8 +75,9 @@ class Hooks:
 
 class _Lease(RedisLease):
     """The sidecar's lease: every key of the lock as one lease (one key: exactly a Lock; leader
-    only while all of them are held), made afresh for each term from the settings of the time;
-    a renewal's outcome and latency go to the elector."""
+    only while all of them are held), or with ``holders`` > 1 one slot of the lock's counting
+    semaphore (:class:`redlease.core.aio.Semaphore`; one key only), made afresh for each term
+    from the settings of the time; a renewal's outcome and latency go to the elector."""
 
     def __init__(self, elector: Elector) -> None:
         super().__init__(self._lock(elector))
@@ -84,8 +85,18 @@ class _Lease(RedisLease):
         self.unclaimed = False  # the last grant did not start a term (void on arrival)
 
     @staticmethod
-    def _lock(elector: Elector) -> aio.MultiLock:
+    def _lock(elector: Elector) -> aio.MultiLock | aio.Semaphore:
         cfg = elector.config
+        if cfg.holders > 1:  # N active of M: one slot of the lock's counting semaphore
+            return aio.Semaphore(
+                elector.client,
+                cfg.redis_lock,
+                limit=cfg.holders,
+                ttl=cfg.timing.ttl,
+                identity=cfg.identity,
+                replicas=cfg.replicas,
+                replica_timeout=cfg.replica_timeout,
+            )
         return aio.MultiLock(
             elector.client,
             cfg.redis_keys,
@@ -180,6 +191,9 @@ class Elector:
         if (config.replicas, config.replica_timeout) != (old.replicas, old.replica_timeout):
             # the held lease's handle WAITs as it was told: take a new term under the new rule
             self._end("configuration changed: replicas")
+        if config.holders != old.holders:
+            # a lock and a semaphore slot are different leases: a new term on the new one
+            self._end("configuration changed: holders")
         self.election.update(config)
         self._applied(config)
         self._wake()
@@ -273,6 +287,7 @@ class Elector:
             paused=new.paused,
             preferred_holder=new.preferred_holder,
             replicas=new.replicas,
+            holders=new.holders,
         )
 
     def _wake(self) -> None:
@@ -451,6 +466,7 @@ class Elector:
                 cfg.target.quorum,
                 max(1.0, cfg.timing.retry_period),
                 functools.partial(heartbeat_flow, heartbeat, cfg.identity, hb_ms),
+                limit=cfg.holders,
             )
             if self.config is cfg:
                 if not self._durability_checked and view.healthy_nodes:

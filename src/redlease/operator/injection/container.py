@@ -162,9 +162,13 @@ def _env(credentials: SecretRef | None) -> list[dict[str, Any]]:
 
 
 def sidecar_args(
-    options: Options, tls: TlsRefs, pinned: Sequence[str], masters: Sequence[str] = ()
+    options: Options,
+    tls: TlsRefs,
+    pinned: Sequence[str],
+    masters: Sequence[str] = (),
+    holders: int = 1,
 ) -> sa.SidecarArgs:
-    """The sidecar's command line for this pod."""
+    """The sidecar's command line for this pod (``holders``: the lock's ``spec.holders``)."""
     return sa.SidecarArgs(
         lock_ref=options.lock,
         ready=options.ready,
@@ -179,6 +183,7 @@ def sidecar_args(
         tls_client=tls.client is not None,
         api_locks=options.api_locks,
         drain_timeout=options.drain_timeout,
+        holders=holders,
     )
 
 
@@ -189,10 +194,12 @@ def sidecar_container(
     tls: TlsRefs | None = None,
     pinned: Sequence[str] = (),
     masters: Sequence[str] = (),
+    holders: int = 1,
 ) -> dict[str, Any]:
     """The sidecar container exactly as injected; ``pinned``: the node URLs the Secrets'
     consent was checked for (one ``--pinned-node`` each; the sidecar uses no others);
-    ``masters``: the masters a Sentinel may name (one ``--allowed-master`` each)."""
+    ``masters``: the masters a Sentinel may name (one ``--allowed-master`` each);
+    ``holders``: the lock's ``spec.holders`` (``--holders`` when more than 1)."""
     tls = tls or TlsRefs()
     container: dict[str, Any] = {
         "name": SIDECAR_NAME,
@@ -205,7 +212,7 @@ def sidecar_container(
         container["ports"] = [
             {"name": METRICS_PORT_NAME, "containerPort": options.metrics_port, "protocol": "TCP"}
         ]
-    container["args"] = sidecar_args(options, tls, pinned, masters).argv()
+    container["args"] = sidecar_args(options, tls, pinned, masters, holders).argv()
     container["env"] = _env(credentials)
     container.update(_probes(options))
     container["resources"] = copy.deepcopy(dict(config.resources))

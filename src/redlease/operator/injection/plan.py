@@ -20,6 +20,7 @@ from redlease.operator.injection.annotations import (
     DRAIN_TIMEOUT_ANNOTATION,
     HTTP_PORT_ANNOTATION,
     INJECTED_ANNOTATION,
+    LEASE_MIRROR_ANNOTATION,
     LOCK_ANNOTATION,
     METRICS_PORT_ANNOTATION,
     READY_ANNOTATION,
@@ -59,11 +60,6 @@ AUTOMOUNT_WARNING = (
     "spec.automountServiceAccountToken: true: every container of this pod gets the "
     "ServiceAccount token and with it the sidecar's permissions; leave it unset so "
     "that only the sidecar gets one"
-)
-
-HOLDERS_WARNING = (
-    "spec.holders: the DistributedLock lets {n} hold it, but the injected sidecar elects one "
-    "leader until the sidecar supports holders"
 )
 
 DEFAULT_GRACE_SECONDS = 30  # a pod's terminationGracePeriodSeconds when it sets none
@@ -288,8 +284,13 @@ def plan(
         return Injection(before, before, [warning])
     _check(spec, options)
     lock_spec, warnings = _lock_spec(namespace, options, lock, config)
-    if lock_spec is not None and lock_spec.holders > 1:
-        warnings.append(HOLDERS_WARNING.format(n=lock_spec.holders))
+    holders = lock_spec.holders if lock_spec is not None else 1
+    if holders > 1 and options.lease_mirror:  # the sidecar would refuse to start
+        raise ConfigError(
+            LEASE_MIRROR_ANNOTATION,
+            f"a Lease names one holder: it cannot mirror spec.holders = {holders}; drop the "
+            "annotation or use 1 holder",
+        )
     warnings += _warnings(pod, options, config)
     after = copy.deepcopy(before)
     new = after["spec"]
@@ -299,7 +300,7 @@ def plan(
     credentials = lock_spec.secret_ref if lock_spec is not None else None
     masters = allowed_masters(lock) if lock_spec is not None else ()
     pinned = pinned_urls(lock_spec)
-    sidecar = sidecar_container(options, config, credentials, tls, pinned, masters)
+    sidecar = sidecar_container(options, config, credentials, tls, pinned, masters, holders)
     kind = "initContainers" if config.native else "containers"
     new[kind] = [*_list(new, kind), sidecar]
     new["volumes"] = [*_list(new, "volumes"), *pod_volumes(tls)]
