@@ -13,6 +13,7 @@ connections in use on a topology refresh).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 
@@ -39,10 +40,11 @@ def lend(node: Any, conn: Any) -> None:
     conns = getattr(node, "_connections", None)
     if not isinstance(conns, list):
         return
-    for i, c in enumerate(conns):
-        if c is conn:
-            conns[i] = conn._redlease_lent = Lent(conn)
-            return
+    try:
+        i = conns.index(conn)  # by identity: connections do not compare by value
+    except ValueError:
+        return
+    conns[i] = conn._redlease_lent = Lent(conn)
 
 
 async def take_back(node: Any, conn: Any) -> None:
@@ -52,9 +54,7 @@ async def take_back(node: Any, conn: Any) -> None:
     if lent is None:
         return
     conns = getattr(node, "_connections", [])
-    for i, c in enumerate(conns):
-        if c is lent:
-            conns[i] = conn
-            break
+    with contextlib.suppress(ValueError):
+        conns[conns.index(lent)] = conn
     if lent.closed:
         await conn.disconnect()
