@@ -23,6 +23,7 @@ from redlease import Lock, LockUnavailable, MultiLock, aio
 from redlease.core import client as drivers
 from redlease.core.keys import LockKeys
 from redlease.devtools.localredis import LocalCluster, RedisServer
+from redlease.devtools.polling import async_wait_until
 
 T = TypeVar("T")
 RECOVERY = 60.0  # seconds from the kill until the same client works again: a generous bound
@@ -255,3 +256,65 @@ def test_a_refused_connection_is_unsent_and_other_errors_stay_what_they_are() ->
     assert str(out) == str(refused)
     limit = rex.MaxConnectionsError("Too many connections")
     assert drivers.unsent(limit) is limit
+
+
+def _blocked_on(server: RedisServer) -> int:
+    """Connections blocked in a BLPOP on ``server`` now (flag ``b``)."""
+    with server.client() as observer:
+        return sum(1 for c in observer.client_list() if "b" in c.get("flags", ""))
+
+
+async def test_a_client_reset_by_moved_replies_cuts_no_request_to_a_healthy_master(
+    cluster: LocalCluster,
+) -> None:
+    """redis-py's asyncio RedisCluster closes every connection of every node on every
+    ``reinitialize_steps``-th ``MOVED`` (5 by default, counted over the client's life, the
+    user's own commands included; the test starts the count at 4, as if it had seen 4 already:
+    how many MOVEDs a failover yields depends on redis-py's slot patching) and on
+    ``CLUSTERDOWN``. After a takeover, the user's own command on the
+    same client gets MOVED while waiters of a lock on another master are blocked in the
+    listener's BLPOP and its holder extends: their requests are not cut (before the fix: the
+    waiters failed with LockUnavailable "Connection closed by server")."""
+    host, port = cluster.startup_nodes[0]
+    aclient: Any = AsyncRedisCluster(host=host, port=port)
+    aclient.reinitialize_counter = aclient.reinitialize_steps - 1
+    closes: list[bool] = []
+    close = aclient.aclose
+
+    async def counted() -> None:  # this client's own resets, counted
+        closes.append(True)
+        await close()
+
+    aclient.aclose = counted
+    name = f"rs{next(_names)}"
+    old = cluster.master_of(lease_key(name))
+    healthy = next(
+        n for i in itertools.count() if cluster.master_of(lease_key(n := f"{name}-{i}")) is not old
+    )
+    served = cluster.master_of(lease_key(healthy))
+    key = next(k for i in itertools.count() if cluster.master_of(k := f"u{i}") is old)
+    holder = aio.Lock(aclient, healthy, ttl=60)
+    lease = await holder.acquire(blocking=False)
+
+    async def waiter() -> Any:
+        return await aio.Lock(aclient, healthy, ttl=60).acquire(timeout=RECOVERY)
+
+    waiters = [asyncio.create_task(waiter()) for _ in range(3)]
+    try:
+        await async_wait_until(lambda: asyncio.to_thread(lambda: _blocked_on(served) >= 1))
+        take_over(cluster, old, name, kill=False)
+
+        await aclient.get(key)  # MOVED, the fifth: the client closes its connections
+        assert closes, "the user's MOVED made the client close its connections"
+        assert not [w for w in waiters if w.done()], [w.exception() for w in waiters if w.done()]
+        assert (await holder.extend()).fencing_token == lease.fencing_token
+
+        await holder.release()
+        first = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        winner = first[0].pop()
+        assert winner.result().fencing_token > lease.fencing_token  # woken through the BLPOP
+    finally:
+        for w in waiters:
+            w.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+        await close()

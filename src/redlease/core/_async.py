@@ -13,7 +13,7 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core import gate, idle, waiting, wire
+from redlease.core import gate, idle, lent, waiting, wire
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, resume
 from redlease.errors import LockError
 
@@ -419,6 +419,7 @@ async def _checkout(home: Any) -> Any:
     if hasattr(home, "get_connection"):
         return await idle.atake(home)
     conn = home.acquire_connection()
+    lent.lend(home, conn)
     try:
         if conn.is_connected and not await idle.aclean(conn):
             await conn.disconnect()  # its node went away since: connect again (or fail unsent)
@@ -441,6 +442,7 @@ async def _give(home: Any, conn: Any) -> None:
 
 async def _give_back(home: Any, conn: Any) -> None:
     """Return ``conn`` to its pool (async ``release``) or cluster node (sync ``release``)."""
+    await lent.take_back(home, conn)
     released = home.release(conn)
     if inspect.isawaitable(released):
         await released
