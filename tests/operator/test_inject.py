@@ -27,7 +27,6 @@ from redlease.operator.injection import (
 )
 from redlease.operator.injection.plan import (
     LEADER_WARNING,
-    native_drain_warning,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -257,7 +256,7 @@ def test_every_injected_argument_parses_into_the_config_the_pod_asked_for(
     out, result = run(
         pod(EVERY_OPTION, terminationGracePeriodSeconds=120), LockLookup(obj=TLS_LOCK)
     )
-    assert result.warnings == [LEADER_WARNING, native_drain_warning(90.0)]
+    assert result.warnings == [LEADER_WARNING]
     sidecar = next(c for c in out["spec"]["initContainers"] if c["name"] == "redlease")
     # the TLS files where the Secret volumes put them, under tmp_path instead of TLS_DIR
     volumes = {v["name"]: v for v in out["spec"]["volumes"]}

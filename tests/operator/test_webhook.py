@@ -38,7 +38,6 @@ from redlease.operator.injection import (
 from redlease.operator.injection import lookup as lookup_module
 from redlease.operator.injection.plan import (
     drain_grace_warning,
-    native_drain_warning,
 )
 from redlease.operator.webhook import LockSource
 
@@ -465,17 +464,20 @@ def _with_grace(pod: dict[str, Any], grace: int | None) -> dict[str, Any]:
 async def test_lock_api_and_drain_annotations_become_the_sidecars_flags(webhook: Webhook) -> None:
     """The two annotations reach the sidecar as --api-locks / --drain-timeout (the flag table's
     names, the sidecar's own parser reads them back), the pod's grace period is never changed,
-    and a re-invocation adds nothing."""
+    and a re-invocation adds nothing. A native sidecar gets --app-stops-first: the kubelet
+    stops the app before it, so its SIGTERM releases at once (the drain serves hand-offs)."""
     annotations = {LOCK_ANNOTATION: "orders", API_LOCKS_ANNOTATION: "jobs/",
                    DRAIN_TIMEOUT_ANNOTATION: "1m30s"}  # fmt: skip
     pod = _with_grace(deployment_pod(annotations), 120)
     answer = await webhook.ask(pod)
-    assert answer.allowed and answer.warnings == [native_drain_warning(90.0)], answer
+    assert answer.allowed and answer.warnings == [], answer
     result = check(pod, answer.patch)
     args = sidecar_of(result)["args"]
+    assert "--app-stops-first" in args
     assert args[-2:] == ["--api-locks=jobs/", "--drain-timeout=90"]
     parsed = parse_args(args)
     assert (parsed.api_locks, parsed.drain_timeout) == ("jobs/", 90.0)
+    assert parsed.app_stops_first is True
     assert result["spec"]["terminationGracePeriodSeconds"] == 120
     again = await webhook.ask(result)  # re-invocation: nothing twice
     assert again.allowed and again.patch == [] and again.warnings == []
@@ -489,26 +491,30 @@ async def test_lock_api_and_drain_annotations_become_the_sidecars_flags(webhook:
 @pytest.mark.parametrize(("grace", "warns"), [(None, True), (34, True), (35, False)],
                          ids=["default-30", "short", "enough"])  # fmt: skip
 async def test_a_grace_period_shorter_than_the_drain_warns(
-    webhook: Webhook, grace: int | None, warns: bool
+    tmp_path: Any, grace: int | None, warns: bool
 ) -> None:
-    """A 30 s drain needs terminationGracePeriodSeconds >= 35 (the drain + 5 s for the
-    release); a shorter one (Kubernetes' default 30 included) is warned about, never raised."""
-    pod = deployment_pod({LOCK_ANNOTATION: "orders", DRAIN_TIMEOUT_ANNOTATION: "30s"})
-    answer = await webhook.ask(_with_grace(pod, grace))
-    assert answer.allowed
-    expected = drain_grace_warning(30 if grace is None else grace, 30.0, native=True)
-    assert (expected is not None) is warns
-    assert answer.warnings == [native_drain_warning(30.0), *([expected] if expected else [])]
-    if warns:
-        assert "set it to at least 35" in answer.warnings[-1]
-    assert check(pod, answer.patch)["spec"].get("terminationGracePeriodSeconds") == grace
+    """A plain sidecar container drains on SIGTERM: a 30 s drain needs
+    terminationGracePeriodSeconds >= 35 (the drain + 5 s for the release); a shorter one
+    (Kubernetes' default 30 included) is warned about, never raised."""
+    async with running_webhook(tmp_path, inject=injection.InjectConfig(native=False)) as hook:
+        hook.add_lock("orders", LOCK_SPEC)
+        hook.add_secret("redis-auth", {"password": "pw"})
+        pod = deployment_pod({LOCK_ANNOTATION: "orders", DRAIN_TIMEOUT_ANNOTATION: "30s"})
+        answer = await hook.ask(_with_grace(pod, grace))
+        assert answer.allowed
+        expected = drain_grace_warning(30 if grace is None else grace, 30.0)
+        assert (expected is not None) is warns
+        assert answer.warnings == ([expected] if expected else [])
+        if warns:
+            assert "set it to at least 35" in answer.warnings[-1]
+        assert check(pod, answer.patch)["spec"].get("terminationGracePeriodSeconds") == grace
 
 
 async def test_plain_container_mode_drain_warns_only_about_the_grace_period(
     tmp_path: Any,
 ) -> None:
-    """A plain sidecar container gets SIGTERM with the app: the drain can be answered, so no
-    native-mode warning; the grace period must still cover the drain."""
+    """A plain sidecar container gets SIGTERM with the app: the drain can be answered (no
+    --app-stops-first); the grace period must still cover the drain."""
     async with running_webhook(tmp_path, inject=injection.InjectConfig(native=False)) as hook:
         hook.add_lock("orders", LOCK_SPEC)
         hook.add_secret("redis-auth", {"password": "pw"})
@@ -516,10 +522,11 @@ async def test_plain_container_mode_drain_warns_only_about_the_grace_period(
         answer = await hook.ask(pod)
         assert answer.allowed
         (warning,) = answer.warnings
-        assert warning == drain_grace_warning(30, 40.0, native=False)
-        assert "native" not in warning and "at least 45" in warning
+        assert warning == drain_grace_warning(30, 40.0)
+        assert "at least 45" in warning
         enough = await hook.ask(_with_grace(deployment_pod(pod["metadata"]["annotations"]), 45))
         assert enough.allowed and enough.warnings == []
         (sidecar,) = [c for c in check(pod, answer.patch)["spec"]["containers"]
                       if c["name"] == SIDECAR_NAME]  # fmt: skip
         assert "--drain-timeout=40" in sidecar["args"]
+        assert "--app-stops-first" not in sidecar["args"]

@@ -244,3 +244,29 @@ def test_the_hand_off_to_the_preferred_holder_drains_too(
     assert old.wait() == 0
     app.join()
     check_old_leader(app)
+
+
+def test_a_sidecar_the_app_stops_before_releases_at_once_on_sigterm(
+    redis_server: RedisServer, sidecars: Callable[..., Sidecar], lock_name: str
+) -> None:
+    """``--app-stops-first`` (what injection gives a native sidecar: the kubelet stops the app
+    containers first): at SIGTERM the app has exited, nobody can answer a drain, so the lease
+    is released at once, never published as draining."""
+    extra = ["--drain-timeout", "30", "--app-stops-first"]
+    old = sidecars("pod-a", lock_name, [redis_server.url], ttl=TTL, renew_deadline=DEADLINE,
+                   retry_period=RETRY, extra=extra).wait_up()  # fmt: skip
+    wait_until(old.is_leader)
+    new = sidecars("pod-b", lock_name, [redis_server.url], ttl=TTL, renew_deadline=DEADLINE,
+                   retry_period=RETRY, extra=extra).wait_up()  # fmt: skip
+    wait_until(lambda: (new.status() or {}).get("holder") == "pod-a")
+    mine = old.status()
+    assert mine is not None and mine["leader"]
+    signalled = time.time()
+    old.signal(signal.SIGTERM)
+    doc, _ = granted(new, timeout=30)
+    assert old.wait() == 0
+    # far below the 30 s drain (milliseconds unloaded; loose for a busy machine)
+    assert epoch(doc["acquired_at"]) - signalled < 5.0
+    assert doc["fencing_token"] > mine["fencing_token"]
+    log = old.log()
+    assert "draining: leader: false published" not in log and "drain timed out" not in log

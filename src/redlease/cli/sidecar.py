@@ -64,6 +64,12 @@ KUBE = (
         kind="switch",
     ),
     Flag((sa.EVENTS,), "post became/stopped-leading Events", kind="switch"),
+    Flag(
+        (sa.APP_STOPS_FIRST,),
+        "the app is stopped before this sidecar gets SIGTERM (a native sidecar): SIGTERM "
+        "releases at once, without a drain; a planned hand-off still drains",
+        kind="switch",
+    ),
 )
 
 
@@ -98,6 +104,7 @@ def sidecar_config(
         events=args.events,
         api_locks=validate_prefix(args.api_locks, sa.API_LOCKS),
         drain_timeout=args.drain_timeout,
+        app_stops_first=args.app_stops_first,
     )
     if election is not None:
         config.check_election(election, sa.HOLDERS)

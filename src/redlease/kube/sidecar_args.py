@@ -29,6 +29,7 @@ LEASE_MIRROR = "--lease-mirror"
 EVENTS = "--events"
 API_LOCKS = "--api-locks"
 DRAIN_TIMEOUT = "--drain-timeout"
+APP_STOPS_FIRST = "--app-stops-first"
 HOLDERS = "--holders"
 TLS_CA_FILE_FLAG = "--tls-ca-file"
 TLS_CERT_FILE_FLAG = "--tls-cert-file"
@@ -78,6 +79,7 @@ class SidecarArgs:
     tls_client: bool = False  # the client pair is mounted at TLS_CERT_FILE / TLS_KEY_FILE
     api_locks: str | None = None  # the lock API's name prefix; None: off
     drain_timeout: float = 0.0  # seconds; 0: off
+    app_stops_first: bool = False  # a native sidecar: SIGTERM comes after the app exited
     holders: int = 1  # spec.holders: N active of M (written when > 1)
 
     def argv(self) -> list[str]:
@@ -92,7 +94,7 @@ class SidecarArgs:
             *(f"{ALLOWED_MASTER}={url}" for url in self.allowed_masters),
         ]
         switches = ((POD_LABEL, self.pod_label), (LEASE_MIRROR, self.lease_mirror),
-                    (EVENTS, self.events))  # fmt: skip
+                    (EVENTS, self.events), (APP_STOPS_FIRST, self.app_stops_first))  # fmt: skip
         args += [flag for flag, on in switches if on]
         if self.metrics_port is not None:
             args.append(f"{METRICS}=0.0.0.0:{self.metrics_port}")  # noqa: S104 - for scrapers

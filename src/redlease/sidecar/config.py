@@ -203,6 +203,8 @@ class SidecarConfig:
     events: bool = False  # post became/stopped-leading Events
     api_locks: str | None = None  # the lock API's name prefix (sidecar/lockapi.py); None: off
     drain_timeout: float = 0.0  # seconds a planned step-down waits for POST /drained; 0: off
+    # the app is stopped before this sidecar's SIGTERM (a native sidecar): no drain on SIGTERM
+    app_stops_first: bool = False
 
     def check_election(self, election: ElectionConfig, holders_field: str) -> None:
         """Refuse what the sidecar's own outputs cannot show for ``election``: the Lease mirror

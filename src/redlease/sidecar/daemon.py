@@ -188,9 +188,11 @@ class Sidecar(Hooks):
     # -- running ------------------------------------------------------------------------------
 
     def stop(self) -> None:
+        """SIGTERM/SIGINT: step down and exit; drain first unless the app has stopped already
+        (``--app-stops-first``: a native sidecar gets its SIGTERM after the app exited)."""
         self._stopping.set()
         if self.elector is not None:
-            self.elector.stop()
+            self.elector.stop(drain=not self.config.app_stops_first)
 
     async def run(self) -> int:
         """Check the settings, read the election settings, start, elect until stopped, then
@@ -205,7 +207,7 @@ class Sidecar(Hooks):
                 return 0  # stopped before the DistributedLock was read
             elector = await self._start(election)
             if self._stopping.is_set():
-                elector.stop()
+                elector.stop(drain=not self.config.app_stops_first)
             await elector.run()
             return 0
         finally:

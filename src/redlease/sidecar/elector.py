@@ -198,11 +198,14 @@ class Elector:
         self._applied(config)
         self._wake()
 
-    def stop(self) -> None:
+    def stop(self, drain: bool = True) -> None:
         """Stop: release and withdraw. While leading with a drain timeout, drain first (or join
-        the drain under way); a second call stops at once."""
-        if not self._stop_after_drain and (
-            self.election.drain is not None or self._drain("shutting down")
+        the drain under way); a second call stops at once, and so does ``drain`` False (the
+        app has exited already: nobody is left to drain)."""
+        if (
+            drain
+            and not self._stop_after_drain
+            and (self.election.drain is not None or self._drain("shutting down"))
         ):
             self._stop_after_drain = True
             return

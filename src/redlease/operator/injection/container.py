@@ -167,8 +167,10 @@ def sidecar_args(
     pinned: Sequence[str],
     masters: Sequence[str] = (),
     holders: int = 1,
+    native: bool = False,
 ) -> sa.SidecarArgs:
-    """The sidecar's command line for this pod (``holders``: the lock's ``spec.holders``)."""
+    """The sidecar's command line for this pod (``holders``: the lock's ``spec.holders``;
+    ``native``: a native sidecar, which the kubelet stops only after the app exited)."""
     return sa.SidecarArgs(
         lock_ref=options.lock,
         ready=options.ready,
@@ -184,6 +186,7 @@ def sidecar_args(
         api_locks=options.api_locks,
         drain_timeout=options.drain_timeout,
         holders=holders,
+        app_stops_first=native and options.drain_timeout > 0,  # a drain to skip on SIGTERM
     )
 
 
@@ -212,7 +215,7 @@ def sidecar_container(
         container["ports"] = [
             {"name": METRICS_PORT_NAME, "containerPort": options.metrics_port, "protocol": "TCP"}
         ]
-    container["args"] = sidecar_args(options, tls, pinned, masters, holders).argv()
+    container["args"] = sidecar_args(options, tls, pinned, masters, holders, config.native).argv()
     container["env"] = _env(credentials)
     container.update(_probes(options))
     container["resources"] = copy.deepcopy(dict(config.resources))

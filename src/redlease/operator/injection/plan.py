@@ -68,7 +68,7 @@ DEFAULT_GRACE_SECONDS = 30  # a pod's terminationGracePeriodSeconds when it sets
 DRAIN_MARGIN_SECONDS = 5
 
 
-def drain_grace_warning(grace: int, drain: float, native: bool) -> str | None:
+def drain_grace_warning(grace: int, drain: float) -> str | None:
     """A warning when ``grace`` (terminationGracePeriodSeconds) leaves the drain no room:
     the kubelet SIGKILLs what still runs when it ends, and a sidecar killed mid-drain leaves
     the lease held until its TTL (safe, but the hand-off takes a TTL instead of milliseconds).
@@ -76,24 +76,11 @@ def drain_grace_warning(grace: int, drain: float, native: bool) -> str | None:
     need = math.ceil(drain) + DRAIN_MARGIN_SECONDS
     if grace >= need:
         return None
-    app = (" plus the app's own shutdown time (a native sidecar gets its SIGTERM only after the "
-           "app containers exited)") if native else ""  # fmt: skip
     return (
         f"{DRAIN_TIMEOUT_ANNOTATION}: spec.terminationGracePeriodSeconds is {grace}, less than "
         f"the drain ({drain:.15g} s) + {DRAIN_MARGIN_SECONDS} s for the release: the kubelet may "
         "kill the sidecar mid-drain and the lease then stays held until its TTL; set it to at "
-        f"least {need}{app}"
-    )
-
-
-def native_drain_warning(drain: float) -> str:
-    """With a native sidecar the app has exited before the sidecar's SIGTERM: a shutdown drain
-    has nobody to answer ``POST /drained`` and holds the lease for its whole timeout."""
-    return (
-        f"{DRAIN_TIMEOUT_ANNOTATION}: with a native sidecar the app containers have exited "
-        "before the sidecar gets SIGTERM, so on pod deletion the drain has nobody to answer "
-        f"POST /drained and the hand-off waits up to {drain:.15g} s; the drain serves the "
-        "preferred-holder hand-off (docs/sidecar.md, Draining before a hand-off)"
+        f"least {need}"
     )
 
 
@@ -250,10 +237,10 @@ def _warnings(pod: Mapping[str, Any], options: Options, config: InjectConfig) ->
     warnings = [LEADER_WARNING] if options.ready == "leader" else []
     if not config.native and spec.get("restartPolicy") in ("Never", "OnFailure"):
         warnings.append(JOB_WARNING)
-    if options.drain_timeout > 0:
-        if config.native:
-            warnings.append(native_drain_warning(options.drain_timeout))
-        grace = drain_grace_warning(_grace(spec), options.drain_timeout, config.native)
+    # a native sidecar gets SIGTERM after the app exited and releases at once
+    # (--app-stops-first): only a plain sidecar drains within the pod's grace period
+    if options.drain_timeout > 0 and not config.native:
+        grace = drain_grace_warning(_grace(spec), options.drain_timeout)
         if grace is not None:
             warnings.append(grace)
     warnings += [f"{key}: unknown annotation, ignored" for key in unknown_annotations(pod)]
