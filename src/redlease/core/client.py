@@ -16,6 +16,7 @@ import redis.asyncio.sentinel as aio_sentinel
 import redis.exceptions as rex
 import redis.sentinel as sentinel
 
+from redlease.core import homes
 from redlease.core.requests import Request
 from redlease.core.scripting import Scripting
 from redlease.errors import ConnectionLimit, LockError, LockUnavailable, ProtocolError
@@ -58,33 +59,19 @@ class NodeBase:
         return exc if mapped is None else mapped
 
 
-_SCRIPTING: dict[int, Scripting] = {}
-
-
 def scripting(home: Any) -> Scripting:
     """How the server behind ``home`` (a connection pool or cluster node) runs scripts; shared
     by every lock on it, so only the first call learns whether it has Functions.
 
-    Kept on ``home`` itself, so it lives and dies with it: a pool made later at a freed pool's
-    address must not inherit a verdict about another server's library (that let FCALL run an
-    unverified library, tests/core/test_function_trust.py). Objects that take no attribute are
-    kept by ``id(home)`` (asyncio cluster nodes cannot be weakly referenced); the table is
-    emptied when it grows large.
+    Kept with ``home`` (:func:`redlease.core.homes.state`), so it lives and dies with it: a
+    pool or node made later at a freed one's address must not inherit a verdict about another
+    server's library (that let FCALL run an unverified library,
+    tests/core/test_function_trust.py).
     """
-    found = getattr(home, "_redlease_scripting", None)
-    if isinstance(found, Scripting):
-        return found
-    try:
-        found = Scripting()
-        home._redlease_scripting = found
-        return found
-    except AttributeError:
-        pass
-    found = _SCRIPTING.get(id(home))
-    if found is None:
-        if len(_SCRIPTING) > 4096:
-            _SCRIPTING.clear()
-        found = _SCRIPTING.setdefault(id(home), Scripting())
+    kept = homes.state(home)
+    found = kept.get("_redlease_scripting")
+    if not isinstance(found, Scripting):
+        found = kept.setdefault("_redlease_scripting", Scripting())
     return found
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import redis.exceptions as rex
 
+from redlease.core import homes
+
 GATE = 4  # requests in flight per pool and process: a few round trips' worth of pipelining
 _ATTR = "_redlease_gate"
 _MAKE = threading.Lock()
@@ -48,29 +50,10 @@ def enter(home: Any, timeout: float | None) -> threading.Semaphore | None:
     return gate
 
 
-_SLOTTED: dict[int, dict[str, Any]] = {}  # the state of homes that take no attribute, by id
-
-
-def _state(home: Any) -> dict[str, Any]:
-    """Where ``home`` keeps its gate: its ``__dict__``, or for an object that has none (a
-    ``redis.asyncio`` cluster node: ``__slots__``, no weak references) an entry here that
-    holds it (so its id is not reused meanwhile). The table is emptied when it grows large: a
-    gate made again lets a few more requests through once, nothing else."""
-    state: dict[str, Any] | None = getattr(home, "__dict__", None)
-    if state is not None:
-        return state
-    found = _SLOTTED.get(id(home))
-    if found is None or found["home"] is not home:
-        if len(_SLOTTED) > 4096:
-            _SLOTTED.clear()
-        found = _SLOTTED[id(home)] = {"home": home}
-    return found
-
-
 async def aenter(home: Any, timeout: float | None) -> asyncio.Semaphore:
     """:func:`enter` for an asyncio request (one gate per pool or cluster node and event
     loop)."""
-    state = _state(home)
+    state = homes.state(home)
     loop = asyncio.get_running_loop()
     found = state.get(_ATTR)
     if found is None or found[0] is not loop:
