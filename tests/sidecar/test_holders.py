@@ -7,14 +7,19 @@ after the TTL; the observer never proves three terms active at once (real-time o
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
 
 import pytest
 
 from redlease.devtools.localredis import RedisServer
-from redlease.devtools.sidecarprocs import Observer, Sample, Sidecar, wait_until
+from redlease.devtools.sidecarprocs import ROOT, Observer, Sample, Sidecar, env, wait_until
 
 TTL, DEADLINE, RETRY = 3.0, 2.0, 0.1
 N = 2
@@ -142,3 +147,42 @@ def test_the_observer_proves_three_active_only_from_real_time_order() -> None:
     assert "3 terms active at once" in why
     claim("d", 3, 2.0)
     assert obs.overlaps(2) == ["token 3 claimed by c and d"]
+
+
+def _pairs(doc: dict[str, Any]) -> list[tuple[str, int]]:
+    return sorted((h["holder"], h["fencing_token"]) for h in doc["holders"])
+
+
+def _file_says(sc: Sidecar, holders: list[tuple[str, int]], leader: bool) -> bool:
+    written = json.loads(sc.state_file.read_text())
+    return _pairs(written) == holders and written["leader"] == leader
+
+
+@pytest.mark.slow
+def test_status_state_file_and_cli_name_the_same_holders(
+    redis_server: RedisServer, sidecars: Callable[..., Sidecar], lock_name: str
+) -> None:
+    """One view, three surfaces: each sidecar's /status and state file, and `redlease status`
+    read from Redis, list the same N holders with the same tokens, also after a holder was
+    killed and its slot went to the standby."""
+    scs = start(sidecars, [redis_server.url], lock_name, 3)
+    leaders = settled(scs)
+    for gone in (None, leaders[0]):
+        if gone is not None:
+            gone.signal(signal.SIGKILL)
+            gone.wait()
+        live = [sc for sc in scs if sc is not gone]
+        now = settled(live, timeout=TTL * 4)
+        expected = sorted((sc.identity, sc.status()["fencing_token"]) for sc in now)  # type: ignore[index]
+        for sc in live:
+            doc = sc.status()
+            assert doc is not None and _pairs(doc) == expected
+            # the file is written by the same publication; poll it rather than assume the order
+            wait_until(partial(_file_says, sc, expected, doc["leader"]), timeout=10)
+        proc = subprocess.run(
+            [sys.executable, "-m", "redlease", "status", "--lock", lock_name, "--json",
+             "--redis", redis_server.url, "--holders", str(N)],
+            env=env(), cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert _pairs(json.loads(proc.stdout)) == expected
