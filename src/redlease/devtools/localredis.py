@@ -512,11 +512,19 @@ class LocalCluster:
             lo = i * per
             hi = total - 1 if i == self.masters - 1 else lo + per - 1
             _command(server, "CLUSTER", "ADDSLOTS", *range(lo, hi + 1))
+        # Distinct config epochs before the nodes meet, as `redis-cli --cluster create` does.
+        # Left at 0, the masters settle their collision by bumping epochs over the next
+        # seconds; a TAKEOVER in that window can lose its slots back to its old master.
+        for epoch, server in enumerate(self.everyone, start=1):
+            _command(server, "CLUSTER", "SET-CONFIG-EPOCH", epoch)
         first = self.servers[0]
         for server in self.everyone[1:]:
             _command(server, "CLUSTER", "MEET", "127.0.0.1", first.port)
         known = f"cluster_known_nodes:{len(self.everyone)}"
         _until(deadline, "every node knows every other", lambda: self._info_has(known))
+        # Every node knows the highest epoch, so a takeover's bump is above every node's.
+        current = f"cluster_current_epoch:{len(self.everyone)}\r"
+        _until(deadline, "every node knows the current epoch", lambda: self._info_has(current))
         for i, replica in enumerate(self.replica_servers):
             master = self.servers[i % self.masters]
             _command(replica, "CLUSTER", "REPLICATE", _command(master, "CLUSTER", "MYID"))
