@@ -90,6 +90,7 @@ class Primitive:
     mailbox: str = ""  # with ``direct``: the process's mailbox id for this lock ('': own lists)
     single: bool = False  # one lock on one node or cluster slot (not a RedLock set, not a group)
     limit: int = 1  # a counting semaphore's slots (1: a mutex, the one-slot semaphore)
+    in_step: bool = False  # a RedLock set's: fence counters kept in step (see scripts' grant)
 
     @property
     def slots(self) -> tuple[str, ...]:
@@ -182,7 +183,7 @@ class Primitive:
             o.identity,
             reentrant,
             wait_ms,
-            min_fence,
+            -1 if self.in_step and not min_fence else min_fence,
             "1" if registered else "0",
         )
         if self.direct:

@@ -163,16 +163,31 @@ end
 -- of ``min_fence``); the counter keeps it. So a token stays above every earlier one also when
 -- the counter was lost or is behind (a restart without data, an old snapshot, a promoted
 -- replica that lagged), as long as the server clock does not step back (docs/safety.md).
+-- ``min_fence`` -1: a node of a RedLock set. The token is the counter + 1, seeded from the clock
+-- only when the counter is absent: the set's nodes stay in step, so a grant needs no second
+-- round to raise the others to the highest token, and a counter that is behind (restored,
+-- lagging) is the set's restart rule's to catch (docs/quorum.md).
 local function grant(lease, fence_key, history, token, identity, ttl, min_fence, mode)
-  local fence = server_now()[2]
-  local prev = redis.call('SET', fence_key, fence, 'GET')
-  if prev and prev - fence >= 0 then  -- the counter is ahead of the clock
-    fence = string.format('%d', prev + 1)
-    redis.call('SET', fence_key, fence)
-  end
-  if min_fence > 0 and fence - min_fence < 0 then
-    fence = string.format('%d', min_fence)
-    redis.call('SET', fence_key, fence)
+  local fence
+  if min_fence < 0 then
+    fence = redis.call('INCR', fence_key)
+    if fence == 1 then  -- no counter: seeded from the clock, as on one node
+      fence = server_now()[2]
+      redis.call('SET', fence_key, fence)
+    else
+      fence = string.format('%d', fence)
+    end
+  else
+    fence = server_now()[2]
+    local prev = redis.call('SET', fence_key, fence, 'GET')
+    if prev and prev - fence >= 0 then  -- the counter is ahead of the clock
+      fence = string.format('%d', prev + 1)
+      redis.call('SET', fence_key, fence)
+    end
+    if min_fence > 0 and fence - min_fence < 0 then
+      fence = string.format('%d', min_fence)
+      redis.call('SET', fence_key, fence)
+    end
   end
   local h = redis.call('HMGET', history, 'holder', 'transitions')
   local transitions = h[2] or '0'
@@ -309,7 +324,7 @@ ACQUIRE = Script(
 -- ARGV[1] owner token  ARGV[2] ttl ms  ARGV[3] holder identity  ARGV[4] reentrant '1'|'0'
 -- ARGV[5] waiter registration ms (0: do not register; -1, direct hand-off only: the caller's
 --   last attempt, which, refused by a holder, also drops its registration: no LEAVE after it)
--- ARGV[6] minimum fence (0: none)
+-- ARGV[6] minimum fence (0: none; -1: a node of a RedLock set, its counter kept in step, see grant)
 -- ARGV[7] '0': the owner is registered as a waiter nowhere (absent: it may be)
 -- ARGV[8] the caller's process mailbox for a direct hand-off (absent or '': its own list)
 -- ARGV[9] a counting semaphore (one lock): m, the number of its slots after slot 0, whose

@@ -406,6 +406,69 @@ def test_fence_is_raised_on_a_quorum(redis_nodes: list[RedisServer], lock_name: 
     ns.close()
 
 
+def _scripts_run(server: RedisServer) -> int:
+    """Scripts the server ran since its stats were reset (FCALL on Redis 7+, EVALSHA before)."""
+    with server.client() as c:
+        stats = c.info("commandstats")
+    return sum(v["calls"] for k, v in stats.items() if k in ("cmdstat_fcall", "cmdstat_evalsha"))
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_counters_stay_in_step_so_a_grant_takes_one_round(
+    redis_nodes: list[RedisServer], lock_name: str, flavour: str
+) -> None:
+    """A RedLock set's nodes issue the counter + 1 (the clock only seeds a counter that is
+    absent): once in step they agree on every token, so a grant needs no second round to raise
+    the others to the highest. With clock-seeded tokens on every node, each grant found the
+    nodes apart and paid a raise round (the quorum pairs/s fell by a quarter)."""
+    pairs = 20
+    counter = f"redlease:{{{lock_name}}}:fence"
+
+    def counters() -> list[int]:
+        out = []
+        for s in redis_nodes:
+            with s.client() as c:
+                out.append(int(c.get(counter) or 0))
+        return out
+
+    def reset() -> None:
+        for s in redis_nodes:
+            with s.client() as c:
+                c.config_resetstat()
+
+    if flavour == "sync":
+        ns = nodeset(redis_nodes)
+        lock = redlease.Lock(ns, lock_name, ttl=5)
+        first = lock.acquire().fencing_token
+        lock.release()
+        reset()
+        tokens = []
+        for _ in range(pairs):
+            tokens.append(lock.acquire().fencing_token)
+            lock.release()
+        ns.close()
+    else:
+
+        async def run() -> tuple[int, list[int]]:
+            ns = NodeSet([aioredis.Redis(port=s.port, socket_timeout=5) for s in redis_nodes])
+            lock = redlease.aio.Lock(ns, lock_name, ttl=5)
+            first = (await lock.acquire()).fencing_token
+            await lock.release()
+            await asyncio.to_thread(reset)
+            tokens = []
+            for _ in range(pairs):
+                tokens.append((await lock.acquire()).fencing_token)
+                await lock.release()
+            await ns.aclose()
+            return first, tokens
+
+        first, tokens = asyncio.run(run())
+    assert first > 10**15  # the first grant seeded the counters from the clock
+    assert tokens == list(range(first + 1, first + 1 + pairs))
+    assert counters() == [tokens[-1]] * 3
+    assert [_scripts_run(s) for s in redis_nodes] == [2 * pairs] * 3  # acquire + release
+
+
 def test_ttl_beyond_restart_delay_is_refused(redis_nodes: list[RedisServer]) -> None:
     ns = nodeset(redis_nodes, restart_delay=10)
     with pytest.raises(redlease.ConfigError, match="restart_delay"):
