@@ -100,6 +100,39 @@ redis.register_function('floor_release', function(KEYS, ARGV)
   redis.call('DEL', KEYS[1])
   return 0
 end)
+-- The least that keeps every rule of DESIGN.md an uncontended pair meets (the floor above does
+-- not): a token never issued twice after a restart without data (the larger of the counter + 1
+-- and the server clock in us, one SET ... GET), the transitions count of the lease record (its
+-- holder and count kept beside the lease, which a release deletes), and a release that looks
+-- for waiters to notify (one EXISTS; none here). No reservation, hand-off keys or reentrancy.
+redis.register_function('contract_acquire', function(KEYS, ARGV)
+  if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+  local t = redis.call('TIME')
+  local us = t[1] .. string.sub('00000' .. t[2], -6)
+  local fence = us
+  local prev = redis.call('SET', KEYS[2], us, 'GET')
+  if prev and prev - us >= 0 then
+    fence = string.format('%d', prev + 1)
+    redis.call('SET', KEYS[2], fence)
+  end
+  local h = redis.call('HMGET', KEYS[3], 'holder', 'transitions')
+  local transitions = h[2] or '0'
+  if h[1] ~= ARGV[3] then
+    transitions = string.format('%d', tonumber(transitions) + 1)
+    redis.call('HSET', KEYS[3], 'holder', ARGV[3], 'transitions', transitions)
+  end
+  local now = string.sub(us, 1, -4)
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holder', ARGV[3], 'fence', fence,
+    'acquired_ms', now, 'ttl_ms', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return fence .. ' 1 ' .. now .. ' ' .. transitions
+end)
+redis.register_function('contract_release', function(KEYS, ARGV)
+  if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return -1 end
+  redis.call('DEL', KEYS[1])
+  if redis.call('EXISTS', KEYS[2]) == 1 then return 1 end  -- would notify them
+  return 0
+end)
 -- Leaner than the data model allows: the lease as one string 'owner fence now holder' set
 -- with PX (one write instead of HSET + PEXPIRE), the same fence counter and server TIME.
 redis.register_function('string_acquire', function(KEYS, ARGV)
@@ -118,6 +151,9 @@ redis.register_function('string_release', function(KEYS, ARGV)
   return 0
 end)
 """
+
+
+CONTRACT_FLOOR = "contract floor (token rule, transitions, waiters; 9 calls)"
 
 
 def floor_exec(pairs: int, reps: int) -> dict[str, float]:
@@ -141,6 +177,12 @@ def floor_samples(pairs: int, reps: int) -> dict[str, list[float]]:
             client.fcall("floor_acquire", 2, *keys, "tok", 10000, "me")
             client.fcall("floor_release", 1, keys[0], "tok")
 
+        ckeys = ("redlease:{contract}", "redlease:{contract}:fence", "redlease:{contract}:history")
+
+        def contract_pair() -> None:
+            client.fcall("contract_acquire", 3, *ckeys, "tok", 10000, "me")
+            client.fcall("contract_release", 2, ckeys[0], "redlease:{contract}:waiters", "tok")
+
         def string_pair() -> None:
             client.fcall("string_acquire", 2, *skeys, "tok", 10000, "me")
             client.fcall("string_release", 1, skeys[0], "tok")
@@ -148,6 +190,7 @@ def floor_samples(pairs: int, reps: int) -> dict[str, list[float]]:
         pairs_of = {
             "redlease Lock": lambda: (rl.acquire(), rl.release()),
             "floor (fenced lease, 7 calls)": floor_pair,
+            CONTRACT_FLOOR: contract_pair,
             "string lease (fenced, 6 calls)": string_pair,
             "redis-py Lock": lambda: (rp.acquire(), rp.release()),
         }

@@ -220,7 +220,9 @@ HOW = {
     "of local nodes, sizes interleaved in rounds; every node shares the 2 cores with the client.",
     "floor": "`bench.profile.floor_samples` (what `python -m bench.profile --floor` prints): "
     "`INFO commandstats` usec per acquire+release pair, interleaved repetitions, medians; the "
-    "floor is the least a fenced lease in the data model does (7 calls in a Functions library).",
+    "floor is the least a fenced lease in the data model does (7 calls in a Functions library); "
+    "the contract floor adds what DESIGN.md's rules ask of every pair and the floor leaves out "
+    "(the token rule's clock seed, the transitions count, a look for waiters at release).",
 }
 
 
