@@ -126,9 +126,13 @@ def test_document_is_the_status_contract() -> None:
     assert lockview.document(v, expires_in_ms=100)["expires_in_ms"] == 100
     listed = (Holder("a", 4, 900), Holder("b", 6, 50))
     sem = lock_view(["job"], nodes(st("a", 4, 900, holders=listed)), 1)
-    assert lockview.document(sem, age_ms=100)["holders"] == [
-        {"holder": "a", "fencing_token": 4, "expires_in_ms": 800},
-        {"holder": "b", "fencing_token": 6, "expires_in_ms": 0},
+    assert lockview.document(sem, age_ms=40)["holders"] == [
+        {"holder": "a", "fencing_token": 4, "expires_in_ms": 860},
+        {"holder": "b", "fencing_token": 6, "expires_in_ms": 10},
+    ]
+    # b's slot expired since the read: it may be another's by now, so b is not named
+    assert lockview.document(sem, age_ms=50)["holders"] == [
+        {"holder": "a", "fencing_token": 4, "expires_in_ms": 850},
     ]
     empty = lockview.document(lockview.empty(["job"], 3, 2))
     assert empty["holder"] is None and empty["nodes"]["healthy"] == 0 and empty["holder_unknown"]

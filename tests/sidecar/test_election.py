@@ -134,6 +134,28 @@ def test_several_holders_a_term_ends_only_when_its_own_slot_is_gone() -> None:
     assert [h["holder"] for h in e.snapshot(22.0, 0.0)["holders"]] == ["other", "third"]
 
 
+def test_a_new_holder_never_lists_more_holders_than_the_limit() -> None:
+    """Its view was read before its grant and lists the slots' former holders: one whose
+    slot expired since (aged to 0) is not listed; if the view still lists as many as the
+    limit, one of them released since, unknown which: none of them is listed until the next
+    read."""
+    e = Election(dataclasses.replace(CFG, holders=2))
+    crashed = (Holder("other", 7, 9000), Holder("gone", 8, 400))
+    e.observe(lock_view(["L"], {"n": {"L": LockState(name="L", now_ms=0, holder="other",
+              fencing_token=7, expires_in_ms=9000, holders=crashed)}}, 1), 20.0)  # fmt: skip
+    elected(e, at=20.5, token=9)  # the slot of "gone" expired at 20.4
+    doc = e.snapshot(20.6, 0.0)
+    assert [(h["holder"], h["fencing_token"]) for h in doc["holders"]] == [("other", 7), ("me", 9)]
+    e = Election(dataclasses.replace(CFG, holders=2))
+    e.observe(slots(("other", 7), ("gone", 8)), 20.0)
+    elected(e, at=20.5, token=9)  # "gone" released its slot at 20.2
+    assert [(h["holder"], h["fencing_token"]) for h in e.snapshot(20.6, 0.0)["holders"]] == [
+        ("me", 9)
+    ]
+    e.observe(slots(("other", 7), ("me", 9)), 20.7)  # read after the grant
+    assert [h["holder"] for h in e.snapshot(20.7, 0.0)["holders"]] == ["other", "me"]
+
+
 def test_several_holders_only_the_newest_makes_room_for_the_preferred_one() -> None:
     cfg = dataclasses.replace(CFG, holders=2, preferred_holder="boss")
     newest, oldest = Election(cfg), Election(dataclasses.replace(cfg, identity="old"))

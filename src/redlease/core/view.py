@@ -267,8 +267,14 @@ def document(
     token (a counting semaphore's up to its limit; a mutex: its holder), see docs/holders.md.
 
     ``expires_in_ms`` overrides the view's, ``age_ms`` is how long ago it was read (a reader
-    that aged the view since it was read)."""
+    that aged the view since it was read). A holder whose slot expired since the read (aged to
+    0; the age counts from the read's start, so its lease really has ended) is no longer
+    listed: its slot may be another's by now, and naming both would name more holders than
+    ever held at once."""
     held = view.holder is not None
+    listed = [
+        (h, None if h.expires_in_ms is None else h.expires_in_ms - age_ms) for h in view.holders
+    ]
     return {
         "holder": view.holder,
         "fencing_token": view.fencing_token,
@@ -282,14 +288,9 @@ def document(
         "holder_unknown": view.unknown,
         "nodes_not_counting": view.not_counting,
         "holders": [
-            {
-                "holder": h.identity,
-                "fencing_token": h.fencing_token,
-                "expires_in_ms": None
-                if h.expires_in_ms is None
-                else max(0, h.expires_in_ms - age_ms),
-            }
-            for h in view.holders
+            {"holder": h.identity, "fencing_token": h.fencing_token, "expires_in_ms": left}
+            for h, left in listed
+            if left is None or left > 0
         ],
     }
 

@@ -422,11 +422,16 @@ class Election:
                 leader_until=lockview.iso_ms(int((wall + self.timer.deadline - now) * 1000)),
                 holder_unknown=None,
             )
-            if cfg.holders > 1:  # the view may not list this term yet: it knows it first hand
-                own = {"holder": cfg.identity, "fencing_token": term.fencing_token,
-                       "expires_in_ms": doc["expires_in_ms"]}  # fmt: skip
-                others = [h for h in doc["holders"] if h["fencing_token"] != term.fencing_token]
-                doc["holders"] = sorted([*others, own], key=lambda h: h["fencing_token"])
+            # the view may not list this term yet: it knows it first hand
+            own = {"holder": cfg.identity, "fencing_token": term.fencing_token,
+                   "expires_in_ms": doc["expires_in_ms"]}  # fmt: skip
+            others = [h for h in doc["holders"] if h["fencing_token"] != term.fencing_token]
+            if len(others) >= cfg.holders:
+                # read before this grant, and one of them released its slot since (an expired
+                # one is not listed): which one, only the next read says (it follows a grant at
+                # once); name none of them rather than more holders than ever held at once
+                others = []
+            doc["holders"] = sorted([*others, own], key=lambda h: h["fencing_token"])
         elif doc["holder"] == cfg.identity:
             # Redis still shows our last lease, but we no longer lead (deadline passed or
             # stepped down, draining): never present ourselves as the holder while leader is

@@ -144,6 +144,7 @@ class Elector:
         self._planned: set[str] = set()  # step-downs this elector asked for (not losses)
         self._pending: ElectionConfig | None = None  # a new lock or node set, for the next run
         self._drain_wake: asyncio.TimerHandle | None = None
+        self._look = asyncio.Event()  # read the lock now: a grant came in that it may not show
         self._holding = False  # a term's lease is kept until its published claim runs out
         self._task: asyncio.Task[None] | None = None
         self._born = time.monotonic()
@@ -383,6 +384,7 @@ class Elector:
         )
         if transition is not None:
             self._emit(transition)
+        self._look.set()
 
     async def stopped(self, reason: str) -> None:
         if reason == SHUTDOWN:
@@ -456,8 +458,9 @@ class Elector:
     # -- observer loop ------------------------------------------------------------------------
 
     async def _observe_loop(self) -> None:
-        """Every retry period: heartbeat and read every node, build the lock view, hand it to
-        the election. This is the only writer of node health (the view's ``nodes.healthy``)."""
+        """Every retry period, and at once after a grant (the view may predate it): heartbeat
+        and read every node, build the lock view, hand it to the election. This is the only
+        writer of node health (the view's ``nodes.healthy``)."""
         while True:
             cfg = self.config
             started = time.monotonic()
@@ -481,7 +484,9 @@ class Elector:
                     self._emit(transition)
             self.refresh()
             self.hooks.changed()
-            await asyncio.sleep(cfg.timing.retry_period)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._look.wait(), cfg.timing.retry_period)
+            self._look.clear()
 
     async def _warn_if_not_durable(self, view: LockView) -> None:
         """Once, on a single node (a RedLock set has the restart rule): say what a restart of

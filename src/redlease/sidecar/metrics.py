@@ -25,7 +25,8 @@ RENEW_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 class Metrics:
     """``redlease_is_leader``, ``redlease_transitions_total``, renew latency, errors by kind,
-    state-file write failures."""
+    state-file write failures; the lock as last read (token, holders and their limit, nodes),
+    all from the status document."""
 
     def __init__(self, lock: str) -> None:
         self.lock = lock
@@ -56,6 +57,19 @@ class Metrics:
         self.fencing_token = Gauge(
             "redlease_fencing_token",
             "Fencing token of the current holder as last seen (0: none)",
+            labels,
+            registry=self.registry,
+        )
+        self.holders = Gauge(
+            "redlease_holders",
+            "Holders of the lock as last read (a counting semaphore's, up to its limit; a "
+            "mutex: 0 or 1), this sidecar counted while it leads",
+            labels,
+            registry=self.registry,
+        )
+        self.holders_limit = Gauge(
+            "redlease_holders_limit",
+            "How many may hold the lock at once (--holders, spec.holders; 1: a mutex)",
             labels,
             registry=self.registry,
         )
@@ -124,6 +138,10 @@ class Metrics:
             self.leader_seen.labels(self.lock).set(time.time())
         token = doc.get("fencing_token")
         self.fencing_token.labels(self.lock).set(token if isinstance(token, int) else 0)
+        holders = doc.get("holders")
+        self.holders.labels(self.lock).set(len(holders) if isinstance(holders, list) else 0)
+        limit = doc.get("holders_limit")
+        self.holders_limit.labels(self.lock).set(limit if isinstance(limit, int) else 1)
         candidates = doc.get("candidates")
         self.candidates.labels(self.lock).set(candidates if isinstance(candidates, int) else 0)
         nodes = doc.get("nodes")
