@@ -194,7 +194,9 @@ class QuorumExecutor:
         (:func:`~redlease.core.quorum.flows.wait_nodes`: where the holder's lease is): so all
         the waiters of a lock listen on one node, and a release wakes one of them, the one that
         waited longest (BLPOP serves first come, first served), instead of one per node racing
-        each other for the lock. A node whose wait failed is passed over for a while.
+        each other for the lock. A node whose wait failed is passed over for a while. The wait
+        that ends at the deadline may come back :class:`GaveUp`: the listener gave up for the
+        waiter (through this executor: :meth:`owner_steps`, :meth:`leave_steps`).
         """
         channels = self.nodeset.channels()
         now = time.monotonic()
