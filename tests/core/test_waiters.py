@@ -96,11 +96,11 @@ def test_waiters_due_together_are_told_what_their_last_attempt_would_be() -> Non
     plain = waiters.join(Wait((box,), 0.5, box, "tok-e"), 0.0)  # not given up for: no leave
     assert waiters.next_due() == 1.0 and waiters.due(0.99) == []
     batch = waiters.due(1.0)
-    assert batch == [a, b, c] and waiters.together(batch)
-    assert not waiters.together([later])  # alone: its own last attempt
+    assert batch == [a, b, c] and waiters.together(batch, 1.0)
+    assert not waiters.together([later], 2.0)  # alone: its own last attempt
     assert waiters.route([box, "7 1000 3 tok-b"]) is b  # served before the read came back
     # the lease was granted to tok-c meanwhile: a is refused, c takes it in its own attempt
-    assert waiters.settle(batch, [b"tok-c", b"host-1"]) == [a, c]
+    assert waiters.settle(batch, waiting.owner_of([b"tok-c", b"host-1"])) == [a, c]
     assert a.reply == GaveUp("host-1") and c.reply is False and b.reply == "7 1000 3"
     assert waiters.settle([later], None) == [later] and later.reply is False  # not read
     assert len(waiters) == 1 and waiters.leave(plain)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 
 import redis.exceptions as rex
@@ -209,6 +209,21 @@ class AsyncNode(_redis.NodeBase):
             raise reply
         return reply
 
+    # -- what a listener of this node's waiters uses (a quorum executor has its own) --------------
+
+    def listen_key(self, req: Wait) -> Hashable:
+        """The key of the listener ``req`` waits with among its client's (see :func:`_listener`)."""
+        return req.keys
+
+    async def lease_owner(self, wait: Wait) -> waiting.LeaseOwner | None:
+        """Who holds ``wait``'s lease now: read once for the waiters given up for together."""
+        reply = await self.read(wait.lease, "HMGET", wait.lease, "owner", "holder")
+        return waiting.owner_of(reply)
+
+    async def leave_all(self, calls: list[Call]) -> None:
+        """The LEAVEs of the waiters given up for together, in one write."""
+        await self.run_all(calls)
+
     async def run_all(self, calls: list[Call]) -> None:
         """Run ``calls`` (scripts on the node of the first one's key, no owner's request
         unanswered) written back to back and read in order: one write for all. The calls answered
@@ -274,6 +289,7 @@ class Listener:
         self.loop = loop
         self.waiters = waiting.WaitList(req.keys, req.grants)
         self.registry = registry  # the client's listeners: this one leaves it when done
+        self.key = node.listen_key(req)  # its key in ``registry``
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None  # at the next deadline it gives up for
         self.giving_up: asyncio.Task[None] | None = None  # the reader of due waiters' lease
@@ -327,13 +343,11 @@ class Listener:
         tell them; then run the LEAVEs of those given up, in one write."""
         leaves: list[Call] = []
         try:
-            while batch := self.waiters.due(self.loop.time()):
-                lease: Any = None
+            while batch := self.waiters.due(now := self.loop.time()):
+                lease: waiting.LeaseOwner | None = None
                 try:
-                    if self.waiters.together(batch):
-                        lease = await self.node.read(
-                            batch[0].wait.lease, "HMGET", batch[0].wait.lease, "owner", "holder"
-                        )
+                    if self.waiters.together(batch, now):
+                        lease = await self.node.lease_owner(batch[0].wait)
                 except Exception:  # noqa: BLE001,S110 - each makes its own last attempt instead
                     pass
                 finally:
@@ -350,7 +364,7 @@ class Listener:
 
     async def _leave(self, calls: list[Call]) -> None:
         try:
-            await self.node.run_all(calls)
+            await self.node.leave_all(calls)
         except Exception as exc:  # noqa: BLE001 - the registrations expire on their own
             log.cleanup_failed(self.node.lock, self.node.name, exc, reached=True)
         finally:
@@ -375,8 +389,8 @@ class Listener:
         finally:
             if self.task is me:
                 self.task = None
-            if not self.waiters and self.registry.get(self.waiters.keys) is self:
-                del self.registry[self.waiters.keys]
+            if not self.waiters and self.registry.get(self.key) is self:
+                del self.registry[self.key]
 
 
 def _wake(waiter: waiting.Waiter) -> None:
@@ -386,11 +400,12 @@ def _wake(waiter: waiting.Waiter) -> None:
 
 def _listener(node: AsyncNode, req: Wait) -> Listener:
     """The listener of ``node``'s client for ``req``'s wake keys in the running loop."""
-    found: dict[tuple[str, ...], Listener] = waiting.registry(node.client)[2]
-    listener = found.get(req.keys)
+    found: dict[Hashable, Listener] = waiting.registry(node.client)[2]
+    key = node.listen_key(req)
+    listener = found.get(key)
     loop = asyncio.get_running_loop()
     if listener is None or listener.loop is not loop:
-        listener = found[req.keys] = Listener(node, req, loop, found)
+        listener = found[key] = Listener(node, req, loop, found)
     return listener
 
 

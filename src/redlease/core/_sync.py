@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import redis.exceptions as rex
@@ -222,6 +222,20 @@ class SyncNode(_redis.NodeBase):
             if failed[1:]:
                 self.run_all(failed[1:])
 
+    # -- what a listener of this node's waiters uses (a quorum executor has its own) --------------
+
+    def listen_key(self, req: Wait) -> Hashable:
+        """The key of the listener ``req`` waits with among its client's (see :func:`_wait`)."""
+        return req.keys
+
+    def lease_owner(self, wait: Wait) -> waiting.LeaseOwner | None:
+        """Who holds ``wait``'s lease now: read once for the waiters given up for together."""
+        return waiting.owner_of(self.read(wait.lease, "HMGET", wait.lease, "owner", "holder"))
+
+    def leave_all(self, calls: list[Call]) -> None:
+        """The LEAVEs of the waiters given up for together, in one write."""
+        self.run_all(calls)
+
     def blpop(self, keys: tuple[str, ...], timeout: float) -> Any:
         """BLPOP for ``timeout`` seconds: [key, value], or None if nothing arrived in time.
 
@@ -269,6 +283,7 @@ class Listener:
         self.node = node
         self.waiters = waiting.WaitList(req.keys, req.grants)
         self.registry = registry
+        self.key = node.listen_key(req)  # its key in ``registry``
         self.cond = threading.Condition()
         self.running = False
         self.giving_up = False  # a waiter's thread reads the lease for those due
@@ -310,15 +325,16 @@ class Listener:
         try:
             while True:
                 with self.cond:
-                    batch = self.waiters.due(time.monotonic())
+                    now = time.monotonic()
+                    batch = self.waiters.due(now)
                     if not batch:
                         self.giving_up = False
                         break
-                lease: Any = None
+                    together = self.waiters.together(batch, now)
+                lease: waiting.LeaseOwner | None = None
                 try:
-                    if self.waiters.together(batch):
-                        first = batch[0].wait
-                        lease = self.node.read(first.lease, "HMGET", first.lease, "owner", "holder")
+                    if together:
+                        lease = self.node.lease_owner(batch[0].wait)
                 except Exception:  # noqa: BLE001,S110 - each makes its own last attempt instead
                     pass
                 with self.cond:
@@ -334,7 +350,7 @@ class Listener:
                 w.signal.set()
         if leaves:
             try:
-                self.node.run_all(leaves)
+                self.node.leave_all(leaves)
             except Exception as exc:  # noqa: BLE001 - the registrations expire on their own
                 log.cleanup_failed(self.node.lock, self.node.name, exc, reached=True)
 
@@ -347,8 +363,8 @@ class Listener:
                 with _LISTENERS, self.cond:
                     if not self.waiters:
                         self.running = False
-                        if self.registry.get(self.waiters.keys) is self:
-                            del self.registry[self.waiters.keys]
+                        if self.registry.get(self.key) is self:
+                            del self.registry[self.key]
                         return
             with self.cond:
                 step = self.waiters.listen_timeout(time.monotonic())
@@ -373,11 +389,12 @@ _LISTENERS = threading.Lock()
 
 def _wait(node: SyncNode, req: Wait) -> Any:
     """Wait for ``req`` with the listener of ``node``'s client for its wake keys."""
-    found: dict[tuple[str, ...], Listener] = waiting.registry(node.client)[2]
+    found: dict[Hashable, Listener] = waiting.registry(node.client)[2]
+    key = node.listen_key(req)
     with _LISTENERS:
-        listener = found.get(req.keys)
+        listener = found.get(key)
         if listener is None:
-            listener = found[req.keys] = Listener(node, req, found)
+            listener = found[key] = Listener(node, req, found)
         waiter = listener.join(req)
     return listener.wait(waiter)
 

@@ -160,15 +160,14 @@ def _wait_turn(
     prim: Primitive, token: str, pacing: Pacing, state: AcquireState, outcome: Outcome
 ) -> Generator[Request, Any, Any]:
     """After a refused attempt: wait for a wake token or a lease handed over (raises when the
-    pacing gives up). The wait that ends at the deadline of a lock on one node lets the
-    listener give up for the waiter (see :class:`~redlease.core.requests.Wait`)."""
+    pacing gives up). The wait that ends at the deadline of one lock (on one node, cluster slot
+    or RedLock set) lets the listener give up for the waiter (see
+    :class:`~redlease.core.requests.Wait`)."""
     state.registered = state.registered or pacing.registering
     wait = pacing.refused(prim.name, outcome, prim.names_at(outcome.blocked))
     keys = prim.wake_keys(outcome.blocked, token)
-    # (a mutex only: one slot's owner does not tell whether a semaphore had a free slot)
     if (
-        prim.single
-        and prim.limit == 1
+        prim.given_up_together
         and pacing.deadline is not None
         and pacing.clock() + wait >= pacing.deadline
     ):

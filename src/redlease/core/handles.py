@@ -126,7 +126,7 @@ class HandleCore:
         ``plain(client, name)`` (one node or a cluster)."""
         if getattr(client, "is_redlease_nodeset", False):  # redlease.core.quorum.NodeSet
             self.one_clock = False
-            self.prim = replace(self.prim, in_step=True)
+            self.prim = self.prim.on_quorum()
             return client.node_for(self)  # type: ignore[no-any-return]
         # one node or a cluster slot: direct hand-off, to the mailbox of this process's waiters
         self.prim = self.prim.with_direct(waiting.mailbox(client))

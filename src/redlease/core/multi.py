@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from redlease.core import flows, scripts
@@ -340,7 +340,7 @@ class MultiCore(HandleCore):
             return super().executor(client, plain)
         if getattr(client, "is_redlease_nodeset", False):
             self.ordered = True
-            self.parts = tuple(replace(p, in_step=True) for p in self.parts)
+            self.parts = tuple(p.on_quorum() for p in self.parts)
             nodes = {p.name: client.node_for(Part(p, self._holds)) for p in self.parts}
             return Router(nodes, client.description, self.name, client.socket_timeout)
         node = plain(client, self.name)

@@ -89,8 +89,8 @@ class Primitive:
     direct: bool = False  # a release hands the lease to the head waiter itself (one node)
     mailbox: str = ""  # with ``direct``: the process's mailbox id for this lock ('': own lists)
     single: bool = False  # one lock on one node or cluster slot (not a RedLock set, not a group)
+    quorum: bool = False  # one lock on a RedLock node set (not a group): fences kept in step
     limit: int = 1  # a counting semaphore's slots (1: a mutex, the one-slot semaphore)
-    in_step: bool = False  # a RedLock set's: fence counters kept in step (see scripts' grant)
 
     @property
     def slots(self) -> tuple[str, ...]:
@@ -109,6 +109,19 @@ class Primitive:
         if self.kind not in ("mutex", "reentrant"):
             return replace(self, single=True)
         return replace(self, direct=True, single=True, mailbox=mailbox)
+
+    def on_quorum(self) -> Primitive:
+        """This primitive on a RedLock node set (``quorum``: its nodes keep their fence counters
+        in step, see ``grant`` in scripts.py, and its waiters' listener may give up for them with
+        one quorum read of its lease); a multi-key lease is left as it is."""
+        return self if self.group else replace(self, quorum=True)
+
+    @property
+    def given_up_together(self) -> bool:
+        """Whether its waiters' listener may give up for them at their deadline: one lock, on
+        one node or cluster slot (``single``) or a RedLock set (``quorum``), one slot (a mutex:
+        one slot's owner says nothing about a semaphore's other slots)."""
+        return (self.single or self.quorum) and self.limit == 1
 
     def grants(self, token: str) -> str:
         """The list where ``token`` receives a lease handed over directly ('' : none): the
@@ -183,7 +196,7 @@ class Primitive:
             o.identity,
             reentrant,
             wait_ms,
-            -1 if self.in_step and not min_fence else min_fence,
+            -1 if self.quorum and not min_fence else min_fence,  # see grant in scripts.py
             "1" if registered else "0",
         )
         if self.direct:

@@ -68,10 +68,10 @@ class Wait:
     timeout: float
     grants: str = ""
     owner: str = ""
-    # The wait that ends at the waiter's deadline (one lock on one node or cluster slot): the
-    # listener may give up for it, replying :class:`GaveUp` when ``lease`` has another owner
-    # at or after the deadline (what a last attempt would have been told) and running
-    # ``leave`` itself.
+    # The wait that ends at the waiter's deadline (one lock on one node, cluster slot or
+    # RedLock set): the listener may give up for it, replying :class:`GaveUp` when ``lease``
+    # has another owner (on a RedLock set: by a quorum) at or after the deadline (what a last
+    # attempt would have been told) and running ``leave`` itself.
     lease: str = ""
     leave: Call | None = None
 

@@ -13,10 +13,13 @@ A grant whose waiter has gone (it timed out meanwhile) is dropped here: Redis st
 owner, and its next attempt takes the lease or its LEAVE passes it on (see the scripts).
 
 Waiters whose deadlines pass together give up together: the lease's owner is read once, at or
-after all their deadlines (by the asyncio listener, or by the first thread due). A waiter whose
-lease another owner held then is told so (:class:`~redlease.core.requests.GaveUp`, what its own
-last attempt would have been told at that instant) and their LEAVEs run back to back
-afterwards; a free lease, or one granted to the waiter itself, sends it to its own last attempt.
+after all their deadlines (by the asyncio listener, or by the first thread due): one ``HMGET``
+on one node or cluster slot, one fan-out of it on a RedLock set, whose replies the lock view's
+quorum rule (:func:`redlease.core.view.key_view`) turns into one :class:`LeaseOwner`. A waiter
+whose lease another owner held then is told so (:class:`~redlease.core.requests.GaveUp`, what
+its own last attempt would have been told at that instant) and their LEAVEs run back to back
+afterwards (one write per node); a free lease, one granted to the waiter itself (on any node
+of a set), or a holder no quorum agrees on sends it to its own last attempt.
 """
 
 from __future__ import annotations
@@ -28,12 +31,59 @@ from typing import Any
 
 from redlease.core.replies import as_str
 from redlease.core.requests import GaveUp, Wait
+from redlease.core.state import LockState
+from redlease.core.view import key_view
 
 LISTEN_STEP = 5.0  # longest single BLPOP of a listener (seconds): a bounded fallback
 LISTEN_SLACK = 0.25  # a listener's BLPOP outlasts the latest waiter's deadline by this much
 LINGER = 1.0  # an idle listener thread waits this long for the next waiter before it ends
 TOGETHER = 2  # the fewest waiters due at once that their listener gives up for together
+# a waiter due alone is given up for with those due within this long after it (seconds): the
+# read they share, sent now, costs it no more than its own last attempt would
+TOGETHER_WITHIN = 0.005
 _ATTR = "_redlease_waiting"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseOwner:
+    """A lease read at or after the deadlines of the waiters given up for: held by ``holder``
+    (its identity), on one node or by a quorum of a RedLock set. ``owners``: every owner token a
+    node named; a waiter among them may hold the lease (somewhere) and is not given up for."""
+
+    owners: frozenset[str]
+    holder: str | None = None
+
+
+def owner_of(reply: Any) -> LeaseOwner | None:
+    """What one node's ``HMGET lease owner holder`` says (None: free, or not read)."""
+    owner = as_str(reply[0]) if reply and reply[0] is not None else ""
+    if not owner:
+        return None
+    holder = as_str(reply[1]) if len(reply) > 1 and reply[1] is not None else ""
+    return LeaseOwner(frozenset((owner,)), holder or None)
+
+
+def quorum_owner(key: str, replies: list[Any], quorum: int, unanswered: int) -> LeaseOwner | None:
+    """What the ``HMGET lease owner holder fence`` replies of a RedLock set's nodes that answered
+    say, by the lock view's quorum rule (:func:`~redlease.core.view.key_view`): the holder a
+    quorum of them agrees on (same identity and fencing token), None when no lease is on a
+    quorum (free, split, too few answers). Held by others on a quorum, a lease leaves too few
+    nodes for any other owner's attempt to be granted."""
+    states, owners = [], set()
+    for reply in replies:
+        owner = as_str(reply[0]) if reply and reply[0] is not None else ""
+        if not owner:
+            states.append(LockState(key, 0))
+            continue
+        owners.add(owner)
+        holder = as_str(reply[1]) if len(reply) > 1 and reply[1] is not None else ""
+        fence = as_str(reply[2]) if len(reply) > 2 and reply[2] is not None else ""
+        token = int(fence) if fence.isdigit() else None
+        states.append(LockState(key, 0, holder=holder or owner, fencing_token=token))
+    view = key_view(key, states, quorum, unanswered)
+    if view.holder is None:
+        return None
+    return LeaseOwner(frozenset(owners), view.holder)
 
 
 @dataclass(slots=True, eq=False)
@@ -107,27 +157,32 @@ class WaitList:
         deadline has passed at ``now``."""
         return [w for w in self._waiters if w.wait.leave is not None and w.deadline <= now]
 
-    @staticmethod
-    def together(batch: list[Waiter]) -> bool:
-        """Whether ``batch`` is given up for together; a lone waiter makes its own last
-        attempt, which leaves the queue before its timeout is raised."""
-        return len(batch) >= TOGETHER
+    def together(self, batch: list[Waiter], now: float) -> bool:
+        """Whether ``batch`` (due at ``now``) is given up for together: two or more, or one with
+        another waiter due within :data:`TOGETHER_WITHIN` (it goes with the next read, sent
+        after its deadline). A lone waiter makes its own last attempt, which leaves the queue
+        before its timeout is raised. (Without the look ahead, a listener that gives up as
+        deadlines pass one by one, a fraction of a millisecond apart, sees each alone.)"""
+        if len(batch) >= TOGETHER:
+            return True
+        soon = now + TOGETHER_WITHIN
+        return any(w.wait.leave is not None and now < w.deadline <= soon for w in self._waiters)
 
     def next_due(self) -> float | None:
         """The earliest deadline of a waiter the listener gives up for, None if none."""
         return min((w.deadline for w in self._waiters if w.wait.leave is not None), default=None)
 
-    def settle(self, batch: list[Waiter], lease: Any) -> list[Waiter]:
+    def settle(self, batch: list[Waiter], lease: LeaseOwner | None) -> list[Waiter]:
         """Take ``batch``'s waiters (given up, not served meanwhile) off the list after the
-        lease's ``[owner, holder]`` was read at or after all their deadlines (None: not read).
-        Each is told :class:`GaveUp` when another owner held it, else ``False`` (its own last
-        attempt follows). Returns the waiters taken off; those given up need their LEAVE."""
-        owner = as_str(lease[0]) if lease and lease[0] is not None else ""
-        holder = as_str(lease[1]) if lease and len(lease) > 1 and lease[1] is not None else ""
+        lease was read at or after all their deadlines (None: free, or not read). Each is told
+        :class:`GaveUp` when another owner held it, else ``False`` (its own last attempt
+        follows). Returns the waiters taken off; those given up need their LEAVE."""
         settled = [w for w in batch if self.leave(w)]
         for waiter in settled:
-            gave_up = bool(owner) and owner != waiter.wait.owner
-            waiter.reply = GaveUp(holder or None) if gave_up else False
+            if lease is not None and waiter.wait.owner not in lease.owners:
+                waiter.reply = GaveUp(lease.holder)
+            else:
+                waiter.reply = False
             waiter.done = True
         return settled
 

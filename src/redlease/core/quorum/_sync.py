@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import redis.exceptions as rex
 
 from redlease.core import _sync
 from redlease.core.quorum import _probe, channel
-from redlease.core.quorum.executor import Blpop, Collect, QuorumExecutor, Settle, Step
-from redlease.core.requests import Request
+from redlease.core.quorum.executor import Blpop, Collect, QuorumExecutor, Settle, Step, Steps
+from redlease.core.requests import Call, Request, Wait
+from redlease.core.waiting import LeaseOwner
 from redlease.errors import LockError
 
 
@@ -189,13 +190,45 @@ def _reply(conn: Any) -> object:
         return exc
 
 
+class WaitNode(_sync.SyncNode):
+    """One node of a set as the blocking driver of a quorum lock's wake-up wait (its BLPOP).
+    The listener it starts gives up for the lock's waiters through ``quorum`` (the lock's
+    executor): one quorum read of the lease, one write of their LEAVEs per node. Its waiters
+    listen apart from any other node set's on the same client: a quorum read is good only for
+    the nodes it read."""
+
+    def __init__(self, client: Any, quorum: QuorumNode) -> None:
+        super().__init__(client, quorum.lock)
+        self.quorum = quorum
+
+    def listen_key(self, req: Wait) -> Hashable:
+        return (req.keys, self.quorum.nodeset)
+
+    def lease_owner(self, wait: Wait) -> LeaseOwner | None:
+        return self.quorum.lease_owner(wait)
+
+    def leave_all(self, calls: list[Call]) -> None:
+        self.quorum.leave_all(calls)
+
+
 class QuorumNode(QuorumExecutor, _sync.SyncNode):
     """The blocking executor of one lock on a :class:`~redlease.core.quorum.NodeSet`."""
 
-    single = _sync.SyncNode  # the driver of one node, for the wake-up wait
+    wait_node = WaitNode
 
     def execute(self, req: Request) -> Any:
-        steps, reply = self.steps(req), None
+        return self._run(self.steps(req))
+
+    def lease_owner(self, wait: Wait) -> LeaseOwner | None:
+        """Who holds ``wait``'s lease by a quorum of the nodes (one fan-out)."""
+        return self._run(self.owner_steps(wait.lease))  # type: ignore[no-any-return]
+
+    def leave_all(self, calls: list[Call]) -> None:
+        """The LEAVEs of the waiters given up for together: one write per node, sent only."""
+        self._run(self.leave_steps(calls))
+
+    def _run(self, steps: Steps) -> Any:
+        reply = None
         try:
             while True:
                 reply = self._perform(steps.send(reply))

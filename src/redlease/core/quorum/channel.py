@@ -221,6 +221,37 @@ class Channel:
                 slot.set(self._error or rex.ConnectionError("not connected"))
         return slot
 
+    def submit_many(
+        self,
+        requests: list[tuple[Any, ...]],
+        memo: Memo | None = None,
+        epoch: int | None = None,
+        corked: list[Corked] | None = None,
+    ) -> list[Slot] | None:
+        """Write ``requests`` in one write (one send) on the current connection: their slots, in
+        order. None when there is no connection to write them on now (connecting, failed, or
+        not connection ``epoch``): the caller submits them one by one (:meth:`submit`), which
+        queues or fails them. ``memo``, ``epoch``, ``corked``: see :meth:`submit`."""
+        with self._lock:
+            conn = self._conn
+            if conn is None or (epoch is not None and epoch != self.view[1]):
+                return None
+            packed = [b"".join(part for args in requests for part in pack(conn, args, memo))]
+            slots = [Slot() for _ in requests]
+            if corked is not None:
+                corked.append((self, conn, packed))
+            else:
+                try:
+                    self._write(conn, packed)
+                except Exception as exc:  # noqa: BLE001 - reported through the slots
+                    for slot in slots:
+                        slot.set(exc)
+                    self._drop_locked(exc)
+                    return slots
+            for slot in slots:
+                self._sent_locked(slot)
+            return slots
+
     @property
     def probe(self) -> Probe | None:
         """What the server said on the current connection (None: not connected)."""

@@ -19,8 +19,19 @@ from typing import Any
 
 from redlease.core import client as _redis
 from redlease.core.quorum.channel import FIRST_CONTACT, Channel, Corked, Memo, Slot, flush
-from redlease.core.quorum.flows import Batch, Command, FanOut, QRequest, Ready, Settings, run
-from redlease.core.requests import Request, Wait
+from redlease.core.quorum.flows import (
+    Batch,
+    Command,
+    FanOut,
+    QFlow,
+    QRequest,
+    Ready,
+    Settings,
+    leave_all,
+    read_owner,
+    run,
+)
+from redlease.core.requests import Call, GaveUp, Request, Wait
 from redlease.core.rules import LATE, Down, Probe, Reply, Result
 from redlease.errors import LockError, LockUnavailable
 
@@ -76,7 +87,9 @@ class QuorumExecutor:
     primitive runs unchanged: each request becomes a quorum flow.
     """
 
-    single: Any  # the driver class of one node (for the wake-up wait), set by each driver
+    # the driver class of one node for the wake-up wait, made with (client, this executor): its
+    # listener gives up for the lock's waiters through this executor; set by each driver
+    wait_node: Any
     # a fan-out prepares every node's request, then writes them one after the other (see
     # Channel.submit): only where nothing can submit in between (one event loop)
     cork = False
@@ -89,7 +102,7 @@ class QuorumExecutor:
         self.socket_timeout = nodeset.socket_timeout
         self.nodeset = nodeset
         self.settings = settings
-        self._waiters = [self.single(c, self.lock) for c in nodeset.clients]
+        self._waiters = [self.wait_node(c, self) for c in nodeset.clients]
         # every client of the set waits on the same node first (the same order by name), so a
         # release's wake token there wakes the longest-waiting waiter, and only that one
         self._wait_order = sorted(range(len(self._waiters)), key=lambda i: settings.names[i])
@@ -99,7 +112,19 @@ class QuorumExecutor:
         """Carry out ``req``; yields what the driver must wait for; returns the reply."""
         if isinstance(req, Wait):
             return (yield from self._wait(req))
-        flow = run(self.settings, req)
+        return (yield from self._steps(run(self.settings, req)))
+
+    def owner_steps(self, key: str) -> Steps:
+        """Who holds the lease ``key`` by a quorum (:func:`~.flows.read_owner`): read once for
+        the lock's waiters given up for together (:mod:`redlease.core.waiting`)."""
+        return self._steps(read_owner(self.settings, key))
+
+    def leave_steps(self, calls: list[Call]) -> Steps:
+        """The LEAVEs of the lock's waiters given up for together: one write per node."""
+        return self._steps(leave_all(calls, self.settings.n))
+
+    def _steps(self, flow: QFlow) -> Steps:
+        """Carry out the quorum ``flow``; return its result."""
         pins: list[int] = []  # per node: the connection this flow's decisions are for
         try:
             step = next(flow)
@@ -169,7 +194,9 @@ class QuorumExecutor:
         (:func:`~redlease.core.quorum.flows.wait_nodes`: where the holder's lease is): so all
         the waiters of a lock listen on one node, and a release wakes one of them, the one that
         waited longest (BLPOP serves first come, first served), instead of one per node racing
-        each other for the lock. A node whose wait failed is passed over for a while.
+        each other for the lock. A node whose wait failed is passed over for a while. The wait
+        that ends at the deadline may come back :class:`GaveUp`: the listener gave up for the
+        waiter (through this executor: :meth:`owner_steps`, :meth:`leave_steps`).
         """
         channels = self.nodeset.channels()
         now = time.monotonic()
@@ -182,6 +209,8 @@ class QuorumExecutor:
             if channels[i].probe is None:
                 continue
             woke = yield Blpop(self._waiters[i], req)
+            if type(woke) is GaveUp:  # its listener gave up for it (and runs its LEAVE)
+                return woke
             if not isinstance(woke, LockError):
                 return bool(woke)
             self._avoid[i] = time.monotonic() + AVOID_FAILED
@@ -227,15 +256,23 @@ def submit_all(
     epoch: int | None,
     corked: list[Corked] | None = None,
 ) -> list[Slot]:
-    """Write a node's requests in order (on connection ``epoch`` if given); after a lost one
+    """Write a node's requests in order (on connection ``epoch`` if given): several in one
+    write when connected (:meth:`Channel.submit_many`), else one by one, and after a lost one
     the rest are not sent. ``corked``: see :meth:`Channel.submit`."""
-    slots: list[Slot] = []
     probe = channel.probe
     functions = probe is not None and probe.functions
+    commands = []
     for r in reqs:
         key = (id(r), functions)
         args = memo.get(key)
         if args is None:
             args = memo[key] = call_args(r, functions)
+        commands.append(args)
+    if len(commands) > 1:
+        batch = channel.submit_many(commands, memo, epoch, corked)
+        if batch is not None:
+            return batch
+    slots: list[Slot] = []
+    for args in commands:
         slots.append(channel.submit(args, slots[-1] if slots else None, memo, epoch, corked))
     return slots

@@ -61,6 +61,7 @@ from redlease.core.rules import (
 )
 from redlease.core.state import LockState, decode_state
 from redlease.core.view import key_view
+from redlease.core.waiting import LeaseOwner, quorum_owner
 from redlease.errors import ProtocolError, QuorumUnavailable
 
 FENCE_PATTERN = "redlease:{*}:fence"
@@ -624,6 +625,29 @@ def raise_fence(
         return FenceRaised(fence, False)
     failed = [i for i in range(cfg.n) if not isinstance(results.get(i, LATE), Reply)]
     raise unavailable(cfg, "cannot raise the fencing token", failed, results)
+
+
+def read_owner(cfg: Settings, key: str) -> Generator[QRequest, Any, LeaseOwner | None]:
+    """Who holds the lease ``key``, read once for the waiters of the lock given up for together
+    (:mod:`redlease.core.waiting`): ``HMGET owner holder fence`` on every member, the holder a
+    quorum of them agrees on (:func:`~redlease.core.waiting.quorum_owner`), None when none
+    does or too few count or answer (each waiter then makes its own last attempt)."""
+    ready = yield Ready(cfg.node_timeout)
+    members = yield from ensure_members(cfg, ready)
+    if len(members) < cfg.quorum:
+        return None
+    read = Command(("HMGET", key, "owner", "holder", "fence"))
+    results = yield FanOut(dict.fromkeys(members, read), cfg.node_timeout)
+    replies = [r.value for r in results.values() if isinstance(r, Reply)]
+    if len(replies) < cfg.quorum:
+        return None
+    return quorum_owner(key, replies, cfg.quorum, len(members) - len(replies))
+
+
+def leave_all(calls: Sequence[Call], n: int) -> QFlow:
+    """The LEAVEs of the waiters given up for together: every node of the ``n`` gets them all in
+    one write (sent only, as one waiter's LEAVE is: nobody waits for their replies)."""
+    yield FanOut(dict.fromkeys(range(n), tuple(calls)), 0.0, pinned=False)
 
 
 def _replicate(cfg: Settings, members: Sequence[int], req: Replicate) -> QFlow:
