@@ -277,7 +277,6 @@ class Listener:
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None  # at the next deadline it gives up for
         self.giving_up: asyncio.Task[None] | None = None  # the reader of due waiters' lease
-        self.leaving: set[asyncio.Task[None]] = set()  # LEAVEs of waiters given up for
 
     async def wait(self, req: Wait) -> Any:
         signal = self.loop.create_future()
@@ -285,7 +284,7 @@ class Listener:
         if self.task is None:
             self.task = self.loop.create_task(self._run())
         try:
-            if req.leave is not None:  # resolved by the listener, at the latest at its deadline
+            if req.give_up is not None:  # resolved by the listener, at the latest at its deadline
                 if self.giving_up is None and (
                     self.timer is None or waiter.deadline < self.timer.when()
                 ):
@@ -323,38 +322,23 @@ class Listener:
             self.giving_up = self.loop.create_task(self._give_up())
 
     async def _give_up(self) -> None:
-        """While waiters are due: read the lease's owner (sent after all their deadlines) and
-        tell them; then run the LEAVEs of those given up, in one write."""
-        leaves: list[Call] = []
+        """While waiters are due: one GIVE_UP (sent after all their deadlines) reads the lease's
+        owner and takes those given up off the queue; then tell them."""
         try:
             while batch := self.waiters.due(self.loop.time()):
                 lease: Any = None
                 try:
                     if self.waiters.together(batch):
-                        lease = await self.node.read(
-                            batch[0].wait.lease, "HMGET", batch[0].wait.lease, "owner", "holder"
-                        )
+                        lease = await self.node.execute(self.waiters.giving_up(batch))
                 except Exception:  # noqa: BLE001,S110 - each makes its own last attempt instead
                     pass
                 finally:
-                    settled = self.waiters.settle(batch, lease)
-                    for w in settled:
+                    for w in self.waiters.settle(batch, lease):
                         _wake(w)
-                leaves += [w.wait.leave for w in settled if w.reply is not False and w.wait.leave]
         finally:
-            if leaves:  # once none is due: a read is not queued behind their scripts
-                self.leaving.add(self.loop.create_task(self._leave(leaves)))
             self.giving_up = None
             self._idle()
             self._arm()
-
-    async def _leave(self, calls: list[Call]) -> None:
-        try:
-            await self.node.run_all(calls)
-        except Exception as exc:  # noqa: BLE001 - the registrations expire on their own
-            log.cleanup_failed(self.node.lock, self.node.name, exc, reached=True)
-        finally:
-            self.leaving.discard(asyncio.current_task())
 
     async def _run(self) -> None:
         me = asyncio.current_task()

@@ -286,7 +286,7 @@ class Listener:
 
     def wait(self, waiter: waiting.Waiter) -> Any:
         try:
-            if not waiter.signal.wait(waiter.wait.timeout) and waiter.wait.leave is not None:
+            if not waiter.signal.wait(waiter.wait.timeout) and waiter.wait.give_up is not None:
                 self._give_up(waiter)
         finally:
             with self.cond:
@@ -297,16 +297,15 @@ class Listener:
 
     def _give_up(self, waiter: waiting.Waiter) -> None:
         """At ``waiter``'s deadline: unless another thread is giving up for the waiters due
-        (it serves ``waiter`` too before it stops), read the lease's owner (sent after the
-        deadlines of all those due now) and tell them, while any are due; then run the LEAVEs
-        of those given up, in one write."""
+        (it serves ``waiter`` too before it stops), one GIVE_UP (sent after the deadlines of
+        all those due now) reads the lease's owner and takes those given up off the queue;
+        then tell them, while any are due."""
         with self.cond:
             mine = not self.giving_up and not waiter.done
             self.giving_up = self.giving_up or mine
         if not mine:
             waiter.signal.wait()  # served, failed or given up for by the thread giving up
             return
-        leaves: list[Call] = []
         try:
             while True:
                 with self.cond:
@@ -317,26 +316,19 @@ class Listener:
                 lease: Any = None
                 try:
                     if self.waiters.together(batch):
-                        first = batch[0].wait
-                        lease = self.node.read(first.lease, "HMGET", first.lease, "owner", "holder")
+                        lease = self.node.execute(self.waiters.giving_up(batch))
                 except Exception:  # noqa: BLE001,S110 - each makes its own last attempt instead
                     pass
                 with self.cond:
                     settled = self.waiters.settle(batch, lease)
                 for w in settled:
                     w.signal.set()
-                leaves += [w.wait.leave for w in settled if w.reply is not False and w.wait.leave]
         finally:  # after a failure here too: whoever is due now makes its own last attempt
             with self.cond:
                 self.giving_up = False
                 left = self.waiters.due(time.monotonic())
             for w in left:
                 w.signal.set()
-        if leaves:
-            try:
-                self.node.run_all(leaves)
-            except Exception as exc:  # noqa: BLE001 - the registrations expire on their own
-                log.cleanup_failed(self.node.lock, self.node.name, exc, reached=True)
 
     def _run(self) -> None:
         while True:

@@ -172,9 +172,7 @@ def _wait_turn(
         and pacing.deadline is not None
         and pacing.clock() + wait >= pacing.deadline
     ):
-        return (
-            yield Wait(keys, wait, prim.grants(token), token, prim.keys.lease, prim.leave(token))
-        )
+        return (yield Wait(keys, wait, prim.grants(token), token, prim.give_up(token)))
     return (yield Wait(keys, wait, prim.grants(token), token))
 
 

@@ -69,11 +69,10 @@ class Wait:
     grants: str = ""
     owner: str = ""
     # The wait that ends at the waiter's deadline (one lock on one node or cluster slot): the
-    # listener may give up for it, replying :class:`GaveUp` when ``lease`` has another owner
-    # at or after the deadline (what a last attempt would have been told) and running
-    # ``leave`` itself.
-    lease: str = ""
-    leave: Call | None = None
+    # listener may give up for it with ``give_up`` (GIVE_UP, run for all waiters due at once),
+    # replying :class:`GaveUp` when the lease has another owner at or after the deadline (what
+    # a last attempt would have been told); the script has taken it off the queue then.
+    give_up: Call | None = None
 
     def reply(self, popped: Any) -> Any:
         """The reply for a BLPOP that returned ``popped`` ([key, value], or None: timed out)."""
@@ -96,8 +95,8 @@ class Replicate:
 @dataclass(frozen=True, slots=True)
 class GaveUp:
     """A :class:`Wait`'s reply when its listener gave up for the waiter: at or after the
-    waiter's deadline the lease had another owner (held by ``holder``), and the listener takes
-    the waiter's registration off the queue (its LEAVE passes on a lease granted meanwhile)."""
+    waiter's deadline the lease had another owner (held by ``holder``), and the same script
+    took the waiter off the queue (no release can hand it the lease any more)."""
 
     holder: str | None = None
 

@@ -12,11 +12,14 @@ the listener only has to keep one BLPOP in flight while anyone waits.
 A grant whose waiter has gone (it timed out meanwhile) is dropped here: Redis still names that
 owner, and its next attempt takes the lease or its LEAVE passes it on (see the scripts).
 
-Waiters whose deadlines pass together give up together: the lease's owner is read once, at or
-after all their deadlines (by the asyncio listener, or by the first thread due). A waiter whose
-lease another owner held then is told so (:class:`~redlease.core.requests.GaveUp`, what its own
-last attempt would have been told at that instant) and their LEAVEs run back to back
-afterwards; a free lease, or one granted to the waiter itself, sends it to its own last attempt.
+Waiters whose deadlines pass together give up together: one GIVE_UP script reads the lease's
+owner, at or after all their deadlines (sent by the asyncio listener, or by the first thread
+due), and takes those it gives up for off the queue in the same step. A waiter whose lease
+another owner held then is told so (:class:`~redlease.core.requests.GaveUp`, what its own last
+attempt would have been told at that instant) and is already gone from the queue and the direct
+hand-off when its LockTimeout is raised: nothing is left for its process to send afterwards (it
+may close its client or exit at once), so no release hands a lease to a waiter that left. A
+free lease, or one granted to the waiter itself, sends it to its own last attempt.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from redlease.core.primitives import give_up_together
 from redlease.core.replies import as_str
-from redlease.core.requests import GaveUp, Wait
+from redlease.core.requests import Call, GaveUp, Wait
 
 LISTEN_STEP = 5.0  # longest single BLPOP of a listener (seconds): a bounded fallback
 LISTEN_SLACK = 0.25  # a listener's BLPOP outlasts the latest waiter's deadline by this much
@@ -103,9 +107,9 @@ class WaitList:
         return waiter
 
     def due(self, now: float) -> list[Waiter]:
-        """The waiters the listener gives up for (their wait carries a ``leave``) whose
+        """The waiters the listener gives up for (their wait carries a ``give_up``) whose
         deadline has passed at ``now``."""
-        return [w for w in self._waiters if w.wait.leave is not None and w.deadline <= now]
+        return [w for w in self._waiters if w.wait.give_up is not None and w.deadline <= now]
 
     @staticmethod
     def together(batch: list[Waiter]) -> bool:
@@ -113,15 +117,22 @@ class WaitList:
         attempt, which leaves the queue before its timeout is raised."""
         return len(batch) >= TOGETHER
 
+    @staticmethod
+    def giving_up(batch: list[Waiter]) -> Call:
+        """The one GIVE_UP for ``batch`` (waiters due together): it reads the lease and takes
+        those it gives up for off the queue (see :meth:`settle`)."""
+        return give_up_together([w.wait.give_up for w in batch if w.wait.give_up is not None])
+
     def next_due(self) -> float | None:
         """The earliest deadline of a waiter the listener gives up for, None if none."""
-        return min((w.deadline for w in self._waiters if w.wait.leave is not None), default=None)
+        return min((w.deadline for w in self._waiters if w.wait.give_up is not None), default=None)
 
     def settle(self, batch: list[Waiter], lease: Any) -> list[Waiter]:
         """Take ``batch``'s waiters (given up, not served meanwhile) off the list after the
         lease's ``[owner, holder]`` was read at or after all their deadlines (None: not read).
-        Each is told :class:`GaveUp` when another owner held it, else ``False`` (its own last
-        attempt follows). Returns the waiters taken off; those given up need their LEAVE."""
+        Each is told :class:`GaveUp` when another owner held it (the GIVE_UP that read it took
+        the waiter off the queue), else ``False`` (its own last attempt follows). Returns the
+        waiters taken off, to be woken."""
         owner = as_str(lease[0]) if lease and lease[0] is not None else ""
         holder = as_str(lease[1]) if lease and len(lease) > 1 and lease[1] is not None else ""
         settled = [w for w in batch if self.leave(w)]
