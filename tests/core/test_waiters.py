@@ -21,11 +21,12 @@ import redis.asyncio as aioredis
 
 import redlease
 from redlease import aio
-from redlease.core import _async, gate, waiting
+from redlease.core import gate, waiting
 from redlease.core.keys import LockKeys
+from redlease.core.primitives import give_up_together
 from redlease.core.replies import as_str
 from redlease.core.requests import Call, GaveUp, Wait
-from redlease.core.scripts import LEAVE
+from redlease.core.scripts import GIVE_UP
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.polling import async_wait_until, wait_until
 
@@ -85,18 +86,21 @@ def test_waiters_due_together_are_told_what_their_last_attempt_would_be() -> Non
     box = "k:wake:@box"
 
     def final(owner: str, timeout: float) -> Wait:
-        leave = Call(LEAVE, ("k",), (owner,), owner)
-        return Wait((box,), timeout, box, owner, "k", leave)
+        return Wait((box,), timeout, box, owner, "k", Call(GIVE_UP, ("k", "w"), (250, owner)))
 
     waiters = waiting.WaitList((box,), box)
     a = waiters.join(final("tok-a", 1.0), 0.0)
     b = waiters.join(final("tok-b", 1.0), 0.0)
     c = waiters.join(final("tok-c", 1.0), 0.0)
     later = waiters.join(final("tok-d", 2.0), 0.0)
-    plain = waiters.join(Wait((box,), 0.5, box, "tok-e"), 0.0)  # not given up for: no leave
+    plain = waiters.join(Wait((box,), 0.5, box, "tok-e"), 0.0)  # not given up for: no lease
     assert waiters.next_due() == 1.0 and waiters.due(0.99) == []
     batch = waiters.due(1.0)
     assert batch == [a, b, c] and waiters.together(batch, 1.0)
+    # one script for the batch: every owner token, read and taken off the queue at once
+    call = give_up_together([w.wait.give_up for w in batch if w.wait.give_up is not None])
+    assert call.script is GIVE_UP and call.keys == ("k", "w")
+    assert call.args == (250, "tok-a", "tok-b", "tok-c")
     assert not waiters.together([later], 2.0)  # alone: its own last attempt
     assert waiters.route([box, "7 1000 3 tok-b"]) is b  # served before the read came back
     # the lease was granted to tok-c meanwhile: a is refused, c takes it in its own attempt
@@ -329,18 +333,11 @@ async def test_many_asyncio_waiters_give_up_together_never_early_and_strand_noth
         if not release_at_deadlines:
             assert None not in elapsed
             await holder.release()
-        # given up together: their listener runs their LEAVEs after telling them. A lease the
-        # release handed to one of them is freed (or passed on) by that waiter's LEAVE, which
-        # may come late in the batch: the hand-off took its registration already, so an empty
-        # queue does not say its LEAVE ran, and closing the client before it ran would cut it
-        # off (the lease stays until its TTL). Far below that TTL: free, and nobody queued.
-        await async_wait_until(
-            _until(
-                lambda: _queued(redis_server, lock_name) == 0 and _free(redis_server, lock_name)
-            ),
-            timeout=15,
-        )
-        # nobody holds it now: handed to a waiter that gave up, it was passed on and freed
+        # given up together: the script that told them so took them off the queue; a waiter
+        # the release handed the lease to before was told it was its own, and took it in its
+        # last attempt. So once all are back: nobody queued, and the lock free at once.
+        assert _queued(redis_server, lock_name) == 0 and _free(redis_server, lock_name)
+        # nobody holds it: no lease went to a waiter that gave up
         probe = aio.Lock(client, lock_name)
         await probe.acquire(blocking=False)  # LockContention if a lease were stranded
         await probe.release()
@@ -348,23 +345,16 @@ async def test_many_asyncio_waiters_give_up_together_never_early_and_strand_noth
         await client.aclose()
 
 
-async def test_a_lease_handed_to_a_waiter_told_it_gave_up_is_freed_by_its_leave(
+async def test_a_waiter_told_it_gave_up_is_off_the_queue_before_its_timeout_is_raised(
     redis_server: RedisServer, lock_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The interleaving behind the case above, in a fixed order: the listener tells a waiter it
-    gave up (the lease was held at its deadline) and only then runs its LEAVE; a release in
-    between hands the lease to that waiter. Its acquire has raised LockTimeout and the hand-off
-    took its registration, so the queue is empty while the lease is its: the LEAVE, run after,
-    frees it."""
+    """The listener tells a waiter it gave up (the lease was held at its deadline) with the
+    same script that takes it off the queue: when its LockTimeout is raised nothing is left
+    for its process to send (it may close its client or exit at once), and a release at once
+    after goes to nobody that left. Before, its LEAVE came after, in a task of its own: cut off
+    by a client closed at once, the release granted the lease to the waiter that had gone,
+    stranded until its TTL (tests/core/test_departed_waiters.py)."""
     monkeypatch.setattr(waiting, "TOGETHER", 1)  # the listener gives up for a lone waiter too
-    leaves_may_run = asyncio.Event()
-    run_all = _async.AsyncNode.run_all
-
-    async def held_back(node: _async.AsyncNode, calls: list[Call]) -> None:
-        await leaves_may_run.wait()
-        await run_all(node, calls)
-
-    monkeypatch.setattr(_async.AsyncNode, "run_all", held_back)
     client = aioredis.Redis(host="127.0.0.1", port=redis_server.port)
     holder = aio.Lock(client, lock_name, ttl=30, identity="holder")
     quitter = aio.Lock(client, lock_name, ttl=30, identity="quitter")
@@ -372,23 +362,18 @@ async def test_a_lease_handed_to_a_waiter_told_it_gave_up_is_freed_by_its_leave(
     quitter.prim = dataclasses.replace(
         quitter.prim, options=dataclasses.replace(quitter.prim.options, registration_grace=30)
     )
-    keys = LockKeys.for_name(lock_name)
     try:
         await holder.acquire()
         with pytest.raises(redlease.LockTimeout):
             await quitter.acquire(timeout=0.3)
-        assert _queued(redis_server, lock_name) == 2  # its LEAVE not run yet: still enlisted
-        await holder.release()  # handed to the quitter, which has raised LockTimeout
-        with redis_server.client() as observer:
-            assert observer.hget(keys.lease, "holder") == b"quitter"
-        assert _queued(redis_server, lock_name) == 0  # an empty queue, the lease still held
-        leaves_may_run.set()
-        await async_wait_until(_until(lambda: _free(redis_server, lock_name)), timeout=10)
+        # read before this task yields: nothing the listener might still send has gone out
+        assert _queued(redis_server, lock_name) == 0
+        await holder.release()
+        assert _free(redis_server, lock_name)  # handed to nobody
         probe = aio.Lock(client, lock_name)
         await probe.acquire(blocking=False)
         await probe.release()
     finally:
-        leaves_may_run.set()
         await client.aclose()
 
 
@@ -692,8 +677,8 @@ async def test_n_asyncio_writers_give_up_at_their_own_deadline(
     redis_server: RedisServer, lock_name: str, n: int
 ) -> None:
     """A read-write lock's writers (wake-up hand-off, no direct grant) due together are given
-    up for together too: one read of the lease, their LEAVEs in one write, not a last attempt
-    and a LEAVE each queued behind everyone else's."""
+    up for together too: one GIVE_UP reads the lease and takes them off the queue, not a last
+    attempt and a LEAVE each queued behind everyone else's."""
     name = f"waiters-{lock_name}"[:60]
     client = aioredis.Redis(host="127.0.0.1", port=redis_server.port, client_name=name)
     conns = Connections(redis_server, name)

@@ -14,6 +14,7 @@ from redis.exceptions import RedisClusterException
 from redlease.core import _log as log
 from redlease.core import client as _redis
 from redlease.core import gate, idle, lent, waiting, wire
+from redlease.core.primitives import give_up_together
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, resume
 from redlease.errors import LockError
 
@@ -215,10 +216,11 @@ class AsyncNode(_redis.NodeBase):
         """The key of the listener ``req`` waits with among its client's (see :func:`_listener`)."""
         return req.keys
 
-    async def lease_owner(self, wait: Wait) -> waiting.LeaseOwner | None:
-        """Who holds ``wait``'s lease now: read once for the waiters given up for together."""
-        reply = await self.read(wait.lease, "HMGET", wait.lease, "owner", "holder")
-        return waiting.owner_of(reply)
+    async def give_up(self, waits: list[Wait]) -> waiting.LeaseOwner | None:
+        """Who holds the lease of ``waits`` (waiters due together) now, read by one GIVE_UP that
+        takes them off the queue when another owner holds it."""
+        calls = [w.give_up for w in waits if w.give_up is not None]
+        return waiting.owner_of(await self.execute(give_up_together(calls)))
 
     async def leave_all(self, calls: list[Call]) -> None:
         """The LEAVEs of the waiters given up for together, in one write."""
@@ -293,7 +295,7 @@ class Listener:
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None  # at the next deadline it gives up for
         self.giving_up: asyncio.Task[None] | None = None  # the reader of due waiters' lease
-        self.leaving: set[asyncio.Task[None]] = set()  # LEAVEs of waiters given up for
+        self.leaving: set[asyncio.Task[None]] = set()  # LEAVEs of waiters given up for (a set)
 
     async def wait(self, req: Wait) -> Any:
         signal = self.loop.create_future()
@@ -301,7 +303,7 @@ class Listener:
         if self.task is None:
             self.task = self.loop.create_task(self._run())
         try:
-            if req.leave is not None:  # resolved by the listener, at the latest at its deadline
+            if req.lease:  # resolved by the listener, at the latest at its deadline
                 if self.giving_up is None and (
                     self.timer is None or waiter.deadline < self.timer.when()
                 ):
@@ -339,15 +341,16 @@ class Listener:
             self.giving_up = self.loop.create_task(self._give_up())
 
     async def _give_up(self) -> None:
-        """While waiters are due: read the lease's owner (sent after all their deadlines) and
-        tell them; then run the LEAVEs of those given up, in one write."""
+        """While waiters are due: read the lease's owner (sent after all their deadlines; on one
+        node the same GIVE_UP takes those given up off the queue) and tell them; then run the
+        LEAVEs of those given up on a RedLock set, in one write per node."""
         leaves: list[Call] = []
         try:
             while batch := self.waiters.due(now := self.loop.time()):
                 lease: waiting.LeaseOwner | None = None
                 try:
                     if self.waiters.together(batch, now):
-                        lease = await self.node.lease_owner(batch[0].wait)
+                        lease = await self.node.give_up([w.wait for w in batch])
                 except Exception:  # noqa: BLE001,S110 - each makes its own last attempt instead
                     pass
                 finally:

@@ -14,6 +14,7 @@ from redis.exceptions import RedisClusterException
 from redlease.core import _log as log
 from redlease.core import client as _redis
 from redlease.core import gate, idle, waiting, wire
+from redlease.core.primitives import give_up_together
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, resume
 from redlease.errors import LockError
 
@@ -228,9 +229,10 @@ class SyncNode(_redis.NodeBase):
         """The key of the listener ``req`` waits with among its client's (see :func:`_wait`)."""
         return req.keys
 
-    def lease_owner(self, wait: Wait) -> waiting.LeaseOwner | None:
-        """Who holds ``wait``'s lease now: read once for the waiters given up for together."""
-        return waiting.owner_of(self.read(wait.lease, "HMGET", wait.lease, "owner", "holder"))
+    def give_up(self, waits: list[Wait]) -> waiting.LeaseOwner | None:
+        """Who holds the lease of ``waits`` (waiters due together) now, read by one GIVE_UP that
+        takes them off the queue when another owner holds it."""
+        return waiting.owner_of(self.execute(give_up_together([w.give_up for w in waits if w.give_up is not None])))
 
     def leave_all(self, calls: list[Call]) -> None:
         """The LEAVEs of the waiters given up for together, in one write."""
@@ -301,7 +303,7 @@ class Listener:
 
     def wait(self, waiter: waiting.Waiter) -> Any:
         try:
-            if not waiter.signal.wait(waiter.wait.timeout) and waiter.wait.leave is not None:
+            if not waiter.signal.wait(waiter.wait.timeout) and waiter.wait.lease:
                 self._give_up(waiter)
         finally:
             with self.cond:
@@ -313,8 +315,9 @@ class Listener:
     def _give_up(self, waiter: waiting.Waiter) -> None:
         """At ``waiter``'s deadline: unless another thread is giving up for the waiters due
         (it serves ``waiter`` too before it stops), read the lease's owner (sent after the
-        deadlines of all those due now) and tell them, while any are due; then run the LEAVEs
-        of those given up, in one write."""
+        deadlines of all those due now; on one node the same GIVE_UP takes those given up off
+        the queue) and tell them, while any are due; then run the LEAVEs of those given up on a
+        RedLock set, in one write per node."""
         with self.cond:
             mine = not self.giving_up and not waiter.done
             self.giving_up = self.giving_up or mine
@@ -334,7 +337,7 @@ class Listener:
                 lease: waiting.LeaseOwner | None = None
                 try:
                     if together:
-                        lease = self.node.lease_owner(batch[0].wait)
+                        lease = self.node.give_up([w.wait for w in batch])
                 except Exception:  # noqa: BLE001,S110 - each makes its own last attempt instead
                     pass
                 with self.cond:

@@ -171,9 +171,10 @@ def _wait_turn(
         and pacing.deadline is not None
         and pacing.clock() + wait >= pacing.deadline
     ):
-        return (
-            yield Wait(keys, wait, prim.grants(token), token, prim.keys.lease, prim.leave(token))
-        )
+        lease = prim.keys.lease
+        if prim.quorum:  # read on every node, left afterwards (no direct hand-off to strand)
+            return (yield Wait(keys, wait, prim.grants(token), token, lease, leave=prim.leave(token)))
+        return (yield Wait(keys, wait, prim.grants(token), token, lease, prim.give_up(token)))
     return (yield Wait(keys, wait, prim.grants(token), token))
 
 

@@ -1,8 +1,9 @@
 """Lock primitives: a lock's settings and how each kind of lease maps to script calls.
 
 :class:`Primitive` builds the :class:`~redlease.core.requests.Call` of every step (acquire,
-release, extend, leave, raise the fence) for an exclusive (mutex, reentrant, writer) or shared
-(reader) lease, one lock or several on one node; :class:`Options` holds the per-lock settings.
+release, extend, leave, give up, raise the fence) for an exclusive (mutex, reentrant, writer) or
+shared (reader) lease, one lock or several on one node; :class:`Options` holds the per-lock
+settings.
 Pure: the flows (:mod:`redlease.core.flows`) yield these calls.
 """
 
@@ -258,6 +259,16 @@ class Primitive:
             args += (self.limit - 1,)
         return Call(scripts.LEAVE, keys, args, token, intent=Leave())
 
+    def give_up(self, token: str) -> Call:
+        """The GIVE_UP of ``token``'s wait that ends at its deadline (one lock, one node or
+        cluster slot): its listener runs it for every waiter of the lock due at once
+        (:func:`give_up_together`)."""
+        k = self.keys
+        keys: tuple[str, ...] = (k.lease, k.waiters, k.handoff, k.wake, k.writers_waiting)
+        if self.direct:
+            keys += (k.direct,)
+        return Call(scripts.GIVE_UP, keys, (self.options.handoff_ms, token))
+
     def raise_fence(self, token: str, fence: int) -> Call:
         """Raise this lock's fence counter, and the owner's lease record, to ``fence``."""
         return Call(
@@ -267,3 +278,10 @@ class Primitive:
             token,
             intent=RaiseFence(fence),
         )
+
+
+def give_up_together(calls: Sequence[Call]) -> Call:
+    """One GIVE_UP for the waiters of one lock whose ``calls`` (:meth:`Primitive.give_up`) are
+    due at once: the first one's keys and handoff time, every waiter's owner token."""
+    first = calls[0]
+    return Call(first.script, first.keys, (first.args[0], *(c.args[1] for c in calls)))

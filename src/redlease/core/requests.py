@@ -69,10 +69,14 @@ class Wait:
     grants: str = ""
     owner: str = ""
     # The wait that ends at the waiter's deadline (one lock on one node, cluster slot or
-    # RedLock set): the listener may give up for it, replying :class:`GaveUp` when ``lease``
-    # has another owner (on a RedLock set: by a quorum) at or after the deadline (what a last
-    # attempt would have been told) and running ``leave`` itself.
+    # RedLock set; ``lease`` is then its lease key): the listener may give up for it, replying
+    # :class:`GaveUp` when ``lease`` has another owner (on a RedLock set: by a quorum) at or
+    # after the deadline (what a last attempt would have been told). On one node ``give_up``
+    # (GIVE_UP, run once for all waiters due at once) reads the lease and takes those given up
+    # for off the queue in the same step; on a RedLock set the listener reads the lease on
+    # every node and runs ``leave`` afterwards.
     lease: str = ""
+    give_up: Call | None = None
     leave: Call | None = None
 
     def reply(self, popped: Any) -> Any:
@@ -96,8 +100,8 @@ class Replicate:
 @dataclass(frozen=True, slots=True)
 class GaveUp:
     """A :class:`Wait`'s reply when its listener gave up for the waiter: at or after the
-    waiter's deadline the lease had another owner (held by ``holder``), and the listener takes
-    the waiter's registration off the queue (its LEAVE passes on a lease granted meanwhile)."""
+    waiter's deadline the lease had another owner (held by ``holder``), and the same script
+    took the waiter off the queue (no release can hand it the lease any more)."""
 
     holder: str | None = None
 

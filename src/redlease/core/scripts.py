@@ -278,6 +278,26 @@ local function pass_on(lease, fence_key, history, waiters, handoff, wake, direct
   return 1
 end
 """,
+    "left": """
+-- After waiters left the queue of the lock ``lease`` (``slots``: every lease key of the lock, a
+-- semaphore's too): readers queued behind the last waiting writer may go now; a wake token the
+-- leavers may have taken goes to the next waiter when the lock is free and reserved for
+-- waiters; no reservation without live waiters. Returns the live waiters.
+local function left(lease, slots, waiters, handoff, wake, writers, was_writer, handoff_ms)
+  local n = live(waiters)
+  if was_writer and live(writers) == 0 then
+    -- readers queued behind this writer may go now
+    notify(waiters, handoff, wake, handoff_ms, true)
+  elseif n > 0 and redis.call('EXISTS', lease, unpack(slots, 2)) < #slots
+      and redis.call('EXISTS', handoff) == 1 then
+    redis.call('RPUSH', wake, '1')
+    redis.call('PEXPIRE', wake, 1000)
+  elseif n == 0 then
+    redis.call('DEL', handoff)
+  end
+  return n
+end
+""",
     "slot_of": """
 -- A semaphore's slots (``leases``: the lease keys of slots 0 .. limit-1, see LockKeys.slot):
 -- the slot ``token`` owns, else the first free one, else (every slot held) the first; then its
@@ -590,24 +610,50 @@ if #KEYS - s >= m + 3 then
 end
 local total = 0
 for i = 1, m, 5 do
-  local lease, waiters, handoff, wake, writers = KEYS[i], KEYS[i + 1], KEYS[i + 2], KEYS[i + 3],
-    KEYS[i + 4]
+  local waiters, writers = KEYS[i + 1], KEYS[i + 4]
   redis.call('ZREM', waiters, ARGV[1])
-  local was_writer = redis.call('ZREM', writers, ARGV[1])
-  local n = live(waiters)
-  if was_writer == 1 and live(writers) == 0 then
-    -- readers queued behind this writer may go now
-    notify(waiters, handoff, wake, tonumber(ARGV[2]), true)
-  elseif n > 0 and redis.call('EXISTS', lease, unpack(slots, 2)) < #slots
-      and redis.call('EXISTS', handoff) == 1 then
-    redis.call('RPUSH', wake, '1')
-    redis.call('PEXPIRE', wake, 1000)
-  elseif n == 0 then
-    redis.call('DEL', handoff)
-  end
-  total = total + n
+  local was_writer = redis.call('ZREM', writers, ARGV[1]) == 1
+  total = total + left(KEYS[i], slots, waiters, KEYS[i + 2], KEYS[i + 3], writers, was_writer,
+    tonumber(ARGV[2]))
 end
 return {total}
+""",
+)
+
+GIVE_UP = Script(
+    "give_up",
+    """
+-- The listener of a lock's waiters in one process gives up for those whose deadlines passed
+-- (core/waiting.py): read the lease's owner and holder (what their last attempts would have
+-- been told) and, when another owner holds it, take every one of them off the queue here, as
+-- LEAVE would (the lock is held: nothing to pass on). So they are gone before their LockTimeout
+-- is raised: nothing their process sends afterwards (it may close its client or exit at once)
+-- is needed, and no release can grant the lease to a waiter that left. A waiter that the lease
+-- was granted to meanwhile is the owner: it stays, and its own last attempt takes the lease.
+-- KEYS[1] lease hash  KEYS[2] waiters zset  KEYS[3] handoff flag  KEYS[4] wake list
+-- KEYS[5] writers-waiting zset  KEYS[6] direct hand-off hash (absent: no direct hand-off)
+-- ARGV[1] handoff ms  ARGV[2..] the waiters' owner tokens
+-- Returns {owner, holder} (nil, nil: free)
+"""
+    + _PRELUDE
+    + """
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'holder')
+if not cur[1] then return cur end
+local gone = {}
+for i = 2, #ARGV do
+  if ARGV[i] ~= cur[1] then gone[#gone + 1] = ARGV[i] end
+end
+local was_writer = false
+for i = 1, #gone, 1000 do  -- unpack in parts: Lua's C stack takes a few thousand values
+  local j = math.min(i + 999, #gone)
+  redis.call('ZREM', KEYS[2], unpack(gone, i, j))
+  if KEYS[6] then redis.call('HDEL', KEYS[6], unpack(gone, i, j)) end
+  was_writer = redis.call('ZREM', KEYS[5], unpack(gone, i, j)) > 0 or was_writer
+end
+if #gone > 0 then
+  left(KEYS[1], {KEYS[1]}, KEYS[2], KEYS[3], KEYS[4], KEYS[5], was_writer, tonumber(ARGV[1]))
+end
+return cur
 """,
 )
 
@@ -864,6 +910,7 @@ ALL_SCRIPTS = (
     RELEASE,
     EXTEND,
     LEAVE,
+    GIVE_UP,
     ACQUIRE_READ,
     ACQUIRE_WRITE,
     RELEASE_READ,

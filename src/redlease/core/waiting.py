@@ -13,13 +13,17 @@ A grant whose waiter has gone (it timed out meanwhile) is dropped here: Redis st
 owner, and its next attempt takes the lease or its LEAVE passes it on (see the scripts).
 
 Waiters whose deadlines pass together give up together: the lease's owner is read once, at or
-after all their deadlines (by the asyncio listener, or by the first thread due): one ``HMGET``
-on one node or cluster slot, one fan-out of it on a RedLock set, whose replies the lock view's
-quorum rule (:func:`redlease.core.view.key_view`) turns into one :class:`LeaseOwner`. A waiter
-whose lease another owner held then is told so (:class:`~redlease.core.requests.GaveUp`, what
-its own last attempt would have been told at that instant) and their LEAVEs run back to back
-afterwards (one write per node); a free lease, one granted to the waiter itself (on any node
-of a set), or a holder no quorum agrees on sends it to its own last attempt.
+after all their deadlines (by the asyncio listener, or by the first thread due). On one node or
+cluster slot one GIVE_UP script reads it and takes those it gives up for off the queue in the
+same step, so a waiter told LockTimeout is already gone from the queue and the direct hand-off:
+nothing is left for its process to send (it may close its client or exit at once), and no
+release hands a lease to a waiter that left. On a RedLock set one fan-out of ``HMGET`` reads it
+on every node, the lock view's quorum rule (:func:`redlease.core.view.key_view`) turns the
+replies into one :class:`LeaseOwner`, and the LEAVEs of those given up for run back to back
+afterwards (one write per node; a set has no direct hand-off to strand). A waiter whose lease
+another owner held is told so (:class:`~redlease.core.requests.GaveUp`, what its own last
+attempt would have been told at that instant); a free lease, one granted to the waiter itself
+(on any node of a set), or a holder no quorum agrees on sends it to its own last attempt.
 """
 
 from __future__ import annotations
@@ -153,9 +157,9 @@ class WaitList:
         return waiter
 
     def due(self, now: float) -> list[Waiter]:
-        """The waiters the listener gives up for (their wait carries a ``leave``) whose
+        """The waiters the listener gives up for (their wait names its ``lease``) whose
         deadline has passed at ``now``."""
-        return [w for w in self._waiters if w.wait.leave is not None and w.deadline <= now]
+        return [w for w in self._waiters if w.wait.lease and w.deadline <= now]
 
     def together(self, batch: list[Waiter], now: float) -> bool:
         """Whether ``batch`` (due at ``now``) is given up for together: two or more, or one with
@@ -166,17 +170,18 @@ class WaitList:
         if len(batch) >= TOGETHER:
             return True
         soon = now + TOGETHER_WITHIN
-        return any(w.wait.leave is not None and now < w.deadline <= soon for w in self._waiters)
+        return any(w.wait.lease and now < w.deadline <= soon for w in self._waiters)
 
     def next_due(self) -> float | None:
         """The earliest deadline of a waiter the listener gives up for, None if none."""
-        return min((w.deadline for w in self._waiters if w.wait.leave is not None), default=None)
+        return min((w.deadline for w in self._waiters if w.wait.lease), default=None)
 
     def settle(self, batch: list[Waiter], lease: LeaseOwner | None) -> list[Waiter]:
         """Take ``batch``'s waiters (given up, not served meanwhile) off the list after the
         lease was read at or after all their deadlines (None: free, or not read). Each is told
-        :class:`GaveUp` when another owner held it, else ``False`` (its own last attempt
-        follows). Returns the waiters taken off; those given up need their LEAVE."""
+        :class:`GaveUp` when another owner held it (on one node the GIVE_UP that read it took
+        the waiter off the queue; a RedLock set's waiter needs its ``leave``), else ``False``
+        (its own last attempt follows). Returns the waiters taken off, to be woken."""
         settled = [w for w in batch if self.leave(w)]
         for waiter in settled:
             if lease is not None and waiter.wait.owner not in lease.owners:

@@ -211,7 +211,7 @@ def test_a_release_at_the_deadlines_strands_nothing(
 
 def _final(owner: str) -> Wait:
     leave = Call(LEAVE, ("k",), (owner,), owner)
-    return Wait(("k:wake",), 1.0, "", owner, "k", leave)
+    return Wait(("k:wake",), 1.0, "", owner, "k", leave=leave)
 
 
 def test_the_quorum_read_names_a_holder_only_when_a_quorum_agrees() -> None:

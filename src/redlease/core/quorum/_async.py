@@ -288,8 +288,8 @@ class WaitNode(_async.AsyncNode):
     def listen_key(self, req: Wait) -> Hashable:
         return (req.keys, self.quorum.nodeset)
 
-    async def lease_owner(self, wait: Wait) -> LeaseOwner | None:
-        return await self.quorum.lease_owner(wait)
+    async def give_up(self, waits: list[Wait]) -> LeaseOwner | None:
+        return await self.quorum.give_up(waits)
 
     async def leave_all(self, calls: list[Call]) -> None:
         await self.quorum.leave_all(calls)
@@ -304,9 +304,10 @@ class QuorumNode(QuorumExecutor, _async.AsyncNode):
     async def execute(self, req: Request) -> Any:
         return await self._run(self.steps(req))
 
-    async def lease_owner(self, wait: Wait) -> LeaseOwner | None:
-        """Who holds ``wait``'s lease by a quorum of the nodes (one fan-out)."""
-        return await self._run(self.owner_steps(wait.lease))  # type: ignore[no-any-return]
+    async def give_up(self, waits: list[Wait]) -> LeaseOwner | None:
+        """Who holds the lease of ``waits`` (waiters due together) by a quorum of the nodes (one
+        fan-out; their LEAVEs follow with :meth:`leave_all`)."""
+        return await self._run(self.owner_steps(waits[0].lease))  # type: ignore[no-any-return]
 
     async def leave_all(self, calls: list[Call]) -> None:
         """The LEAVEs of the waiters given up for together: one write per node, sent only."""

@@ -204,8 +204,8 @@ class WaitNode(_sync.SyncNode):
     def listen_key(self, req: Wait) -> Hashable:
         return (req.keys, self.quorum.nodeset)
 
-    def lease_owner(self, wait: Wait) -> LeaseOwner | None:
-        return self.quorum.lease_owner(wait)
+    def give_up(self, waits: list[Wait]) -> LeaseOwner | None:
+        return self.quorum.give_up(waits)
 
     def leave_all(self, calls: list[Call]) -> None:
         self.quorum.leave_all(calls)
@@ -219,9 +219,10 @@ class QuorumNode(QuorumExecutor, _sync.SyncNode):
     def execute(self, req: Request) -> Any:
         return self._run(self.steps(req))
 
-    def lease_owner(self, wait: Wait) -> LeaseOwner | None:
-        """Who holds ``wait``'s lease by a quorum of the nodes (one fan-out)."""
-        return self._run(self.owner_steps(wait.lease))  # type: ignore[no-any-return]
+    def give_up(self, waits: list[Wait]) -> LeaseOwner | None:
+        """Who holds the lease of ``waits`` (waiters due together) by a quorum of the nodes (one
+        fan-out; their LEAVEs follow with :meth:`leave_all`)."""
+        return self._run(self.owner_steps(waits[0].lease))  # type: ignore[no-any-return]
 
     def leave_all(self, calls: list[Call]) -> None:
         """The LEAVEs of the waiters given up for together: one write per node, sent only."""
