@@ -232,7 +232,8 @@ class SyncNode(_redis.NodeBase):
     def give_up(self, waits: list[Wait]) -> waiting.LeaseOwner | None:
         """Who holds the lease of ``waits`` (waiters due together) now, read by one GIVE_UP that
         takes them off the queue when another owner holds it."""
-        return waiting.owner_of(self.execute(give_up_together([w.give_up for w in waits if w.give_up is not None])))
+        calls = [w.give_up for w in waits if w.give_up is not None]
+        return waiting.owner_of(self.execute(give_up_together(calls)))
 
     def leave_all(self, calls: list[Call]) -> None:
         """The LEAVEs of the waiters given up for together, in one write."""

@@ -171,10 +171,10 @@ def _wait_turn(
         and pacing.deadline is not None
         and pacing.clock() + wait >= pacing.deadline
     ):
-        lease = prim.keys.lease
+        lease, grants = prim.keys.lease, prim.grants(token)
         if prim.quorum:  # read on every node, left afterwards (no direct hand-off to strand)
-            return (yield Wait(keys, wait, prim.grants(token), token, lease, leave=prim.leave(token)))
-        return (yield Wait(keys, wait, prim.grants(token), token, lease, prim.give_up(token)))
+            return (yield Wait(keys, wait, grants, token, lease, leave=prim.leave(token)))
+        return (yield Wait(keys, wait, grants, token, lease, prim.give_up(token)))
     return (yield Wait(keys, wait, prim.grants(token), token))
 
 
