@@ -54,13 +54,15 @@ async def test_dead_node_is_bounded(redis_nodes: list[RedisServer]) -> None:
     lock.release()
     marked.close()
     redis_nodes[2].pause()  # SIGSTOP: connects, never answers
-    reader = NodeReader(timeout=0.5)
+    # the live nodes must answer within the timeout even on a busy 2-core machine (0.5 s was
+    # missed there by all three once); the bound on the dead one's cost scales with it
+    reader = NodeReader(timeout=2.0)
     try:
         started = time.monotonic()
         ((obs, _),) = await reader.read([(s, None)])
-        assert time.monotonic() - started < 3.0
+        assert time.monotonic() - started < 3 * 2.0
         assert obs.unhealthy_nodes == (redis_nodes[2].address,) and obs.nodes.reachable
-        assert "0.5s" in obs.errors[redis_nodes[2].address]
+        assert "2s" in obs.errors[redis_nodes[2].address]
     finally:
         redis_nodes[2].resume()
         await reader.aclose()
