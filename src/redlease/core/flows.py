@@ -172,8 +172,6 @@ def _wait_turn(
         and pacing.clock() + wait >= pacing.deadline
     ):
         lease, grants = prim.keys.lease, prim.grants(token)
-        if prim.quorum:  # read on every node, left afterwards (no direct hand-off to strand)
-            return (yield Wait(keys, wait, grants, token, lease, leave=prim.leave(token)))
         return (yield Wait(keys, wait, grants, token, lease, prim.give_up(token)))
     return (yield Wait(keys, wait, prim.grants(token), token))
 

@@ -633,11 +633,12 @@ GIVE_UP = Script(
 -- KEYS[1] lease hash  KEYS[2] waiters zset  KEYS[3] handoff flag  KEYS[4] wake list
 -- KEYS[5] writers-waiting zset  KEYS[6] direct hand-off hash (absent: no direct hand-off)
 -- ARGV[1] handoff ms  ARGV[2..] the waiters' owner tokens
--- Returns {owner, holder} (nil, nil: free)
+-- Returns {owner, holder, fence} (nils: free). On a RedLock set it runs on every node, and the
+-- lock view's quorum rule judges the replies (owner, holder and fence, as the view reads them).
 """
     + _PRELUDE
     + """
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'holder')
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'holder', 'fence')
 if not cur[1] then return cur end
 local gone = {}
 for i = 2, #ARGV do

@@ -25,6 +25,7 @@ import hiredis
 import redis.exceptions as rex
 
 from redlease.core import _async
+from redlease.core.primitives import give_up_together
 from redlease.core.quorum import _probe, channel
 from redlease.core.quorum.executor import Blpop, Collect, QuorumExecutor, Settle, Step, Steps
 from redlease.core.requests import Call, Request, Wait
@@ -306,8 +307,10 @@ class QuorumNode(QuorumExecutor, _async.AsyncNode):
 
     async def give_up(self, waits: list[Wait]) -> LeaseOwner | None:
         """Who holds the lease of ``waits`` (waiters due together) by a quorum of the nodes (one
-        fan-out; their LEAVEs follow with :meth:`leave_all`)."""
-        return await self._run(self.owner_steps(waits[0].lease))  # type: ignore[no-any-return]
+        fan-out of their one GIVE_UP, which takes them off each node's queue where another
+        owner holds the lease)."""
+        calls = [w.give_up for w in waits if w.give_up is not None]
+        return await self._run(self.owner_steps(give_up_together(calls)))  # type: ignore[no-any-return]
 
     async def leave_all(self, calls: list[Call]) -> None:
         """The LEAVEs of the waiters given up for together: one write per node, sent only."""

@@ -114,10 +114,10 @@ class QuorumExecutor:
             return (yield from self._wait(req))
         return (yield from self._steps(run(self.settings, req)))
 
-    def owner_steps(self, key: str) -> Steps:
-        """Who holds the lease ``key`` by a quorum (:func:`~.flows.read_owner`): read once for
-        the lock's waiters given up for together (:mod:`redlease.core.waiting`)."""
-        return self._steps(read_owner(self.settings, key))
+    def owner_steps(self, give_up: Call) -> Steps:
+        """Who holds the lease by a quorum (:func:`~.flows.read_owner`): read once, by the
+        ``give_up`` of the lock's waiters given up for together (:mod:`redlease.core.waiting`)."""
+        return self._steps(read_owner(self.settings, give_up))
 
     def leave_steps(self, calls: list[Call]) -> Steps:
         """The LEAVEs of the lock's waiters given up for together: one write per node."""

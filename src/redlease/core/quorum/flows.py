@@ -627,21 +627,24 @@ def raise_fence(
     raise unavailable(cfg, "cannot raise the fencing token", failed, results)
 
 
-def read_owner(cfg: Settings, key: str) -> Generator[QRequest, Any, LeaseOwner | None]:
-    """Who holds the lease ``key``, read once for the waiters of the lock given up for together
-    (:mod:`redlease.core.waiting`): ``HMGET owner holder fence`` on every member, the holder a
-    quorum of them agrees on (:func:`~redlease.core.waiting.quorum_owner`), None when none
-    does or too few count or answer (each waiter then makes its own last attempt)."""
+def read_owner(cfg: Settings, give_up: Call) -> Generator[QRequest, Any, LeaseOwner | None]:
+    """Who holds the lease of the waiters of the lock given up for together
+    (:mod:`redlease.core.waiting`), read once: their one ``give_up`` (GIVE_UP) on every member,
+    which reads the lease's owner, holder and fence and takes the waiters off that node's queue
+    where another owner holds it, in one script per node (a batch of one LEAVE per waiter kept a
+    node busy, and silent, long enough for requests queued behind it to count as late); the
+    holder a quorum of the replies agrees on (:func:`~redlease.core.waiting.quorum_owner`), None
+    when none does or too few count or answer (each waiter then makes its own last attempt). A
+    node where the lease is free keeps their registrations until they lapse."""
     ready = yield Ready(cfg.node_timeout)
     members = yield from ensure_members(cfg, ready)
     if len(members) < cfg.quorum:
         return None
-    read = Command(("HMGET", key, "owner", "holder", "fence"))
-    results = yield FanOut(dict.fromkeys(members, read), cfg.node_timeout)
+    results = yield FanOut(dict.fromkeys(members, give_up), cfg.node_timeout)
     replies = [r.value for r in results.values() if isinstance(r, Reply)]
     if len(replies) < cfg.quorum:
         return None
-    return quorum_owner(key, replies, cfg.quorum, len(members) - len(replies))
+    return quorum_owner(give_up.keys[0], replies, cfg.quorum, len(members) - len(replies))
 
 
 def leave_all(calls: Sequence[Call], n: int) -> QFlow:
