@@ -222,10 +222,6 @@ class AsyncNode(_redis.NodeBase):
         calls = [w.give_up for w in waits if w.give_up is not None]
         return waiting.owner_of(await self.execute(give_up_together(calls)))
 
-    async def leave_all(self, calls: list[Call]) -> None:
-        """The LEAVEs of the waiters given up for together, in one write."""
-        await self.run_all(calls)
-
     async def run_all(self, calls: list[Call]) -> None:
         """Run ``calls`` (scripts on the node of the first one's key, no owner's request
         unanswered) written back to back and read in order: one write for all. The calls answered
@@ -295,7 +291,6 @@ class Listener:
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None  # at the next deadline it gives up for
         self.giving_up: asyncio.Task[None] | None = None  # the reader of due waiters' lease
-        self.leaving: set[asyncio.Task[None]] = set()  # LEAVEs of waiters given up for (a set)
 
     async def wait(self, req: Wait) -> Any:
         signal = self.loop.create_future()
@@ -341,10 +336,8 @@ class Listener:
             self.giving_up = self.loop.create_task(self._give_up())
 
     async def _give_up(self) -> None:
-        """While waiters are due: read the lease's owner (sent after all their deadlines; on one
-        node the same GIVE_UP takes those given up off the queue) and tell them; then run the
-        LEAVEs of those given up on a RedLock set, in one write per node."""
-        leaves: list[Call] = []
+        """While waiters are due: read the lease's owner (sent after all their deadlines, by the
+        GIVE_UP that takes those given up off the queue) and tell them."""
         try:
             while batch := self.waiters.due(now := self.loop.time()):
                 lease: waiting.LeaseOwner | None = None
@@ -357,21 +350,10 @@ class Listener:
                     settled = self.waiters.settle(batch, lease)
                     for w in settled:
                         _wake(w)
-                leaves += [w.wait.leave for w in settled if w.reply is not False and w.wait.leave]
         finally:
-            if leaves:  # once none is due: a read is not queued behind their scripts
-                self.leaving.add(self.loop.create_task(self._leave(leaves)))
             self.giving_up = None
             self._idle()
             self._arm()
-
-    async def _leave(self, calls: list[Call]) -> None:
-        try:
-            await self.node.leave_all(calls)
-        except Exception as exc:  # noqa: BLE001 - the registrations expire on their own
-            log.cleanup_failed(self.node.lock, self.node.name, exc, reached=True)
-        finally:
-            self.leaving.discard(asyncio.current_task())
 
     async def _run(self) -> None:
         me = asyncio.current_task()

@@ -235,10 +235,6 @@ class SyncNode(_redis.NodeBase):
         calls = [w.give_up for w in waits if w.give_up is not None]
         return waiting.owner_of(self.execute(give_up_together(calls)))
 
-    def leave_all(self, calls: list[Call]) -> None:
-        """The LEAVEs of the waiters given up for together, in one write."""
-        self.run_all(calls)
-
     def blpop(self, keys: tuple[str, ...], timeout: float) -> Any:
         """BLPOP for ``timeout`` seconds: [key, value], or None if nothing arrived in time.
 
@@ -316,16 +312,14 @@ class Listener:
     def _give_up(self, waiter: waiting.Waiter) -> None:
         """At ``waiter``'s deadline: unless another thread is giving up for the waiters due
         (it serves ``waiter`` too before it stops), read the lease's owner (sent after the
-        deadlines of all those due now; on one node the same GIVE_UP takes those given up off
-        the queue) and tell them, while any are due; then run the LEAVEs of those given up on a
-        RedLock set, in one write per node."""
+        deadlines of all those due now, by the GIVE_UP that takes those given up off the queue)
+        and tell them, while any are due."""
         with self.cond:
             mine = not self.giving_up and not waiter.done
             self.giving_up = self.giving_up or mine
         if not mine:
             waiter.signal.wait()  # served, failed or given up for by the thread giving up
             return
-        leaves: list[Call] = []
         try:
             while True:
                 with self.cond:
@@ -345,18 +339,12 @@ class Listener:
                     settled = self.waiters.settle(batch, lease)
                 for w in settled:
                     w.signal.set()
-                leaves += [w.wait.leave for w in settled if w.reply is not False and w.wait.leave]
         finally:  # after a failure here too: whoever is due now makes its own last attempt
             with self.cond:
                 self.giving_up = False
                 left = self.waiters.due(time.monotonic())
             for w in left:
                 w.signal.set()
-        if leaves:
-            try:
-                self.node.leave_all(leaves)
-            except Exception as exc:  # noqa: BLE001 - the registrations expire on their own
-                log.cleanup_failed(self.node.lock, self.node.name, exc, reached=True)
 
     def _run(self) -> None:
         while True:

@@ -71,13 +71,11 @@ class Wait:
     # The wait that ends at the waiter's deadline (one lock on one node, cluster slot or
     # RedLock set; ``lease`` is then its lease key): the listener may give up for it, replying
     # :class:`GaveUp` when ``lease`` has another owner (on a RedLock set: by a quorum) at or
-    # after the deadline (what a last attempt would have been told). On one node ``give_up``
-    # (GIVE_UP, run once for all waiters due at once) reads the lease and takes those given up
-    # for off the queue in the same step; on a RedLock set the listener reads the lease on
-    # every node and runs ``leave`` afterwards.
+    # after the deadline (what a last attempt would have been told). ``give_up`` (GIVE_UP, run
+    # once for all waiters due at once; on a RedLock set on every node) reads the lease and
+    # takes those given up for off the queue in the same step.
     lease: str = ""
     give_up: Call | None = None
-    leave: Call | None = None
 
     def reply(self, popped: Any) -> Any:
         """The reply for a BLPOP that returned ``popped`` ([key, value], or None: timed out)."""

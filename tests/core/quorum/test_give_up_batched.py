@@ -25,7 +25,7 @@ import redlease.aio
 from redlease.core import flows, waiting
 from redlease.core.keys import LockKeys
 from redlease.core.requests import Call, GaveUp, Wait
-from redlease.core.scripts import LEAVE
+from redlease.core.scripts import GIVE_UP
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.polling import async_wait_until, wait_until
 from redlease.errors import LockTimeout
@@ -210,8 +210,8 @@ def test_a_release_at_the_deadlines_strands_nothing(
 
 
 def _final(owner: str) -> Wait:
-    leave = Call(LEAVE, ("k",), (owner,), owner)
-    return Wait(("k:wake",), 1.0, "", owner, "k", leave=leave)
+    give_up = Call(GIVE_UP, ("k",), (250, owner), owner)
+    return Wait(("k:wake",), 1.0, "", owner, "k", give_up)
 
 
 def test_the_quorum_read_names_a_holder_only_when_a_quorum_agrees() -> None:

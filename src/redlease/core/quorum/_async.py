@@ -28,7 +28,7 @@ from redlease.core import _async
 from redlease.core.primitives import give_up_together
 from redlease.core.quorum import _probe, channel
 from redlease.core.quorum.executor import Blpop, Collect, QuorumExecutor, Settle, Step, Steps
-from redlease.core.requests import Call, Request, Wait
+from redlease.core.requests import Request, Wait
 from redlease.core.waiting import LeaseOwner
 from redlease.errors import LockError
 
@@ -292,9 +292,6 @@ class WaitNode(_async.AsyncNode):
     async def give_up(self, waits: list[Wait]) -> LeaseOwner | None:
         return await self.quorum.give_up(waits)
 
-    async def leave_all(self, calls: list[Call]) -> None:
-        await self.quorum.leave_all(calls)
-
 
 class QuorumNode(QuorumExecutor, _async.AsyncNode):
     """The asyncio executor of one lock on a :class:`~redlease.core.quorum.NodeSet`."""
@@ -311,10 +308,6 @@ class QuorumNode(QuorumExecutor, _async.AsyncNode):
         owner holds the lease)."""
         calls = [w.give_up for w in waits if w.give_up is not None]
         return await self._run(self.owner_steps(give_up_together(calls)))  # type: ignore[no-any-return]
-
-    async def leave_all(self, calls: list[Call]) -> None:
-        """The LEAVEs of the waiters given up for together: one write per node, sent only."""
-        await self._run(self.leave_steps(calls))
 
     async def _run(self, steps: Steps) -> Any:
         reply = None

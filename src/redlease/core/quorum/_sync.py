@@ -20,7 +20,7 @@ from redlease.core import _sync
 from redlease.core.primitives import give_up_together
 from redlease.core.quorum import _probe, channel
 from redlease.core.quorum.executor import Blpop, Collect, QuorumExecutor, Settle, Step, Steps
-from redlease.core.requests import Call, Request, Wait
+from redlease.core.requests import Request, Wait
 from redlease.core.waiting import LeaseOwner
 from redlease.errors import LockError
 
@@ -208,9 +208,6 @@ class WaitNode(_sync.SyncNode):
     def give_up(self, waits: list[Wait]) -> LeaseOwner | None:
         return self.quorum.give_up(waits)
 
-    def leave_all(self, calls: list[Call]) -> None:
-        self.quorum.leave_all(calls)
-
 
 class QuorumNode(QuorumExecutor, _sync.SyncNode):
     """The blocking executor of one lock on a :class:`~redlease.core.quorum.NodeSet`."""
@@ -226,10 +223,6 @@ class QuorumNode(QuorumExecutor, _sync.SyncNode):
         owner holds the lease)."""
         calls = [w.give_up for w in waits if w.give_up is not None]
         return self._run(self.owner_steps(give_up_together(calls)))  # type: ignore[no-any-return]
-
-    def leave_all(self, calls: list[Call]) -> None:
-        """The LEAVEs of the waiters given up for together: one write per node, sent only."""
-        self._run(self.leave_steps(calls))
 
     def _run(self, steps: Steps) -> Any:
         reply = None

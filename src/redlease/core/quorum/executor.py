@@ -27,7 +27,6 @@ from redlease.core.quorum.flows import (
     QRequest,
     Ready,
     Settings,
-    leave_all,
     read_owner,
     run,
 )
@@ -119,10 +118,6 @@ class QuorumExecutor:
         ``give_up`` of the lock's waiters given up for together (:mod:`redlease.core.waiting`)."""
         return self._steps(read_owner(self.settings, give_up))
 
-    def leave_steps(self, calls: list[Call]) -> Steps:
-        """The LEAVEs of the lock's waiters given up for together: one write per node."""
-        return self._steps(leave_all(calls, self.settings.n))
-
     def _steps(self, flow: QFlow) -> Steps:
         """Carry out the quorum ``flow``; return its result."""
         pins: list[int] = []  # per node: the connection this flow's decisions are for
@@ -196,7 +191,7 @@ class QuorumExecutor:
         waited longest (BLPOP serves first come, first served), instead of one per node racing
         each other for the lock. A node whose wait failed is passed over for a while. The wait
         that ends at the deadline may come back :class:`GaveUp`: the listener gave up for the
-        waiter (through this executor: :meth:`owner_steps`, :meth:`leave_steps`).
+        waiter (through this executor: :meth:`owner_steps`).
         """
         channels = self.nodeset.channels()
         now = time.monotonic()

@@ -647,12 +647,6 @@ def read_owner(cfg: Settings, give_up: Call) -> Generator[QRequest, Any, LeaseOw
     return quorum_owner(give_up.keys[0], replies, cfg.quorum, len(members) - len(replies))
 
 
-def leave_all(calls: Sequence[Call], n: int) -> QFlow:
-    """The LEAVEs of the waiters given up for together: every node of the ``n`` gets them all in
-    one write (sent only, as one waiter's LEAVE is: nobody waits for their replies)."""
-    yield FanOut(dict.fromkeys(range(n), tuple(calls)), 0.0, pinned=False)
-
-
 def _replicate(cfg: Settings, members: Sequence[int], req: Replicate) -> QFlow:
     cmd = Command(("WAIT", req.replicas, req.timeout_ms))
     results = yield FanOut(dict.fromkeys(members, cmd), cfg.node_timeout + req.timeout_ms / 1000)
