@@ -155,11 +155,21 @@ async def test_api_outage_converges_without_duplicate_events(
     # the refresh goes on afterwards, and every Event was posted once
     Lock(client, "frees", ttl=120, identity="frees-c").acquire()
     await until(lambda: holder(cluster, "frees") == "frees-c", timeout=30, what="frees: Held")
-    counts = event_counts(emulator)
+    changes = (("changes", "changes-b"), ("takes", "takes-b"), ("frees", "frees-c"))
+
+    def posted() -> Any:
+        """The Events so far, once one names each change (an Event may be posted after the
+        status patch that shows the same change)."""
+        counts = event_counts(emulator)
+        return (
+            counts
+            if all(any(k[0] == n and w in k[2] for k in counts) for n, w in changes)
+            else None
+        )
+
+    counts = await until(posted, timeout=30, what=f"an Event for each of {changes}")
     duplicates = {k: n for k, n in counts.items() if n > 1}
     assert not duplicates, duplicates
-    for name, who in (("changes", "changes-b"), ("takes", "takes-b"), ("frees", "frees-c")):
-        assert any(k[0] == name and who in k[2] for k in counts), (name, counts)
     assert operator.proc.returncode is None
     print(f"{mode}: converged {converged:.1f}s after a {outage:.0f}s outage")
 

@@ -249,9 +249,16 @@ async def test_spec_holders_is_followed_live_and_labels_every_active_pod(
             async with aiohttp.ClientSession(base) as http:
                 async with http.patch(path, json={"spec": {"holders": 2}}, headers=headers) as r:
                     assert r.status == 200, await r.text()
-                two = await until(lambda: leaders() if len(leaders()) == 2 else None, timeout=30)
-                await until(lambda: all(label(api, p) == ("true" if p in two else "false")
-                                        for p in pods))  # fmt: skip
+                await until(lambda: len(leaders()) == 2, timeout=30)
+
+                def labelled() -> list[str] | None:
+                    """Both leaders now, when every pod's label says so (read in the same
+                    poll: the set may still change after a first reading of it)."""
+                    two = leaders()
+                    right = all(label(api, p) == ("true" if p in two else "false") for p in pods)
+                    return two if len(two) == 2 and right else None
+
+                two = await until(labelled, timeout=30)
                 doc = scs[two[0]].status()
                 assert doc is not None and doc["holders_limit"] == 2
                 async with http.patch(path, json={"spec": {"holders": 1}}, headers=headers) as r:

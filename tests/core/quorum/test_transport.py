@@ -184,6 +184,77 @@ async def test_queued_request_waits_while_its_node_answers_asyncio(
         await c.aclose()
 
 
+def _reader_held(ch: _sync.Channel) -> tuple[threading.Thread, threading.Event, threading.Event]:
+    """A thread that takes ``ch``'s reader role and, with its reply read, is kept from
+    handing it out until the returned ``go`` is set (a thread starved of the GIL on a busy
+    machine); ``holding`` is set once it is."""
+    holding, go = threading.Event(), threading.Event()
+    received = ch._received
+
+    def held(conn: Any, value: Any) -> bool:
+        if threading.current_thread() is reader and not go.is_set():
+            holding.set()
+            go.wait(30)
+        return received(conn, value)
+
+    ch._received = held  # type: ignore[method-assign]
+
+    def read() -> None:
+        _sync.collect([(ch, ch.submit(("PING",)))], far())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert holding.wait(10)
+    return reader, holding, go
+
+
+def test_a_reader_kept_from_running_does_not_make_its_node_late(
+    redis_server: RedisServer,
+) -> None:
+    """The node answers at once, but the caller holding the reader role is kept from running
+    far past the others' per-node timeout: their replies are late only by this process's own
+    lag, so they wait for the reader instead of counting the node as silent. (Before: counted
+    late after patience + LATE_GRACE with the reply already in the socket.)"""
+    ch = _sync.Channel(redis_server.client(), "starved", dead_after=10)
+    _sync.collect([(ch, ch.submit(("PING",)))], far())
+    reader, _, go = _reader_held(ch)
+    slot = ch.submit(("ECHO", "mine"))
+    release = threading.Timer(1.0, go.set)  # 20x the patience below
+    release.start()
+    _sync.collect([(ch, slot)], time.monotonic() + 0.05, 0.05, needed=1)
+    assert go.is_set() and slot.done and slot.value == b"mine"
+    reader.join(10)
+    ch._close()
+
+
+def test_a_silent_node_is_late_while_another_caller_reads(redis_server: RedisServer) -> None:
+    """A node that stops answering is late one per-node timeout after its last reply for a
+    caller waiting on it, although another caller (with a far deadline) holds the reader role
+    and goes on waiting: the reader's reads say how long the node has been silent."""
+    ch = _sync.Channel(redis_server.client(), "paused", dead_after=30)
+    _sync.collect([(ch, ch.submit(("PING",)))], far())
+    redis_server.pause()
+    try:
+        reading = threading.Thread(
+            target=lambda: _sync.collect([(ch, ch.submit(("PING",)))], far()), daemon=True
+        )
+        reading.start()
+        until = time.monotonic() + 10
+        while not ch._reading and time.monotonic() < until:  # it takes the reader role
+            time.sleep(0.001)
+        assert ch._reading
+        slot = ch.submit(("ECHO", "mine"))
+        t0 = time.monotonic()
+        _sync.collect([(ch, slot)], t0 + 0.05, 0.05, needed=1)
+        waited = time.monotonic() - t0
+        assert not slot.done and reading.is_alive()
+        assert waited < 5.0, waited  # late, not held up by the reader's far deadline
+    finally:
+        redis_server.resume()
+    reading.join(10)
+    ch._close()
+
+
 # --- failures ------------------------------------------------------------------------------------
 
 

@@ -42,8 +42,9 @@ class Channel(channel.Channel):
         # C code, on the Condition a Python method (four times per node per request)
         lock = threading.Lock()
         self._cond = threading.Condition(lock)
-        # callers parked until their reply, oldest first: their wake-up lock -> their slot
-        self._parked: dict[Any, channel.Slot] = {}
+        # callers parked until their reply, oldest first: their wake-up lock -> their slot and
+        # when it is late (its deadline and patience: see ``late_at``)
+        self._parked: dict[Any, tuple[channel.Slot, float, float]] = {}
         super().__init__(client, name, dead_after, lock)
 
     def wait_settled(self, deadline: float) -> None:
@@ -68,7 +69,7 @@ class Channel(channel.Channel):
                         self._hand_over()  # a wake-up for the reader role must not be lost
                     return
                 if isinstance(conn, float):
-                    wake = self._park_locked(slot)
+                    wake = self._park_locked(slot, deadline, patience)
             if isinstance(conn, float):
                 wake.acquire(True, conn)
                 if slot.done:  # its reply woke it (and unparked it): no need for the lock
@@ -84,12 +85,13 @@ class Channel(channel.Channel):
             if not more:
                 return
 
-    def _park_locked(self, slot: channel.Slot) -> Any:
+    def _park_locked(self, slot: channel.Slot, deadline: float, patience: float) -> Any:
         """A lock for this caller to wait on, released when ``slot`` is filled, the reader
-        role is handed to this caller or the connection changes."""
+        role is handed to this caller, the node is found silent past the caller's lateness or
+        the connection changes."""
         wake = threading.Lock()
         wake.acquire()
-        self._parked[wake] = slot
+        self._parked[wake] = (slot, deadline, patience)
         slot.then = lambda: self._unpark(wake)
         return wake
 
@@ -115,6 +117,11 @@ class Channel(channel.Channel):
         for wake in list(self._parked):
             self._unpark(wake)
 
+    def _silent(self, until: float) -> None:
+        for wake, (_, deadline, patience) in list(self._parked.items()):
+            if patience > 0 and self.late_at(deadline, patience) <= until:
+                self._unpark(wake)
+
     def _hand_over(self) -> None:
         # the caller parked last: its request is (about) the newest, so it reads every reply
         # before its own and hands each to its caller, instead of one hand-over per reply
@@ -131,10 +138,15 @@ class Channel(channel.Channel):
     # -- I/O --------------------------------------------------------------------------------------
 
     def _read_until(self, conn: Any, slot: channel.Slot, deadline: float, patience: float) -> None:
-        """Reader role: hand replies to their slots in order until ``slot`` is filled."""
+        """Reader role: hand replies to their slots in order until ``slot`` is filled, or until
+        a read finds the node silent past the slot's lateness. A read waits at most
+        :data:`~redlease.core.quorum.channel.LATE_GRACE`, so that callers waiting past theirs
+        learn how long the node has been silent (``_check_dead``)."""
         while not slot.done:
-            # past the deadline: only what is already there (CPython polls >= 1 ms)
-            left = max(self.late_at(deadline, patience) - time.monotonic(), 1e-6)
+            start = time.monotonic()
+            late = self.late_at(deadline, patience)
+            # past the lateness: only what is already there (CPython polls >= 1 ms)
+            left = max(min(late - start, channel.LATE_GRACE), 1e-6)
             try:
                 sock = conn._sock
                 if sock is None:
@@ -142,8 +154,12 @@ class Channel(channel.Channel):
                 sock.settimeout(left)  # bounds this read, partial replies included
                 value: Any = conn.read_response(disconnect_on_error=False)
             except rex.TimeoutError:
-                self._check_dead(conn)
-                return
+                # the read waited at least ``left`` from ``start`` and nothing came
+                quiet = start + left
+                self._check_dead(conn, quiet)
+                if quiet >= late:
+                    return
+                continue
             except Exception as exc:  # noqa: BLE001 - an error reply, or the connection is gone
                 value = exc
             if not self._received(conn, value):

@@ -43,6 +43,8 @@ RETRY_CONNECT = 0.25  # after a failed connect, fail fast for this long
 FIRST_CONTACT = 2.0  # how long the first operation of a node set waits for connections
 # Past its deadline a caller still collects replies that already arrived; if another caller
 # holds the node's reader role (and is handing replies out), it waits at most this long more.
+# A reader waiting on a silent node also looks up at least this often, to say how long the
+# node has been silent (:meth:`Channel._claim_locked`).
 LATE_GRACE = 0.01
 
 Memo = dict[Any, Any]
@@ -142,6 +144,9 @@ class Channel:
         self._backlog: list[tuple[tuple[Any, ...], Slot]] = []
         self._inflight: deque[Slot] = deque()
         self._head_since = 0.0  # when the oldest request in flight was written or last answered
+        # until when a reader found the node silent (a read that timed out): no reply arrived
+        # between the last one handed out and then
+        self._quiet_until = 0.0
         self._retry_at = 0.0
         self._error: BaseException | None = None
         self._closed = False
@@ -302,7 +307,10 @@ class Channel:
         Past the deadline the caller still takes one pass over what has already arrived (or
         waits up to :data:`LATE_GRACE` for the caller that holds the reader role): a fan-out
         waits for its nodes one after the other, so a reply must not count as late only because
-        an earlier node used up the time.
+        an earlier node used up the time. A node is silent for ``patience`` only when a read
+        found it so (:attr:`_quiet_until`), not when the reader handed nothing out for that
+        long: a reader kept from running (hundreds of threads on the GIL, a busy machine)
+        hands out replies the node sent in time, and that lag is this process's own.
         """
         if slot.done:
             return None
@@ -310,10 +318,13 @@ class Channel:
         if conn is not None and not self._reading and self._inflight:
             self._reading = True
             return conn
-        left = self.late_at(deadline, patience) - time.monotonic()
+        late = self.late_at(deadline, patience)
+        left = late - time.monotonic()
         if left <= 0:
             if not self._reading:
                 return None
+            if patience > 0:  # the reader wakes this caller when it finds the node silent
+                return None if self._quiet_until >= late else max(patience, LATE_GRACE)
             left += LATE_GRACE
             if left <= 0:
                 return None
@@ -321,12 +332,13 @@ class Channel:
 
     def _reader_done(self, slot: Slot, deadline: float, patience: float = 0.0) -> bool:
         """Give the reader role back (to a waiting caller, if requests are in flight); whether
-        to go on waiting for ``slot``."""
+        to go on waiting for ``slot`` (not late: :meth:`_read_until` of the driver returns
+        when its read found the node silent past the lateness, or with the slot filled)."""
         with self._lock:
             self._reading = False
             if self._inflight:
                 self._hand_over()
-            return not slot.done and time.monotonic() < self.late_at(deadline, patience)
+            return not slot.done and self._quiet_until < self.late_at(deadline, patience)
 
     # -- what the drivers report ------------------------------------------------------------------
 
@@ -346,15 +358,22 @@ class Channel:
             self._inflight.popleft().set(value)  # wakes the caller waiting for it (``then``)
             return True
 
-    def _check_dead(self, conn: Any) -> None:
-        """A read timed out: drop ``conn`` if its oldest request is unanswered for too long."""
+    def _check_dead(self, conn: Any, quiet_until: float | None = None) -> None:
+        """A read timed out: drop ``conn`` if its oldest request is unanswered for too long.
+        ``quiet_until``: the read found no reply until then (the reader role's reads); callers
+        waiting past their lateness are told (:meth:`_silent`)."""
         with self._lock:
-            if (
-                self._conn is conn
-                and self._inflight
-                and time.monotonic() - self._head_since > self.dead_after
-            ):
+            if self._conn is not conn:
+                return
+            if quiet_until is not None and quiet_until > self._quiet_until:
+                self._quiet_until = quiet_until
+                self._silent(quiet_until)
+            if self._inflight and time.monotonic() - self._head_since > self.dead_after:
                 self._drop_locked(rex.TimeoutError(f"no reply for {self.dead_after:g}s"))
+
+    def _silent(self, until: float) -> None:
+        """The node was found silent until ``until``: wake the callers late by then (lock
+        held; the blocking driver, whose callers wait for the reader)."""
 
     def _connected(self, conn: Any, probe: Probe) -> None:
         """Background connect done: write what was queued meanwhile (or give up if closed)."""
