@@ -162,38 +162,42 @@ def floor_exec(pairs: int, reps: int) -> dict[str, float]:
     return {name: statistics.median(v) for name, v in floor_samples(pairs, reps).items()}
 
 
+def floor_pairs(client: redis.Redis) -> dict[str, Callable[[], Any]]:
+    """One uncontended pair of each contender of the floor comparison on ``client``'s server,
+    whose ``FLOOR_LIBRARY`` is loaded (:func:`floor_samples`, :mod:`bench.instructions`)."""
+    rl = redlease.Lock(client, "floor-rl", ttl=10)
+    rp = client.lock("floor-rp", timeout=10)
+    keys = ("redlease:{floor}", "redlease:{floor}:fence")
+    skeys = ("redlease:{string}", "redlease:{string}:fence")
+    ckeys = ("redlease:{contract}", "redlease:{contract}:fence", "redlease:{contract}:history")
+
+    def floor_pair() -> None:
+        client.fcall("floor_acquire", 2, *keys, "tok", 10000, "me")
+        client.fcall("floor_release", 1, keys[0], "tok")
+
+    def contract_pair() -> None:
+        client.fcall("contract_acquire", 3, *ckeys, "tok", 10000, "me")
+        client.fcall("contract_release", 2, ckeys[0], "redlease:{contract}:waiters", "tok")
+
+    def string_pair() -> None:
+        client.fcall("string_acquire", 2, *skeys, "tok", 10000, "me")
+        client.fcall("string_release", 1, skeys[0], "tok")
+
+    return {
+        "redlease Lock": lambda: (rl.acquire(), rl.release()),
+        "floor (fenced lease, 7 calls)": floor_pair,
+        CONTRACT_FLOOR: contract_pair,
+        "string lease (fenced, 6 calls)": string_pair,
+        "redis-py Lock": lambda: (rp.acquire(), rp.release()),
+    }
+
+
 def floor_samples(pairs: int, reps: int) -> dict[str, list[float]]:
     """:func:`floor_exec`'s repetitions, every one (us per pair, in the order they ran)."""
     with RedisServer() as server:
         client = server.client()
         client.function_load(FLOOR_LIBRARY)
-        rl = redlease.Lock(client, "floor-rl", ttl=10)
-        rp = client.lock("floor-rp", timeout=10)
-        keys = ("redlease:{floor}", "redlease:{floor}:fence")
-
-        skeys = ("redlease:{string}", "redlease:{string}:fence")
-
-        def floor_pair() -> None:
-            client.fcall("floor_acquire", 2, *keys, "tok", 10000, "me")
-            client.fcall("floor_release", 1, keys[0], "tok")
-
-        ckeys = ("redlease:{contract}", "redlease:{contract}:fence", "redlease:{contract}:history")
-
-        def contract_pair() -> None:
-            client.fcall("contract_acquire", 3, *ckeys, "tok", 10000, "me")
-            client.fcall("contract_release", 2, ckeys[0], "redlease:{contract}:waiters", "tok")
-
-        def string_pair() -> None:
-            client.fcall("string_acquire", 2, *skeys, "tok", 10000, "me")
-            client.fcall("string_release", 1, skeys[0], "tok")
-
-        pairs_of = {
-            "redlease Lock": lambda: (rl.acquire(), rl.release()),
-            "floor (fenced lease, 7 calls)": floor_pair,
-            CONTRACT_FLOOR: contract_pair,
-            "string lease (fenced, 6 calls)": string_pair,
-            "redis-py Lock": lambda: (rp.acquire(), rp.release()),
-        }
+        pairs_of = floor_pairs(client)
         out: dict[str, list[float]] = {name: [] for name in pairs_of}
         for _ in range(reps):
             for name, pair in pairs_of.items():
@@ -305,23 +309,24 @@ def _peer_shaped_library() -> str:
     )
 
 
-def quorum_scripts(seconds: float = 1.0, reps: int = 7) -> dict[str, float]:
+def quorum_scripts(seconds: float = 1.0, reps: int = 7) -> dict[str, tuple[float, float, float]]:
     """asyncio pairs/s on 3 local nodes, interleaved, medians: redlease's ``aio.Lock`` with its
     own scripts, the same client with aioredlock-shaped scripts (:func:`_peer_shaped_library`,
     on a second set of nodes), and aioredlock: how much of the gap to aioredlock is the client
-    and how much the Redis work of a fenced lease with a record and fair waiting."""
+    and how much the Redis work of a fenced lease with a record and fair waiting. Each value:
+    (pairs/s, the client's CPU us per pair, the 3 servers' CPU us per pair): with the client
+    and the servers sharing 2 cores, a client that costs less can still make fewer pairs/s."""
     from bench.uncontended import _aioredlock, _time_async
     from redlease.quorum import NodeSet
 
     real = [RedisServer().start() for _ in range(3)]
     shaped = [RedisServer().start() for _ in range(3)]
+    stats_of = {id(s): s.client() for s in real + shaped}
     loop = asyncio.new_event_loop()
     try:
         lib = _peer_shaped_library()
         for s in shaped:
-            c = s.client()
-            c.function_load(lib, replace=True)
-            c.close()
+            stats_of[id(s)].function_load(lib, replace=True)
 
         def ours(servers: list[RedisServer], name: str) -> tuple[Any, Any, Any]:
             ns = NodeSet([aioredis.Redis(port=s.port) for s in servers])
@@ -329,24 +334,36 @@ def quorum_scripts(seconds: float = 1.0, reps: int = 7) -> dict[str, float]:
             return lock.acquire, lock.release, ns.aclose
 
         contenders = {
-            "redlease aio.Lock, its scripts": ours(real, "qs-real"),
-            "redlease aio.Lock, aioredlock-shaped scripts": ours(shaped, "qs-shaped"),
-            "aioredlock": _aioredlock([s.port for s in real], "qs-arl"),
+            "redlease aio.Lock, its scripts": (ours(real, "qs-real"), real),
+            "redlease aio.Lock, aioredlock-shaped scripts": (ours(shaped, "qs-shaped"), shaped),
+            "aioredlock": (_aioredlock([s.port for s in real], "qs-arl"), real),
         }
-        out: dict[str, list[float]] = {name: [] for name in contenders}
-        for acq, rel, _ in contenders.values():
+        out: dict[str, list[tuple[float, float, float]]] = {name: [] for name in contenders}
+        for (acq, rel, _), _ in contenders.values():
             loop.run_until_complete(_time_async(acq, rel, 0.2))
         for rep in range(reps):
             names = list(contenders)
             for name in names[rep % 3 :] + names[: rep % 3]:
-                acq, rel, _ = contenders[name]
+                (acq, rel, _), servers = contenders[name]
+                clients = [stats_of[id(s)] for s in servers]
+                cpu0, srv0 = time.process_time(), server_cpu_us(clients)
                 n, took = loop.run_until_complete(_time_async(acq, rel, seconds))
-                out[name].append(n / took)
-        for _, _, close in contenders.values():
+                cpu = (time.process_time() - cpu0) * 1e6 / n
+                out[name].append((n / took, cpu, (server_cpu_us(clients) - srv0) / n))
+        for (_, _, close), _ in contenders.values():
             loop.run_until_complete(close())
-        return {name: statistics.median(v) for name, v in out.items()}
+        return {
+            name: (
+                statistics.median(r for r, _, _ in v),
+                statistics.median(c for _, c, _ in v),
+                statistics.median(x for _, _, x in v),
+            )
+            for name, v in out.items()
+        }
     finally:
         loop.close()
+        for c in stats_of.values():
+            c.close()
         for s in real + shaped:
             s.stop()
 
@@ -366,10 +383,14 @@ def main() -> None:
     args = ap.parse_args()
     if args.quorum_scripts:
         rates = quorum_scripts()
-        peer = rates["aioredlock"]
-        print("3-node asyncio pairs/s, median of 7 interleaved runs:")
-        for name, rate in rates.items():
-            print(f"  {name:<46} {rate:7,.0f}  {rate / peer:.2f}x aioredlock")
+        peer = rates["aioredlock"][0]
+        print("3-node asyncio, medians of 7 interleaved runs: pairs/s; CPU us per pair of the")
+        print("client process and of the 3 servers' main threads")
+        for name, (rate, cpu, srv) in rates.items():
+            print(
+                f"  {name:<46} {rate:7,.0f}  {rate / peer:.2f}x aioredlock"
+                f"  client {cpu:6.1f} us  servers {srv:6.1f} us"
+            )
         return
     if args.floor:
         floor = floor_exec(args.pairs, args.reps)
