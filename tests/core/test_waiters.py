@@ -98,7 +98,7 @@ def test_waiters_due_together_are_told_what_their_last_attempt_would_be() -> Non
     batch = waiters.due(1.0)
     assert batch == [a, b, c] and waiters.together(batch, 1.0)
     # one script for the batch: every owner token, read and taken off the queue at once
-    call = give_up_together([w.wait.give_up for w in batch if w.wait.give_up is not None])
+    call = give_up_together([w.wait for w in batch])
     assert call.script is GIVE_UP and call.keys == ("k", "w")
     assert call.args == (250, "tok-a", "tok-b", "tok-c")
     assert not waiters.together([later], 2.0)  # alone: its own last attempt

@@ -219,8 +219,7 @@ class AsyncNode(_redis.NodeBase):
     async def give_up(self, waits: list[Wait]) -> waiting.LeaseOwner | None:
         """Who holds the lease of ``waits`` (waiters due together) now, read by one GIVE_UP that
         takes them off the queue when another owner holds it."""
-        calls = [w.give_up for w in waits if w.give_up is not None]
-        return waiting.owner_of(await self.execute(give_up_together(calls)))
+        return waiting.owner_of(await self.execute(give_up_together(waits)))
 
     async def run_all(self, calls: list[Call]) -> None:
         """Run ``calls`` (scripts on the node of the first one's key, no owner's request

@@ -232,8 +232,7 @@ class SyncNode(_redis.NodeBase):
     def give_up(self, waits: list[Wait]) -> waiting.LeaseOwner | None:
         """Who holds the lease of ``waits`` (waiters due together) now, read by one GIVE_UP that
         takes them off the queue when another owner holds it."""
-        calls = [w.give_up for w in waits if w.give_up is not None]
-        return waiting.owner_of(self.execute(give_up_together(calls)))
+        return waiting.owner_of(self.execute(give_up_together(waits)))
 
     def blpop(self, keys: tuple[str, ...], timeout: float) -> Any:
         """BLPOP for ``timeout`` seconds: [key, value], or None if nothing arrived in time.

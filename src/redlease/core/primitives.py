@@ -21,7 +21,7 @@ from redlease.core.intents import (
     Release,
 )
 from redlease.core.keys import LockKeys
-from redlease.core.requests import Call
+from redlease.core.requests import Call, Wait
 from redlease.errors import ConfigError
 
 DEFAULT_REPLICA_TIMEOUT = 0.1  # seconds a WAIT may take before the write counts as unconfirmed
@@ -280,8 +280,10 @@ class Primitive:
         )
 
 
-def give_up_together(calls: Sequence[Call]) -> Call:
-    """One GIVE_UP for the waiters of one lock whose ``calls`` (:meth:`Primitive.give_up`) are
-    due at once: the first one's keys and handoff time, every waiter's owner token."""
+def give_up_together(waits: Sequence[Wait]) -> Call:
+    """One GIVE_UP for the ``waits`` of one lock's waiters due at once (those with a
+    :attr:`~redlease.core.requests.Wait.give_up`, :meth:`Primitive.give_up`): the first one's
+    keys and handoff time, every waiter's owner token."""
+    calls = [w.give_up for w in waits if w.give_up is not None]
     first = calls[0]
     return Call(first.script, first.keys, (first.args[0], *(c.args[1] for c in calls)))

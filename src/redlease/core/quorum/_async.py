@@ -278,7 +278,7 @@ async def _reply(conn: Any) -> object:
 class WaitNode(_async.AsyncNode):
     """One node of a set as the asyncio driver of a quorum lock's wake-up wait (its BLPOP).
     The listener it starts gives up for the lock's waiters through ``quorum`` (the lock's
-    executor): one quorum read of the lease, one write of their LEAVEs per node. Its waiters
+    executor): one fan-out of their GIVE_UP, judged by quorum. Its waiters
     listen apart from any other node set's on the same client: a quorum read is good only for
     the nodes it read."""
 
@@ -306,8 +306,7 @@ class QuorumNode(QuorumExecutor, _async.AsyncNode):
         """Who holds the lease of ``waits`` (waiters due together) by a quorum of the nodes (one
         fan-out of their one GIVE_UP, which takes them off each node's queue where another
         owner holds the lease)."""
-        calls = [w.give_up for w in waits if w.give_up is not None]
-        return await self._run(self.owner_steps(give_up_together(calls)))  # type: ignore[no-any-return]
+        return await self._run(self.owner_steps(give_up_together(waits)))  # type: ignore[no-any-return]
 
     async def _run(self, steps: Steps) -> Any:
         reply = None
