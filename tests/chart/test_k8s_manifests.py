@@ -134,29 +134,11 @@ def test_injected_example_is_short_and_injects_cleanly() -> None:
 
 
 def test_image_supply_chain_is_pinned() -> None:
-    """Base image by digest, every dependency pinned with hashes and in step with pyproject,
-    no pip in the runtime stage."""
-    import tomllib
-
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
+    """Base image by digest, every dependency from requirements/image.txt with hashes (whose
+    agreement with pyproject tests/devtools/test_locks.py checks), no pip in the runtime
+    stage."""
     text = (ROOT / "Dockerfile").read_text()
     assert "ARG PYTHON_IMAGE=python:" in text and "@sha256:" in text.split("ARG PYTHON_IMAGE=")[1]
-    assert "--require-hashes" in text
+    assert "--require-hashes" in text and "requirements/image.txt" in text
     runtime = text.rsplit("\nFROM ", 1)[1]
     assert "pip uninstall" in runtime and "pip install" not in runtime
-    pins: dict[str, str] = {}
-    for line in (ROOT / "requirements" / "image.txt").read_text().splitlines():
-        if line and line[0].isalpha():
-            name, _, version = line.split(" ")[0].partition("==")
-            pins[canonicalize_name(name)] = version
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = list(project["dependencies"])
-    for extra in ("sidecar", "operator"):
-        wanted += project["optional-dependencies"][extra]
-    for spec in wanted:
-        req = Requirement(spec)
-        name = canonicalize_name(req.name)
-        assert name in pins, f"{req.name} is not in requirements/image.txt: run `make lock`"
-        assert req.specifier.contains(pins[name]), f"{req.name}=={pins[name]} breaks {spec}"

@@ -276,7 +276,7 @@ def _sentinel_client(url: str, *, asyncio: bool, consent: Consent | None, **kwar
         kwargs.setdefault("ssl", True)
     if consent is not None:
         kwargs["connection_class"] = _guarded_connection(consent, parts.scheme, service, asyncio)
-    sentinel_kwargs = {
+    sentinel_kwargs: dict[str, Any] = {
         k: kwargs[k]
         for k in ("socket_timeout", "socket_connect_timeout", "ssl", "ssl_ca_certs")
         if k in kwargs
@@ -284,8 +284,8 @@ def _sentinel_client(url: str, *, asyncio: bool, consent: Consent | None, **kwar
     if asyncio:
         from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 
-        return AsyncSentinel(hosts, sentinel_kwargs=sentinel_kwargs, **kwargs).master_for(service)  # type: ignore[no-untyped-call]
+        return AsyncSentinel(hosts, sentinel_kwargs=sentinel_kwargs, **kwargs).master_for(service)
     from redis.sentinel import Sentinel
 
-    sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, **kwargs)  # type: ignore[no-untyped-call]
-    return sentinel.master_for(service)  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, **kwargs)
+    return sentinel.master_for(service)
