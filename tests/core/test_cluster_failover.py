@@ -267,7 +267,7 @@ def _blocked_on(server: RedisServer) -> int:
 async def test_a_client_reset_by_moved_replies_cuts_no_request_to_a_healthy_master(
     cluster: LocalCluster,
 ) -> None:
-    """redis-py's asyncio RedisCluster closes every connection of every node on every
+    """redis-py's asyncio RedisCluster (before 8.2) closes every connection of every node on every
     ``reinitialize_steps``-th ``MOVED`` (5 by default, counted over the client's life, the
     user's own commands included; the test starts the count at 4, as if it had seen 4 already:
     how many MOVEDs a failover yields depends on redis-py's slot patching) and on
@@ -304,8 +304,10 @@ async def test_a_client_reset_by_moved_replies_cuts_no_request_to_a_healthy_mast
         await async_wait_until(lambda: asyncio.to_thread(lambda: _blocked_on(served) >= 1))
         take_over(cluster, old, name, kill=False)
 
-        await aclient.get(key)  # MOVED, the fifth: the client closes its connections
-        assert closes, "the user's MOVED made the client close its connections"
+        await aclient.get(key)  # MOVED, the fifth: redis-py < 8.2 closes its connections
+        if not closes:  # redis-py 8.2 only patches the slot: reset as earlier releases (and
+            await aclient.aclose()  # users on them) do, on a MOVED or a CLUSTERDOWN
+        assert closes, "the client closed its connections"
         assert not [w for w in waiters if w.done()], [w.exception() for w in waiters if w.done()]
         assert (await holder.extend()).fencing_token == lease.fencing_token
 

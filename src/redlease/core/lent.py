@@ -1,8 +1,9 @@
 """Connections of an asyncio cluster node lent to a request of ours, out of reach of a reset.
 
-redis-py's asyncio ``RedisCluster`` closes every connection of every node (``aclose``) on a
-``CLUSTERDOWN`` reply and on every ``reinitialize_steps``-th ``MOVED`` (5 by default, counted
-over the client's lifetime, the user's own commands included): the requests other tasks are
+redis-py's asyncio ``RedisCluster`` before 8.2 closes every connection of every node
+(``aclose``) on a ``CLUSTERDOWN`` reply and on every ``reinitialize_steps``-th ``MOVED`` (5 by
+default, counted over the client's lifetime, the user's own commands included; 8.2 patches the
+slot and keeps the connections, and a user's own ``aclose`` still does it): the requests other tasks are
 reading replies from on healthy nodes (a lock's extend, the waiters' ``BLPOP``) would fail with
 "Connection closed by server" and be reported as an outage. While lent, a connection's place in
 the node's list (``ClusterNode._connections``, which such a close walks, and which counts
