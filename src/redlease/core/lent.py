@@ -3,13 +3,13 @@
 redis-py's asyncio ``RedisCluster`` before 8.2 closes every connection of every node
 (``aclose``) on a ``CLUSTERDOWN`` reply and on every ``reinitialize_steps``-th ``MOVED`` (5 by
 default, counted over the client's lifetime, the user's own commands included; 8.2 patches the
-slot and keeps the connections, and a user's own ``aclose`` still does it): the requests other tasks are
-reading replies from on healthy nodes (a lock's extend, the waiters' ``BLPOP``) would fail with
-"Connection closed by server" and be reported as an outage. While lent, a connection's place in
-the node's list (``ClusterNode._connections``, which such a close walks, and which counts
-towards ``max_connections``) holds a stand-in: a close there only notes it, and the connection
-is closed when the request gives it back, its reply read (what redis-py does itself with the
-connections in use on a topology refresh).
+slot and keeps the connections, and a user's own ``aclose`` still does it): the requests other
+tasks are reading replies from on healthy nodes (a lock's extend, the waiters' ``BLPOP``) would
+fail with "Connection closed by server" and be reported as an outage. While lent, a connection's
+place in the node's list (``ClusterNode._connections``, which such a close walks, and which
+counts towards ``max_connections``) holds a stand-in: a close there only notes it, and the
+connection is closed when the request gives it back, its reply read (what redis-py does itself
+with the connections in use on a topology refresh).
 """
 
 from __future__ import annotations
