@@ -56,7 +56,6 @@ def test_every_key_of_an_api_name_expires(api: Sidecar, redis_server: RedisServe
     assert len(keys) >= 2 * 500  # fence and history of each name, the held lease
     permanent = [k for k in keys if not 0 < client.pttl(k) <= bound_ms]
     assert permanent == []
-    assert {LockKeys.for_name(f"{PREFIX}n7").fence, LockKeys.for_name(f"{PREFIX}n7").history} <= set(
-        keys
-    )
+    seventh = LockKeys.for_name(f"{PREFIX}n7")
+    assert {seventh.fence, seventh.history} <= set(keys)
     client.close()

@@ -55,9 +55,7 @@ def make_options(
         or not isinstance(forget_after, int | float)
         or not 0 < forget_after < float("inf")
     ):
-        raise ConfigError(
-            "forget_after", f"must be None or > 0 seconds, got {forget_after!r}"
-        )
+        raise ConfigError("forget_after", f"must be None or > 0 seconds, got {forget_after!r}")
     return Options(
         ttl=float(ttl),
         identity=ident,
