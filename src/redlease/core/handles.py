@@ -40,6 +40,7 @@ def make_options(
     handoff: float,
     replicas: int,
     replica_timeout: float,
+    forget_after: float | None = None,
 ) -> Options:
     """Validate user settings into :class:`Options` (each error names its argument)."""
     lo, hi = TTL_RANGE
@@ -49,12 +50,19 @@ def make_options(
         raise ConfigError("handoff", f"must be >= 0 seconds, got {handoff!r}")
     replicas, replica_timeout = primitives.validate_replication(replicas, replica_timeout)
     ident = validate_identity(default_identity() if identity is None else identity)
+    if forget_after is not None and (
+        isinstance(forget_after, bool)
+        or not isinstance(forget_after, int | float)
+        or not 0 < forget_after < float("inf")
+    ):
+        raise ConfigError("forget_after", f"must be None or > 0 seconds, got {forget_after!r}")
     return Options(
         ttl=float(ttl),
         identity=ident,
         handoff=float(handoff),
         replicas=replicas,
         replica_timeout=replica_timeout,
+        forget_after=None if forget_after is None else float(forget_after),
     )
 
 
@@ -96,6 +104,7 @@ class HandleCore:
         handoff: float = 0.25,
         replicas: int = 0,
         replica_timeout: float = primitives.DEFAULT_REPLICA_TIMEOUT,
+        forget_after: float | None = None,
     ) -> None:
         options = make_options(
             ttl=ttl,
@@ -103,8 +112,14 @@ class HandleCore:
             handoff=handoff,
             replicas=replicas,
             replica_timeout=replica_timeout,
+            forget_after=forget_after,
         )
         self.prim = self._primitive(name, options)
+        if forget_after is not None and (self.prim.group or self.kind in ("read", "write")):
+            raise ConfigError(
+                "forget_after",
+                "only Lock, ReentrantLock and Semaphore take it (one lock name, exclusive)",
+            )
         limit = check_limit(limit)
         if limit > 1:
             if not self.counting or self.kind != "mutex" or self.prim.group:

@@ -58,10 +58,18 @@ class Options:
     registration_grace: float = 0.5  # a waiter's registration outlives its BLPOP by this much
     replicas: int = 0  # WAIT for this many replicas after writes; fail closed if fewer
     replica_timeout: float = DEFAULT_REPLICA_TIMEOUT
+    # None: the fence counter and history keep no TTL (DESIGN's rule); else seconds they outlive
+    # the lease by (docs/safety.md, "Forgotten counters")
+    forget_after: float | None = None
 
     @property
     def ttl_ms(self) -> int:
         return max(1, round(self.ttl * 1000))
+
+    @property
+    def forget_ms(self) -> int:
+        """``forget_after`` in ms (0: off), the scripts' ``forget`` argument."""
+        return 0 if self.forget_after is None else max(1, round(self.forget_after * 1000))
 
     @property
     def handoff_ms(self) -> int:
@@ -202,13 +210,13 @@ class Primitive:
         )
         if self.direct:
             keys += (k.direct, k.grants(token))
-            if self.mailbox:
-                args += (self.mailbox,)
-        if self.limit > 1:
-            if not self.mailbox:
-                args += ("",)
+        if self.limit > 1 or o.forget_ms:  # ARGV[8] and ARGV[9] ('0': a mutex) before ARGV[10]
             keys += self.slots
-            args += (self.limit - 1,)
+            args += (self.mailbox, self.limit - 1)
+            if o.forget_ms:
+                args += (o.forget_ms,)
+        elif self.mailbox:
+            args += (self.mailbox,)
         return Call(scripts.ACQUIRE, keys, args, token, intent=Acquire(token, o.ttl_ms))
 
     def release(self, token: str, full: bool = True) -> Call:
@@ -229,6 +237,8 @@ class Primitive:
         if self.limit > 1:
             keys += self.slots
             args += (self.limit - 1,)
+        if self.direct and o.forget_ms:  # a lease passed on to a waiter forgets as ours does
+            args += (() if self.limit > 1 else (0,)) + (o.forget_ms,)
         return Call(scripts.RELEASE, keys, args, token, intent=Release())
 
     def extend(self, token: str, ttl_ms: int, timeout: float | None = None) -> Call:
@@ -246,6 +256,10 @@ class Primitive:
             leases, args = (self.keys.lease, *self.slots), (token, ttl_ms, "slots")
         else:
             leases, args = self.each(lambda k: (k.lease,)), (token, ttl_ms)
+        forget = self.options.forget_ms
+        if forget:  # one lock (handles refuse forget_after for a group): its keys move along
+            leases += (self.keys.fence, self.keys.history)
+            args = (token, ttl_ms, "slots" if self.limit > 1 else "", forget)
         return Call(scripts.EXTEND, leases, args, token, timeout, Extend(ttl_ms))
 
     def leave(self, token: str) -> Call:
@@ -257,6 +271,8 @@ class Primitive:
         if self.limit > 1:
             keys += self.slots
             args += (self.limit - 1,)
+        if self.direct and self.options.forget_ms:  # a lease passed on forgets as ours does
+            args += (() if self.limit > 1 else (0,)) + (self.options.forget_ms,)
         return Call(scripts.LEAVE, keys, args, token, intent=Leave())
 
     def give_up(self, token: str) -> Call:
@@ -270,11 +286,14 @@ class Primitive:
         return Call(scripts.GIVE_UP, keys, (self.options.handoff_ms, token))
 
     def raise_fence(self, token: str, fence: int) -> Call:
-        """Raise this lock's fence counter, and the owner's lease record, to ``fence``."""
+        """Raise this lock's fence counter, and the owner's lease record, to ``fence``; with
+        ``forget_after``, a raised counter expires as a granted one does."""
+        o = self.options
+        keep: tuple[int, ...] = (o.ttl_ms + o.forget_ms,) if o.forget_ms else ()
         return Call(
             scripts.RAISE_FENCE,
             (self.keys.fence, self.keys.lease, *self.slots),
-            (fence, token),
+            (fence, token, *keep),
             token,
             intent=RaiseFence(fence),
         )

@@ -153,6 +153,20 @@ local function soonest(a, b)  -- the earlier of two expiry hints in ms (-1: none
   return b
 end
 """,
+    "forget_at": """
+-- ``forget_after`` (docs/safety.md, "Forgotten counters"): the fence counter expires at server
+-- time now + ``keep`` ms + the counter's lead over the clock (its value minus the clock in us,
+-- when positive), so it is forgotten only after the server clock has passed its value: an
+-- absent counter is seeded from the clock, above it. PEXPIREAT from TIME, not PEXPIRE: Redis
+-- bases a relative expiry on the script's start, which may be earlier than TIME's reading.
+-- ``history``: the history hash, expired ``keep`` ms from now (nil: none).
+local function forget_at(fence_key, history, fence, keep)
+  local lead = math.ceil((fence - server_now()[2]) / 1000)
+  if lead > 0 then keep = keep + lead end
+  redis.call('PEXPIREAT', fence_key, string.format('%d', now_ms() + keep))
+  if history then redis.call('PEXPIRE', history, keep) end
+end
+""",
     "grant": """
 -- The lease record is compact: owner, holder, fence, acquired_ms, ttl_ms; 'count' only once a
 -- reentrant hold is re-entered, 'mode' only for a writer, 'renewed_ms' only once extended
@@ -167,7 +181,9 @@ end
 -- only when the counter is absent: the set's nodes stay in step, so a grant needs no second
 -- round to raise the others to the highest token, and a counter that is behind (restored,
 -- lagging) is the set's restart rule's to catch (docs/quorum.md).
-local function grant(lease, fence_key, history, token, identity, ttl, min_fence, mode)
+-- ``forget``: nil, or forget_after in ms: the counter and the history then expire (forget_at)
+-- ttl + forget ms after this grant (DESIGN's "no TTL" counter is the default, nil).
+local function grant(lease, fence_key, history, token, identity, ttl, min_fence, mode, forget)
   local fence
   if min_fence < 0 then
     fence = redis.call('INCR', fence_key)
@@ -204,6 +220,7 @@ local function grant(lease, fence_key, history, token, identity, ttl, min_fence,
       'acquired_ms', now_ms(), 'ttl_ms', ttl, 'mode', mode)
   end
   redis.call('PEXPIRE', lease, ttl)
+  if forget then forget_at(fence_key, history, fence, ttl + forget) end
   return fence, transitions
 end
 """,
@@ -234,7 +251,7 @@ end
 -- No waiters (the uncontended case): one EXISTS. The head is read first: when it is live, no
 -- registration has lapsed (it lapses first), so the common hand-off reads the queue once.
 local function pass_on(lease, fence_key, history, waiters, handoff, wake, direct, handoff_ms,
-    wake_all)
+    wake_all, forget)
   if not direct or wake_all then
     return notify(waiters, handoff, wake, handoff_ms, wake_all)
   end
@@ -271,7 +288,8 @@ local function pass_on(lease, fence_key, history, waiters, handoff, wake, direct
   end
   redis.call('ZREM', waiters, head)
   redis.call('HDEL', direct, head)
-  local fence, transitions = grant(lease, fence_key, history, head, identity, ttl, 0, 'x')
+  local fence, transitions = grant(lease, fence_key, history, head, identity, ttl, 0, 'x',
+    forget)
   redis.call('RPUSH', box, fence .. ' ' .. now_ms() .. ' ' .. transitions .. item)
   keep_alive(box, tonumber(ttl))
   redis.call('DEL', handoff)
@@ -348,7 +366,8 @@ ACQUIRE = Script(
 -- ARGV[7] '0': the owner is registered as a waiter nowhere (absent: it may be)
 -- ARGV[8] the caller's process mailbox for a direct hand-off (absent or '': its own list)
 -- ARGV[9] a counting semaphore (one lock): m, the number of its slots after slot 0, whose
---   lease keys (LockKeys.slot) are the last m KEYS, after every key above (absent: a mutex)
+--   lease keys (LockKeys.slot) are the last m KEYS, after every key above (absent or '0': a mutex)
+-- ARGV[10] forget_after ms (absent: the counter and history keep no TTL; see grant)
 -- With one lock, two more keys may follow: KEYS[6] direct hand-off hash, KEYS[7] the caller's
 -- own grant list (wake list .. ':' .. owner token). A refused caller then
 -- enlists for a direct hand-off (see pass_on); a caller that finds the lease already granted to
@@ -370,10 +389,10 @@ local token = ARGV[1]
 local ttl = ARGV[2]
 -- The uncontended case first: one lock, free and not reserved, the caller registered nowhere
 -- (one EXISTS for both keys). What the general path below does then, without its bookkeeping.
-if #KEYS < 10 and ARGV[7] == '0' and not ARGV[9] and redis.call('EXISTS', KEYS[1], KEYS[5]) == 0
-then
+if #KEYS < 10 and ARGV[7] == '0' and (not ARGV[9] or ARGV[9] == '0')
+    and redis.call('EXISTS', KEYS[1], KEYS[5]) == 0 then
   local fence, transitions = grant(KEYS[1], KEYS[2], KEYS[3], token, ARGV[3], ttl,
-    ARGV[6] == '0' and 0 or tonumber(ARGV[6]), 'x')
+    ARGV[6] == '0' and 0 or tonumber(ARGV[6]), 'x', ARGV[10])
   return fence .. ' 1 ' .. now_ms() .. ' ' .. transitions
 end
 local registered = ARGV[7] ~= '0'
@@ -469,7 +488,7 @@ for i = 1, n do
   end
   local t
   fence, t = grant(leases[i], KEYS[5 * i - 3], KEYS[5 * i - 2], token, ARGV[3], ttl,
-    floor, 'x')
+    floor, 'x', ARGV[10])
   if not transitions or tonumber(t) > tonumber(transitions) then transitions = t end
 end
 return fence .. ' 1 ' .. now_ms() .. ' ' .. transitions
@@ -490,7 +509,8 @@ RELEASE = Script(
 -- ARGV[3] handoff ms   ARGV[4] '1' wake every waiter, '0' one
 -- ARGV[5] a counting semaphore (one lock, every count): m, the number of its slots after slot 0,
 --   whose lease keys are the last m KEYS (absent: a mutex). The slot the owner holds is freed
---   and passed on to the head waiter.
+--   and passed on to the head waiter. '0': a mutex (with ARGV[6])
+-- ARGV[6] forget_after ms of the lease handed on (absent: none; see grant)
 -- Returns the remaining reentrant count (0 = lease gone) when released, -1 when not the owner
 --   (of at least one lock; the owner's other locks are released)
 -- One lock with ARGV[2] '1' (the common release) takes the first branch: the same steps.
@@ -509,7 +529,8 @@ if #KEYS - m < 8 and ARGV[2] == '1' then  -- one lock, every count: the loop bel
   redis.call('DEL', lease)
   local direct = nil
   if #KEYS - m > 4 then direct = KEYS[7] end
-  pass_on(lease, KEYS[5], KEYS[6], KEYS[2], KEYS[3], KEYS[4], direct, ARGV[3], ARGV[4] == '1')
+  pass_on(lease, KEYS[5], KEYS[6], KEYS[2], KEYS[3], KEYS[4], direct, ARGV[3], ARGV[4] == '1',
+    ARGV[6])
   return 0
 end
 local n = math.floor(#KEYS / 4)
@@ -530,7 +551,7 @@ for i = 1, 4 * n, 4 do
     else
       redis.call('DEL', KEYS[i])
       pass_on(KEYS[i], KEYS[5], KEYS[6], KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], KEYS[7],
-        ARGV[3], ARGV[4] == '1')
+        ARGV[3], ARGV[4] == '1', ARGV[6])
     end
   end
 end
@@ -546,16 +567,20 @@ EXTEND = Script(
 -- (all or none: a lease that lost one of its locks is lost, and is not kept alive in part).
 -- KEYS[1] lease hash (KEYS[2..n]: those of the other locks of a multi-key lease)
 -- ARGV[1] owner token  ARGV[2] new ttl ms
--- ARGV[3] present: a counting semaphore; KEYS are the lease keys of its slots, and the one the
---   owner holds is extended
+-- ARGV[3] present and not '': a counting semaphore; KEYS are the lease keys of its slots, and
+--   the one the owner holds is extended
+-- ARGV[4] forget_after ms (one lock; absent: none): the last two KEYS are then the lock's fence
+--   counter and history hash, whose expiries (see grant) move to at least ttl + forget from now
+--   (only ever later, so the counter's rule holds; a counter without a TTL keeps none)
 -- Returns {1, fence, now_ms} extended  {0, 0, now_ms} not the owner (or expired); fence and
 --   now_ms as strings
 """
     + _PRELUDE
     + """
 local leases = KEYS
-if ARGV[3] then
-  local mine = owned_slot(KEYS, ARGV[1])
+if ARGV[4] then leases = {unpack(KEYS, 1, #KEYS - 2)} end
+if ARGV[3] and ARGV[3] ~= '' then
+  local mine = owned_slot(leases, ARGV[1])
   if not mine then return {0, 0, now_ms()} end
   leases = {mine}
 end
@@ -568,6 +593,12 @@ end
 for i = 1, #leases do
   redis.call('HSET', leases[i], 'renewed_ms', now_ms(), 'ttl_ms', ARGV[2])
   redis.call('PEXPIRE', leases[i], ARGV[2])
+end
+if ARGV[4] then
+  local keep = ARGV[2] + ARGV[4]
+  local p = redis.call('PTTL', KEYS[#KEYS - 1])
+  if p >= 0 and p < keep then redis.call('PEXPIRE', KEYS[#KEYS - 1], keep) end
+  keep_alive(KEYS[#KEYS], keep)
 end
 return {1, fence, now_ms()}
 """,
@@ -586,8 +617,9 @@ LEAVE = Script(
 -- lease handed over to the caller while it gave up is released and passed on.
 -- ARGV[1] owner token  ARGV[2] handoff ms
 -- ARGV[3] a counting semaphore (one lock): m, the number of its slots after slot 0, whose lease
---   keys are the last m KEYS (absent: a mutex); a lease handed over is found in any slot, and
---   "free" means some slot is free
+--   keys are the last m KEYS (absent or '0': a mutex); a lease handed over is found in any slot,
+--   and "free" means some slot is free
+-- ARGV[4] forget_after ms of a lease passed on (absent: none; see grant)
 -- Returns {live waiters, summed over the locks}
 """
     + _PRELUDE
@@ -604,7 +636,7 @@ if #KEYS - s >= m + 3 then
     redis.call('DEL', lease)
     redis.call('ZREM', KEYS[2], ARGV[1])
     pass_on(lease, KEYS[6], KEYS[7], KEYS[2], KEYS[3], KEYS[4], KEYS[8], tonumber(ARGV[2]),
-      false)
+      false, ARGV[4])
     return {live(KEYS[2])}
   end
 end
@@ -861,12 +893,18 @@ RAISE_FENCE = Script(
 -- KEYS[1] fence counter  KEYS[2] lease hash (KEYS[3..]: a counting semaphore's other slots; the
 --   owner's lease record is found in any of them)
 -- ARGV[1] minimum fence  ARGV[2] owner token ('' : counter only)
+-- ARGV[3] ttl + forget_after ms (absent: none): a raised counter then expires as a granted one
+--   does (forget_at); absent, SET leaves it without a TTL
 -- Returns {counter after, 1 if the owner's lease record now carries the fence else 0}
+"""
+    + _PRELUDE
+    + """
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 local min = tonumber(ARGV[1])
 if cur < min then
   redis.call('SET', KEYS[1], ARGV[1])  -- the text as given: a Lua number may print inexactly
   cur = min
+  if ARGV[3] then forget_at(KEYS[1], nil, ARGV[1], tonumber(ARGV[3])) end
 end
 local updated = 0
 if ARGV[2] ~= '' then

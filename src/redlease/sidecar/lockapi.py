@@ -38,6 +38,9 @@ MAX_BODY = 4096  # bytes of a request body; the largest valid one is under 200
 MAX_WAIT_MS = 60_000  # longest blocking acquire: an HTTP request should not hang for longer
 MAX_LEASES = 1024  # leases one sidecar holds for its app at once (each is a Lock object)
 TTL_MS = (round(TTL_RANGE[0] * 1000), round(TTL_RANGE[1] * 1000))
+# seconds a name's fence counter and history outlive its last lease (Lock forget_after): Redis
+# keys per API name are bounded in time, tokens still increase (docs/lockapi.md, "Redis keys")
+FORGET_AFTER = 60.0
 CLOSE_TIMEOUT = 2.0  # seconds to release the app's leases at shutdown; the rest expire
 
 
@@ -304,6 +307,7 @@ class LockApi:
             identity=self.identity,
             replicas=replicas,
             replica_timeout=replica_timeout,
+            forget_after=FORGET_AFTER,
         )
         try:
             if ask.wait_ms:  # the library's notified wait: woken when the holder releases
