@@ -257,9 +257,8 @@ class Sidecar(Hooks):
             self.state_file = StateFile(cfg.state_dir, election.lock)
         self.metrics_ = Metrics(election.lock)
         self.elector = Elector(election, hooks=self, drain_timeout=cfg.drain_timeout)
-        if self.lockapi is not None:
-            replicas = (election.replicas, election.replica_timeout)
-            self.lockapi.start(election.target, scope=election.scope, replicas=replicas)
+        if self.lockapi is not None:  # the election's nodes, credentials, scope, replicas
+            self.lockapi.follow(election)
         if self.follower is None:
             await self._listen(cfg.http)
         await self._listen(cfg.metrics, "--metrics", metrics_only=True)
@@ -321,6 +320,8 @@ class Sidecar(Hooks):
                           error=str(exc))  # fmt: skip
                 return
             self.elector.reconfigure(config)
+            if self.lockapi is not None:  # one configuration: the API switches with it
+                self.lockapi.follow(config)
 
     async def _listen(
         self, address: HttpAddress | None, flag: str = "--http", metrics_only: bool = False
