@@ -60,6 +60,7 @@ class Sidecar(Hooks):
         self.follower: LockRefFollower | None = None
         self._kube: KubeClient | None = None
         self._servers: list[GuardedServer] = []
+        self._state_dir_lock: int | None = None  # the descriptor of the state dir's lock file
         self._background: list[asyncio.Task[None]] = []
         self.lockapi = LockApi(config.api_locks, config.identity) if config.api_locks else None
 
@@ -215,12 +216,13 @@ class Sidecar(Hooks):
 
     def _preflight(self) -> None:
         """Fail fast, before anything runs: a lock name that names no Kubernetes object, a
-        state directory that cannot be written (the file name waits for the lock name)."""
+        state directory that cannot be written or that another sidecar uses (the file name
+        waits for the lock name)."""
         cfg = self.config
         if cfg.election is not None and (cfg.lease_mirror or cfg.events):
             cfg.lock_object(cfg.election.lock)
-        if cfg.state_dir is not None:
-            StateFile(cfg.state_dir, "probe").prepare()
+        if cfg.state_dir is not None:  # held (flock) until the process ends: one per dir
+            self._state_dir_lock = StateFile(cfg.state_dir, "probe").prepare()
 
     async def _election_config(self) -> ElectionConfig | None:
         """The election settings: from flags, or (``--lock-ref``) the DistributedLock's first
