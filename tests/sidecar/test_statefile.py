@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -98,7 +99,7 @@ def test_state_file_still_says_not_leader_when_the_marker_cannot_be_removed(
     from redlease.sidecar.statefile import StateFile
 
     sf = StateFile(tmp_path, "job")
-    sf.prepare()
+    os.close(sf.prepare())  # the state directory's lock file
     doc = {"lock": "job", "identity": "me", "leader": True,
            "leader_until": "2030-01-01T00:00:00.000Z"}  # fmt: skip
     sf.publish(doc)

@@ -60,6 +60,7 @@ class Sidecar(Hooks):
         self.follower: LockRefFollower | None = None
         self._kube: KubeClient | None = None
         self._servers: list[GuardedServer] = []
+        self._state_dir_lock: int | None = None  # the descriptor of the state dir's lock file
         self._background: list[asyncio.Task[None]] = []
         self.lockapi = LockApi(config.api_locks, config.identity) if config.api_locks else None
 
@@ -215,12 +216,13 @@ class Sidecar(Hooks):
 
     def _preflight(self) -> None:
         """Fail fast, before anything runs: a lock name that names no Kubernetes object, a
-        state directory that cannot be written (the file name waits for the lock name)."""
+        state directory that cannot be written or that another sidecar uses (the file name
+        waits for the lock name)."""
         cfg = self.config
         if cfg.election is not None and (cfg.lease_mirror or cfg.events):
             cfg.lock_object(cfg.election.lock)
-        if cfg.state_dir is not None:
-            StateFile(cfg.state_dir, "probe").prepare()
+        if cfg.state_dir is not None:  # held (flock) until the process ends: one per dir
+            self._state_dir_lock = StateFile(cfg.state_dir, "probe").prepare()
 
     async def _election_config(self) -> ElectionConfig | None:
         """The election settings: from flags, or (``--lock-ref``) the DistributedLock's first
@@ -257,9 +259,8 @@ class Sidecar(Hooks):
             self.state_file = StateFile(cfg.state_dir, election.lock)
         self.metrics_ = Metrics(election.lock)
         self.elector = Elector(election, hooks=self, drain_timeout=cfg.drain_timeout)
-        if self.lockapi is not None:
-            replicas = (election.replicas, election.replica_timeout)
-            self.lockapi.start(election.target, scope=election.scope, replicas=replicas)
+        if self.lockapi is not None:  # the election's nodes, credentials, scope, replicas
+            self.lockapi.follow(election)
         if self.follower is None:
             await self._listen(cfg.http)
         await self._listen(cfg.metrics, "--metrics", metrics_only=True)
@@ -321,6 +322,8 @@ class Sidecar(Hooks):
                           error=str(exc))  # fmt: skip
                 return
             self.elector.reconfigure(config)
+            if self.lockapi is not None:  # one configuration: the API switches with it
+                self.lockapi.follow(config)
 
     async def _listen(
         self, address: HttpAddress | None, flag: str = "--http", metrics_only: bool = False

@@ -20,11 +20,13 @@ driver to log and publish. Times are passed in, so tests drive it with a fake cl
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from redlease.core import election as elector
 from redlease.core import view as lockview
+from redlease.core.state import Holder
 from redlease.core.timing import Timing
 from redlease.core.view import LockView
 from redlease.sidecar.config import ElectionConfig
@@ -121,6 +123,7 @@ class Election:
         self.retry_at = 0.0
         self.last_holder: str | None = None
         self.drain: Drain | None = None  # set only while a term runs
+        self.own_tokens: deque[int] = deque(maxlen=16)  # tokens of this process's latest terms
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -184,6 +187,29 @@ class Election:
         if obs is None or now - obs.at > 2 * self.config.timing.retry_period + 1.0:
             return False
         return obs.view.nodes.reachable
+
+    def conflict(self, now: float) -> str | None:
+        """Why this sidecar cannot lead although the lock shows its own identity: the latest
+        read lists ``identity`` with a token none of this process's terms had, i.e. another
+        process runs with the same ``--identity`` (or an earlier run's lease has not expired
+        yet). None otherwise, and while leading."""
+        obs = self.observed
+        if obs is None or obs.view.unknown is not None or self.leading(now):
+            return None
+        view = obs.view
+        listed = view.holders or (
+            (Holder(view.holder, view.fencing_token),)
+            if view.holder is not None and view.fencing_token is not None
+            else ()
+        )
+        for h in listed:
+            if h.identity == self.identity and h.fencing_token not in self.own_tokens:
+                return (
+                    f"identity {self.identity!r} holds lock {self.lock!r} under another owner "
+                    f"(fencing token {h.fencing_token}): another process runs with this "
+                    "--identity, or an earlier run's lease has not expired yet"
+                )
+        return None
 
     def backoff(self) -> float:
         """Delay before the next attempt after ``failures`` outage errors in a row."""
@@ -257,6 +283,7 @@ class Election:
             granted_at=now,
         )
         self.last_holder = self.identity
+        self.own_tokens.append(fencing_token)
         return self._transition("elected", fencing_token, "acquired the lease")
 
     def renewed(
@@ -408,6 +435,7 @@ class Election:
             "leader_until": None,
             "paused": cfg.paused,
             "preferred_holder": cfg.preferred_holder,
+            "conflict": self.conflict(now),
         }
         if doc["holder"] is not None and left == 0:
             doc.update(holder=None, fencing_token=None, expires_in_ms=None)

@@ -151,6 +151,7 @@ class Elector:
         self._outage_logged = False
         self._durability_checked = False
         self._notices = Notices()
+        self._conflict = False  # the latest read showed our identity under another owner
 
     # -- public -------------------------------------------------------------------------------
 
@@ -482,6 +483,7 @@ class Elector:
                 transition = self.election.observe(view, started)
                 if transition is not None:
                     self._emit(transition)
+                self._note_conflict()
             self.refresh()
             self.hooks.changed()
             with contextlib.suppress(TimeoutError):
@@ -527,6 +529,15 @@ class Elector:
         self.hooks.changed()
         if transition.kind == "lost":
             self._wake()  # the campaign ends the term at once
+
+    def _note_conflict(self) -> None:
+        """Say once (until it clears) that our identity is held by another owner: a second
+        process with this ``--identity`` would otherwise only show ``holder: null``."""
+        conflict = self.election.conflict(time.monotonic())
+        if conflict is not None and not self._conflict:
+            log.warning("identity held by another process", lock=self.config.lock,
+                        identity=self.config.identity, conflict=conflict)  # fmt: skip
+        self._conflict = conflict is not None
 
     def _note_outside(self, view: LockView) -> None:
         """Log nodes that answer but do not count: what the operator must do, rate-limited."""

@@ -10,6 +10,12 @@ Cluster, Sentinel or a RedLock set, with its credentials and TLS) and one
 :class:`redlease.aio.Lock` per lease; the app gets an opaque lease id and the fencing token. The
 sidecar does not renew: the app extends. Leases still held are released when the sidecar stops.
 
+One configuration: the API always uses the election's node set, credentials, key scope and
+replicas (:class:`ApiTarget`). When a DistributedLock's settings change (``--lock-ref``), the API
+switches (:meth:`LockApi.follow`): acquires answer 503 with ``Retry-After`` meanwhile, every
+lease of the old target is released there (bounded, best effort) and answers 410 at its next
+extend or release, and only then are grants made on the new target, through a new client.
+
 Pure parts first (validation, the lease table, the answers), then :class:`LockApi`, the aiohttp
 handlers over them.
 """
@@ -20,10 +26,13 @@ import asyncio
 import contextlib
 import json
 import secrets
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
 from aiohttp import web
 
 from redlease.core.aio import Lock
@@ -33,6 +42,9 @@ from redlease.core.lease import Lease
 from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.timing import TTL_RANGE
 from redlease.errors import ConfigError, LockContention, LockError, NotOwned
+from redlease.sidecar.config import ElectionConfig
+
+log = structlog.get_logger("redlease.sidecar")
 
 MAX_BODY = 4096  # bytes of a request body; the largest valid one is under 200
 MAX_WAIT_MS = 60_000  # longest blocking acquire: an HTTP request should not hang for longer
@@ -42,16 +54,28 @@ TTL_MS = (round(TTL_RANGE[0] * 1000), round(TTL_RANGE[1] * 1000))
 # keys per API name are bounded in time, tokens still increase (docs/lockapi.md, "Redis keys")
 FORGET_AFTER = 60.0
 CLOSE_TIMEOUT = 2.0  # seconds to release the app's leases at shutdown; the rest expire
+SWITCH_RETRY_S = 1  # Retry-After of a 503 while the API switches to new Redis settings
+RETIRED_FOR = 3600.0  # seconds a lease id of a replaced target still answers 410 (then 404)
+MAX_RETIRED = 4 * MAX_LEASES  # lease ids of replaced targets remembered at most (oldest go)
 
 
 class ApiError(Exception):
     """An answer other than 200: its HTTP status and the JSON body (``field`` names the bad
     one)."""
 
-    def __init__(self, status: int, message: str, *, field: str | None = None, **extra: Any):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        field: str | None = None,
+        retry_after: int | None = None,
+        **extra: Any,
+    ):
         super().__init__(message)
         self.status = status
         self.body: dict[str, Any] = {"error": message, **extra}
+        self.headers = {} if retry_after is None else {"Retry-After": str(retry_after)}
         if field is not None:
             self.body["field"] = field
 
@@ -187,9 +211,48 @@ class Leases:
 
     def drain(self) -> list[Entry]:
         """Every entry, removed from the table."""
-        entries = list(self._entries.values())
-        self._entries.clear()
+        return list(self.take_all().values())
+
+    def take_all(self) -> dict[str, Entry]:
+        """Every lease id and entry, removed from the table."""
+        entries, self._entries = self._entries, {}
         return entries
+
+
+class Retired:
+    """Lease ids of a replaced Redis target (pure: times are passed in): each answers 410 for
+    :data:`RETIRED_FOR` seconds, then is forgotten (404, which the app treats the same); at
+    most :data:`MAX_RETIRED` ids, the oldest forgotten first."""
+
+    def __init__(self, keep: float = RETIRED_FOR, limit: int = MAX_RETIRED) -> None:
+        self.keep = keep
+        self.limit = limit
+        self._ids: OrderedDict[str, tuple[str, float]] = OrderedDict()  # id -> (name, forget)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add(self, lease_id: str, name: str, now: float) -> None:
+        self._ids[lease_id] = (name, now + self.keep)
+        self._ids.move_to_end(lease_id)
+        while len(self._ids) > self.limit:
+            self._ids.popitem(last=False)
+
+    def check(self, lease_id: str, name: str, now: float) -> None:
+        """410 when ``lease_id`` (of ``name``) was a lease on a replaced target."""
+        while self._ids:  # forget the expired ones (they are in the order they were added)
+            oldest, (_, forget) = next(iter(self._ids.items()))
+            if forget > now:
+                break
+            del self._ids[oldest]
+        known = self._ids.get(lease_id)
+        if known is not None and known[0] == name:
+            raise ApiError(
+                410,
+                f"lease {lease_id!r} was lost: the lock's Redis settings changed (nodes, "
+                "credentials, key scope or replicas); it was released on the old target",
+                field="lease",
+            )
 
 
 # -- answers (pure) ---------------------------------------------------------------------------
@@ -219,6 +282,64 @@ def unavailable(exc: LockError) -> ApiError:
     return ApiError(503, f"Redis did not answer: {exc.message}")
 
 
+def switching() -> ApiError:
+    """503 while the API moves to the lock's new Redis settings."""
+    return ApiError(
+        503,
+        "the lock's Redis settings changed: switching to the new ones, retry",
+        retry_after=SWITCH_RETRY_S,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ApiTarget:
+    """Where the API's locks live: the election's node set (with its credentials and TLS), the
+    key scope of a DistributedLock and the replicas to WAIT for. Any difference is a new
+    target: a Secret rotation too (the old credentials may be revoked, and the leases' handles
+    are bound to the old client), as it is for the election (``Elector.reconfigure``)."""
+
+    target: Target
+    scope: str | None = None
+    replicas: tuple[int, float] = (0, DEFAULT_REPLICA_TIMEOUT)
+
+    @classmethod
+    def of(cls, election: ElectionConfig) -> ApiTarget:
+        return cls(election.target, election.scope, (election.replicas, election.replica_timeout))
+
+
+class Connection:
+    """The client of one :class:`ApiTarget` and how many requests use it now (a replaced
+    client is closed once they are done)."""
+
+    def __init__(self, where: ApiTarget) -> None:
+        self.where = where
+        self.client: Any = connect_target(where.target, asyncio=True)
+        self.users = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    @contextlib.contextmanager
+    def using(self) -> Any:
+        self.users += 1
+        self.idle.clear()
+        try:
+            yield self
+        finally:
+            self.users -= 1
+            if not self.users:
+                self.idle.set()
+
+    async def close(self, wait: float = 0.0) -> None:
+        """Close the client, after the requests using it are done (at most ``wait`` s)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.idle.wait(), wait)
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await self.client.aclose()
+        except (OSError, TimeoutError, LockError):
+            pass
+
+
 # -- the handlers ------------------------------------------------------------------------------
 
 
@@ -241,46 +362,88 @@ Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 class LockApi:
     """The lock endpoints of one sidecar: :meth:`add_routes` when the HTTP app is built,
-    :meth:`start` once the Redis target is known (503 until then), :meth:`close` at shutdown
-    (releases every lease of the app, closes the client)."""
+    :meth:`follow` with the election's settings once known (503 until then) and after every
+    change, :meth:`close` at shutdown (releases every lease of the app, closes the client)."""
 
     def __init__(self, prefix: str, identity: str) -> None:
         self.prefix = prefix
         self.identity = identity
         self.leases = Leases()
-        self._client: Any = None
-        self._scope: str | None = None
-        self._replicas = (0, DEFAULT_REPLICA_TIMEOUT)
+        self.retired = Retired()
+        self._conn: Connection | None = None  # None: not started, or switching
+        self._where: ApiTarget | None = None  # the target wanted (the latest followed)
+        self._switch: asyncio.Future[None] | None = None
+        self._retiring: set[asyncio.Future[None]] = set()  # replaced clients being closed
         self._closing = False
 
-    def start(
+    def follow(self, election: ElectionConfig) -> None:
+        """Use the election's settings: the first call connects, a change switches."""
+        self.switch_to(ApiTarget.of(election))
+
+    def switch_to(self, where: ApiTarget) -> None:
+        """Grant on ``where`` from now on. The first call connects at once; a change stops the
+        grants (503 with ``Retry-After``), retires every lease of the old target (410 at its
+        next extend or release) and releases them there, bounded by :data:`CLOSE_TIMEOUT`, and
+        only then connects to ``where``. The same target again changes nothing."""
+        if self._closing or where == self._where:
+            return
+        first = self._where is None
+        self._where = where
+        if first:
+            self._conn = Connection(where)
+            return
+        old, self._conn = self._conn, None
+        entries = self.leases.take_all()
+        now = time.monotonic()
+        for lease_id, entry in entries.items():
+            self.retired.add(lease_id, entry.name, now)
+        log.warning(
+            "lock API: the lock's Redis settings changed, switching; the old target's leases "
+            "end (410 at their next extend)",
+            leases=len(entries),
+        )
+        self._switch = asyncio.ensure_future(
+            self._switched(where, old, list(entries.values()), self._switch)
+        )
+
+    async def _switched(
         self,
-        target: Target,
-        *,
-        scope: str | None = None,
-        replicas: tuple[int, float] = (0, DEFAULT_REPLICA_TIMEOUT),
+        where: ApiTarget,
+        old: Connection | None,
+        entries: list[Entry],
+        before: asyncio.Future[None] | None,
     ) -> None:
-        """Connect to ``target`` (the sidecar's own); a DistributedLock's ``scope`` prefixes the
-        Redis names as it does the election's; ``replicas``: (count, timeout) to WAIT for."""
-        if self._client is None:
-            self._client = connect_target(target, asyncio=True)
-            self._scope, self._replicas = scope, replicas
+        """Release ``entries`` on ``old`` (each after its extend or release under way), then
+        serve ``where`` unless a newer change came meanwhile; close ``old`` once unused."""
+        if before is not None:
+            await asyncio.wait([before])
+        if entries:
+            await asyncio.wait(
+                [asyncio.ensure_future(_retire(e)) for e in entries], timeout=CLOSE_TIMEOUT
+            )
+        if old is not None:  # a waiting acquire on it ends within MAX_WAIT_MS, then releases
+            closing = asyncio.ensure_future(old.close(MAX_WAIT_MS / 1000 + CLOSE_TIMEOUT))
+            self._retiring.add(closing)
+            closing.add_done_callback(self._retiring.discard)
+        if where is self._where and not self._closing:
+            self._conn = Connection(where)
+            log.info("lock API: switched to the new Redis settings", released=len(entries))
 
     async def close(self) -> None:
         """Refuse new requests, release every lease still held (bounded), close the client."""
         self._closing = True
+        if self._switch is not None and not self._switch.done():
+            await asyncio.wait([self._switch], timeout=CLOSE_TIMEOUT)
         entries = self.leases.drain()
-        if entries and self._client is not None:
+        if entries and self._conn is not None:
             await asyncio.wait(
                 [asyncio.ensure_future(_quiet_release(e)) for e in entries], timeout=CLOSE_TIMEOUT
             )
-        client, self._client = self._client, None
-        if client is not None:
-            try:
-                async with asyncio.timeout(CLOSE_TIMEOUT):
-                    await client.aclose()
-            except (OSError, TimeoutError, LockError):
-                pass
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+        for closing in list(self._retiring):
+            closing.cancel()
 
     def add_routes(self, app: web.Application) -> None:
         for verb, handler in (("acquire", self._acquire), ("extend", self._extend),
@@ -291,46 +454,63 @@ class LockApi:
     def _ready(self, request: web.Request) -> str:
         if self._closing:
             raise ApiError(503, "the sidecar is stopping")
-        if self._client is None:
+        if self._where is None:
             raise ApiError(503, "the lock's Redis settings are not read yet")
         return check_name(request.match_info["name"], self.prefix)
+
+    def _live(self) -> Connection:
+        """The current target's connection; 503 with ``Retry-After`` while switching."""
+        if self._conn is None:
+            raise switching()
+        return self._conn
+
+    def _gone(self, lease_id: str, name: str) -> None:
+        """410 for a lease of a replaced target."""
+        self.retired.check(lease_id, name, time.monotonic())
 
     async def _acquire(self, request: web.Request) -> dict[str, Any]:
         name = self._ready(request)
         ask = parse_acquire(await read_capped(request))
+        conn = self._live()
         self.leases.room()
-        replicas, replica_timeout = self._replicas
+        replicas, replica_timeout = conn.where.replicas
         lock = Lock(
-            self._client,
-            scoped_name(self._scope, name),
+            conn.client,
+            scoped_name(conn.where.scope, name),
             ttl=ask.ttl_ms / 1000,
             identity=self.identity,
             replicas=replicas,
             replica_timeout=replica_timeout,
             forget_after=FORGET_AFTER,
         )
-        try:
-            if ask.wait_ms:  # the library's notified wait: woken when the holder releases
-                lease = await lock.acquire(timeout=ask.wait_ms / 1000)
-            else:
-                lease = await lock.acquire(blocking=False)
-        except LockContention as exc:
-            raise held(name, exc) from None
-        except LockError as exc:
-            raise unavailable(exc) from None
-        if self._closing:  # granted while the sidecar stopped: nobody will release it
-            await _quiet_release(Entry(name, lock))
-            raise ApiError(503, "the sidecar is stopping")
-        if request.transport is None or request.transport.is_closing():  # the app hung up
-            await _quiet_release(Entry(name, lock))
-            raise ApiError(499, "the client closed the connection while waiting")
+        with conn.using():
+            try:
+                if ask.wait_ms:  # the library's notified wait: woken when the holder releases
+                    lease = await lock.acquire(timeout=ask.wait_ms / 1000)
+                else:
+                    lease = await lock.acquire(blocking=False)
+            except LockContention as exc:
+                raise held(name, exc) from None
+            except LockError as exc:
+                raise unavailable(exc) from None
+            if self._closing:  # granted while the sidecar stopped: nobody will release it
+                await _quiet_release(Entry(name, lock))
+                raise ApiError(503, "the sidecar is stopping")
+            if conn is not self._conn:  # granted on a target replaced meanwhile: not valid
+                await _quiet_release(Entry(name, lock))
+                raise switching()
+            if request.transport is None or request.transport.is_closing():  # the app hung up
+                await _quiet_release(Entry(name, lock))
+                raise ApiError(499, "the client closed the connection while waiting")
         return granted(self.leases.add(name, lock), lease)
 
     async def _extend(self, request: web.Request) -> dict[str, Any]:
         name = self._ready(request)
         ask = parse_extend(await read_capped(request))
+        self._gone(ask.lease, name)
         entry = self.leases.get(ask.lease, name)
         async with entry.busy:
+            self._gone(ask.lease, name)  # its target was replaced meanwhile: 410
             entry = self.leases.get(ask.lease, name)  # released meanwhile: 404
             ttl = None if ask.ttl_ms is None else ask.ttl_ms / 1000
             try:
@@ -339,14 +519,18 @@ class LockApi:
                 self.leases.remove(ask.lease)
                 raise lost(ask.lease, exc) from None
             except LockError as exc:  # the lease may still be there: the app may try again
+                self._gone(ask.lease, name)
                 raise unavailable(exc) from None
+            self._gone(ask.lease, name)  # replaced while extending: the switch releases it
         return granted(ask.lease, lease)
 
     async def _release(self, request: web.Request) -> dict[str, Any]:
         name = self._ready(request)
         lease_id = parse_release(await read_capped(request))
+        self._gone(lease_id, name)
         entry = self.leases.get(lease_id, name)
         async with entry.busy:
+            self._gone(lease_id, name)
             entry = self.leases.get(lease_id, name)
             try:
                 await entry.lock.release()
@@ -354,6 +538,7 @@ class LockApi:
                 self.leases.remove(lease_id)
                 raise lost(lease_id, exc) from None
             except LockError as exc:
+                self._gone(lease_id, name)
                 raise unavailable(exc) from None
             self.leases.remove(lease_id)
         return {"lease": lease_id, "released": True}
@@ -366,7 +551,7 @@ def _answering(handler: Callable[[web.Request], Awaitable[dict[str, Any]]]) -> H
         try:
             return web.json_response(await handler(request))
         except ApiError as exc:
-            return web.json_response(exc.body, status=exc.status)
+            return web.json_response(exc.body, status=exc.status, headers=exc.headers)
 
     return answer
 
@@ -377,15 +562,23 @@ async def _quiet_release(entry: Entry) -> None:
         await entry.lock.release()
 
 
+async def _retire(entry: Entry) -> None:
+    """Release a lease of a replaced target once its extend or release under way is done."""
+    async with entry.busy:
+        await _quiet_release(entry)
+
+
 __all__ = [
     "MAX_BODY",
     "MAX_LEASES",
     "MAX_WAIT_MS",
     "AcquireRequest",
     "ApiError",
+    "ApiTarget",
     "ExtendRequest",
     "Leases",
     "LockApi",
+    "Retired",
     "check_name",
     "parse_acquire",
     "parse_extend",

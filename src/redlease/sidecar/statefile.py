@@ -13,6 +13,14 @@ test)::
 
 A marker found at start-up is left over from an earlier run and removed.
 
+One sidecar per state directory: :meth:`StateFile.prepare` takes an exclusive ``flock`` on
+``<state-dir>/.sidecar.lock`` (held for the process's life, released by the kernel when it ends,
+also on SIGKILL) before it touches the marker; a second sidecar on the same directory refuses to
+start with one line, instead of flipping the first one's state file and marker. A directory the
+sidecar cannot write is refused at start as before (so the lock file is never needed on a
+read-only volume); a volume that turns read-only later keeps the lock held (it is on the open
+file, not on the disk).
+
 What is on disk is a *published claim*: readers may trust it up to :attr:`StateFile.claim_until`.
 A step-down is published (``leader: false``, marker removed) before the lease is released; when
 that cannot be written (read-only or full volume) the elector keeps the lease, unrenewed, until
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import secrets
@@ -37,6 +46,7 @@ from redlease.errors import ConfigError
 from redlease.kube.throttle import Throttle
 
 MARKER = "leader"
+DIR_LOCK = ".sidecar.lock"  # flock'ed by the sidecar that uses the directory; holds its pid
 LOG_INTERVAL = 30.0  # seconds: one log line per kind of write failure per interval
 
 
@@ -87,19 +97,22 @@ class StateFile:
         claims = [t for t in (self._file_until, self._marker_until) if t is not None]
         return max(claims) if claims else None
 
-    def prepare(self) -> None:
-        """Create the directory, check it is writable (a clear error naming the flag) and remove
-        a marker left by an earlier run (this process does not lead yet)."""
+    def prepare(self) -> int:
+        """Create the directory, check it is writable (a clear error naming the flag), make it
+        this process's (:func:`hold_dir`) and remove a marker left by an earlier run (this
+        process does not lead yet). Returns the lock file's descriptor: keep it open."""
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             probe = self.dir / f".probe.{secrets.token_hex(4)}"
             probe.write_bytes(b"")
             probe.unlink()
+            held = hold_dir(self.dir)
             self.remove_marker()
         except OSError as exc:
             raise ConfigError(
                 "--state-dir", f"cannot write to {self.dir}: {exc.strerror}"
             ) from None
+        return held
 
     def publish(self, doc: dict[str, Any]) -> bool:
         """Write ``doc`` if it changed (ignoring the ever-changing ``expires_in_ms``).
@@ -154,6 +167,32 @@ class StateFile:
             return
         self._file_until = None
         self._last = None
+
+
+def hold_dir(state_dir: Path) -> int:
+    """Take ``state_dir`` for this process: an exclusive ``flock`` on :data:`DIR_LOCK`, whose
+    content is the holder's pid. Returns the open descriptor (the lock lasts as long as it);
+    :class:`ConfigError` naming ``--state-dir`` when another process holds it. The descriptor
+    is read-only (a ``flock`` needs no write access): a file open for writing would keep the
+    volume from being remounted read-only (test_broken_volume.py)."""
+    path = state_dir / DIR_LOCK
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        other = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise ConfigError(
+            "--state-dir",
+            f"{state_dir} is in use by another sidecar (pid {other or 'unknown'} holds "
+            f"{DIR_LOCK}): give each sidecar its own state directory",
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    with contextlib.suppress(OSError):  # who holds it, for the refusal above
+        path.write_bytes(f"{os.getpid()}\n".encode())
+    return fd
 
 
 def until_epoch(leader_until: object) -> float | None:

@@ -1,7 +1,8 @@
 """The sidecar's HTTP endpoints (aiohttp), as docs/sidecar.md specifies them.
 
 ``/status`` (the status document; ``?wait=SECONDS&since=VERSION`` long-polls:
-:func:`long_poll`), ``/`` (``{"name": holder}``, like the classic k8s leader-elector),
+:func:`long_poll`), ``/`` (``{"name": holder}``, like the classic k8s leader-elector, plus
+``conflict`` when another process holds the lock under this sidecar's identity),
 ``/healthz``, ``/readyz``, ``/metrics`` and ``POST /drained`` (the app finished its work during
 a drain: 200, else 409). Every handler first applies the renew deadline, so no answer claims
 leadership after it.
@@ -122,7 +123,11 @@ def make_app(
                 guard.unpark(gone)
 
     async def root(_: web.Request) -> web.Response:
-        return web.json_response({"name": source.status()["holder"] or ""})
+        doc = source.status()
+        conflict = doc.get("conflict")  # the name stays "": an app may compare it to its own
+        return web.json_response(
+            {"name": doc["holder"] or ""} | ({"conflict": conflict} if conflict else {})
+        )
 
     async def healthz(_: web.Request) -> web.Response:
         doc = source.health()
