@@ -30,15 +30,18 @@ from redlease.core.aio import Lock
 from redlease.core.connect import Target, connect_target
 from redlease.core.keys import scoped_name, validate_name
 from redlease.core.lease import Lease
+from redlease.core.observe import read_view
 from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.timing import TTL_RANGE
-from redlease.errors import ConfigError, LockContention, LockError, NotOwned
+from redlease.core.view import LockView, document
+from redlease.errors import AlreadyHeld, ConfigError, LockContention, LockError, NotOwned
 
 MAX_BODY = 4096  # bytes of a request body; the largest valid one is under 200
 MAX_WAIT_MS = 60_000  # longest blocking acquire: an HTTP request should not hang for longer
 MAX_LEASES = 1024  # leases one sidecar holds for its app at once (each is a Lock object)
 TTL_MS = (round(TTL_RANGE[0] * 1000), round(TTL_RANGE[1] * 1000))
 CLOSE_TIMEOUT = 2.0  # seconds to release the app's leases at shutdown; the rest expire
+READ_TIMEOUT = 2.0  # seconds GET /locks/{name} waits for the nodes' answers
 
 
 class ApiError(Exception):
@@ -248,6 +251,7 @@ class LockApi:
         self._client: Any = None
         self._scope: str | None = None
         self._replicas = (0, DEFAULT_REPLICA_TIMEOUT)
+        self._quorum = 1
         self._closing = False
 
     def start(
@@ -262,6 +266,7 @@ class LockApi:
         if self._client is None:
             self._client = connect_target(target, asyncio=True)
             self._scope, self._replicas = scope, replicas
+            self._quorum = target.quorum
 
     async def close(self) -> None:
         """Refuse new requests, release every lease still held (bounded), close the client."""
@@ -284,43 +289,80 @@ class LockApi:
                               ("release", self._release)):  # fmt: skip
             # a lock name may contain "/": the name is everything between /locks/ and the verb
             app.router.add_post(f"/locks/{{name:.+}}/{verb}", _answering(handler))
+        app.router.add_get("/locks/{name:.+}", _answering(self._show))
 
     def _ready(self, request: web.Request) -> str:
+        self.check_ready()
+        return check_name(request.match_info["name"], self.prefix)
+
+    def check_ready(self) -> None:
+        """503 while the sidecar stops or before the Redis settings are known."""
         if self._closing:
             raise ApiError(503, "the sidecar is stopping")
         if self._client is None:
             raise ApiError(503, "the lock's Redis settings are not read yet")
-        return check_name(request.match_info["name"], self.prefix)
 
-    async def _acquire(self, request: web.Request) -> dict[str, Any]:
-        name = self._ready(request)
-        ask = parse_acquire(await read_capped(request))
-        self.leases.room()
+    def handle(self, name: str, ttl_ms: int, cls: type[Lock] = Lock, **options: Any) -> Lock:
+        """A ``cls`` handle on ``name`` (a lock name the app may use) over the API's Redis
+        target: the sidecar's identity, key scope and replicas; ``options`` go to ``cls``."""
         replicas, replica_timeout = self._replicas
-        lock = Lock(
+        return cls(
             self._client,
             scoped_name(self._scope, name),
-            ttl=ask.ttl_ms / 1000,
+            ttl=ttl_ms / 1000,
             identity=self.identity,
             replicas=replicas,
             replica_timeout=replica_timeout,
+            **options,
         )
+
+    async def take(self, name: str, lock: Lock, wait_ms: int = 0) -> Lease:
+        """Acquire ``lock`` (a :meth:`handle` of ``name``), waiting up to ``wait_ms``: 409 when
+        held, 503 when Redis does not answer or the sidecar began stopping meanwhile (then
+        the grant is given back: nobody would release it). The native acquire and Dapr's
+        lock (:mod:`.dapr`) both take their locks here."""
         try:
-            if ask.wait_ms:  # the library's notified wait: woken when the holder releases
-                lease = await lock.acquire(timeout=ask.wait_ms / 1000)
+            if wait_ms:  # the library's notified wait: woken when the holder releases
+                lease = await lock.acquire(timeout=wait_ms / 1000)
             else:
                 lease = await lock.acquire(blocking=False)
         except LockContention as exc:
             raise held(name, exc) from None
+        except AlreadyHeld:  # a given owner token (Dapr's lockOwner) that holds it already
+            raise ApiError(409, f"lock {name!r} is held", holder=self.identity) from None
         except LockError as exc:
             raise unavailable(exc) from None
         if self._closing:  # granted while the sidecar stopped: nobody will release it
             await _quiet_release(Entry(name, lock))
             raise ApiError(503, "the sidecar is stopping")
+        return lease
+
+    async def _acquire(self, request: web.Request) -> dict[str, Any]:
+        name = self._ready(request)
+        ask = parse_acquire(await read_capped(request))
+        self.leases.room()
+        lock = self.handle(name, ask.ttl_ms)
+        lease = await self.take(name, lock, ask.wait_ms)
         if request.transport is None or request.transport.is_closing():  # the app hung up
             await _quiet_release(Entry(name, lock))
             raise ApiError(499, "the client closed the connection while waiting")
         return granted(self.leases.add(name, lock), lease)
+
+    async def _show(self, request: web.Request) -> dict[str, Any]:
+        """``GET /locks/{name}``: who holds the lock, with which fencing token, for how long
+        (the lock view every surface shows, :func:`redlease.core.view.document`); read-only,
+        so it shows any holder of the name, not only this sidecar's app."""
+        name = self._ready(request)
+        return {"name": name, **document(await self.view(name))}
+
+    async def view(self, name: str) -> LockView:
+        """The lock view of ``name`` (read on every node, the quorum rule applied); 503 when
+        too few nodes answered."""
+        view = await read_view(self._client, [scoped_name(self._scope, name)], self._quorum,
+                               READ_TIMEOUT)  # fmt: skip
+        if not view.nodes.reachable:
+            raise ApiError(503, f"Redis did not answer: {view.unknown}")
+        return view
 
     async def _extend(self, request: web.Request) -> dict[str, Any]:
         name = self._ready(request)
