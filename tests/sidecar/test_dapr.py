@@ -15,6 +15,7 @@ import redis
 from redlease.core.keys import LockKeys
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import Sidecar, wait_until
+from redlease.errors import ConfigError
 from redlease.sidecar import dapr
 
 PREFIX = "jobs/"
@@ -187,3 +188,21 @@ def test_get_lock_says_who_holds_it_with_which_token_for_how_long(
     # a Dapr lock shows too (its holder is the sidecar's identity)
     assert lock(sc, "order-9", "app-a")[1]["success"]
     assert call(sc, "GET", "/locks/jobs/order-9")[1]["holder"] == "pod-a"
+
+
+def test_owner_tokens_are_derived_per_lock_and_owner() -> None:
+    token = dapr.owner_token("jobs/a", "app-a")
+    assert token == dapr.owner_token("jobs/a", "app-a")  # any sidecar, any restart
+    assert len(token) == 32 and int(token, 16) >= 0
+    others = {dapr.owner_token("jobs/b", "app-a"), dapr.owner_token("jobs/a", "app-b"),
+              dapr.owner_token("jobs/a\0app-", "a")}  # fmt: skip
+    assert token not in others and len(others) == 3
+    assert "app-a" not in token
+
+
+def test_store_names() -> None:
+    assert dapr.validate_store("redlease") == "redlease"
+    assert dapr.validate_store("") is None
+    for bad in ("Locks", "a_b", "-a", "x" * 64):
+        with pytest.raises(ConfigError):
+            dapr.validate_store(bad)
