@@ -23,8 +23,9 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from redlease.errors import ConfigError
+from redlease.kube.sidecar_args import API_TOKEN_FILE
 
-TOKEN_FILE_FLAG = "--api-token-file"  # noqa: S105 - a flag name, not a secret
+TOKEN_FILE_FLAG = API_TOKEN_FILE
 MAX_TOKEN = 4096  # bytes of a token file (a token is a line; a bigger file is a mistake)
 MIN_TOKEN = 16  # characters: a shorter token is guessable
 # paths anyone on the port may read: probes, the status views, /metrics, Dapr's health probe
