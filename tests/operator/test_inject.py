@@ -14,7 +14,7 @@ import yaml
 from redlease.cli import build_parser, parse_args
 from redlease.cli.login import SA_DIR, Pod
 from redlease.devtools.manifests import restricted_violations, validate_builtin
-from redlease.devtools.pods import pod_spec
+from redlease.devtools.pods import deployment_container, pod_spec
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args
 from redlease.operator import injection
@@ -393,3 +393,33 @@ def test_allowed_master_takes_node_urls_only() -> None:
         parsed = parse_args(["sidecar", "--lock-ref=orders", f"--allowed-master={bad}"])
         with pytest.raises(ConfigError, match="--allowed-master"):
             sidecar_config(parsed, Pod(name="orders-0", namespace="apps"))
+
+
+def test_dapr_port_sets_dapr_http_port_in_the_app_containers() -> None:
+    """``redlease.dev/dapr-port: "true"``: Dapr's SDKs in the app containers find the sidecar's
+    Dapr routes (DAPR_HTTP_PORT = the sidecar's http port); a container that sets it keeps its
+    own; without the lock API the annotation is refused; without the annotation nothing."""
+    asked = {
+        LOCK_ANNOTATION: "orders",
+        injection.API_LOCKS_ANNOTATION: "jobs/",
+        injection.DAPR_PORT_ANNOTATION: "true",
+        injection.HTTP_PORT_ANNOTATION: "4141",
+    }
+    p = pod(asked)
+    p["spec"]["containers"].append(
+        deployment_container("own", env=[{"name": "DAPR_HTTP_PORT", "value": "3500"}])
+    )
+    out, result = run(p)
+    app, own = out["spec"]["containers"][0], out["spec"]["containers"][-1]
+    assert {"name": "DAPR_HTTP_PORT", "value": "4141"} in app["env"]
+    assert own["env"] == [{"name": "DAPR_HTTP_PORT", "value": "3500"}]
+    assert [w for w in result.warnings if "DAPR_HTTP_PORT" in w] and len(result.warnings) == 1
+    assert "--http=127.0.0.1:4141" in sidecar(out)["args"]
+    assert not [e for e in sidecar(out).get("env", []) if e["name"] == "DAPR_HTTP_PORT"]
+    plain, _ = run(pod({LOCK_ANNOTATION: "orders", injection.API_LOCKS_ANNOTATION: "jobs/"}))
+    assert "DAPR_HTTP_PORT" not in str(plain["spec"]["containers"][0])
+    with pytest.raises(ConfigError) as bad:
+        injection.read_options(
+            pod({LOCK_ANNOTATION: "orders", injection.DAPR_PORT_ANNOTATION: "true"})
+        )
+    assert bad.value.field == injection.DAPR_PORT_ANNOTATION

@@ -39,6 +39,20 @@ OWN = (
         metavar="PREFIX",
     ),
     Flag(
+        (sa.DAPR_STORE,),
+        "with --api-locks, also serve Dapr's lock API (POST /v1.0-alpha1/lock|unlock/NAME) "
+        "for the lock store NAME; '' for off",
+        "redlease",
+        metavar="NAME",
+    ),
+    Flag(
+        (sa.API_TOKEN_FILE,),
+        "a file holding the API token that the lock API and POST /drained require (as "
+        "Authorization: Bearer or dapr-api-token); needed when they are served off loopback",
+        "",
+        metavar="PATH",
+    ),
+    Flag(
         (sa.HOLDERS,),
         "N active of M: up to N replicas lead at once, each holding one slot of a counting "
         "semaphore over the lock (1 to 64; with --lock-ref, spec.holders decides)",
@@ -78,6 +92,8 @@ def sidecar_config(
 ) -> SidecarConfig:
     """The sidecar's configuration from its parsed flags, its pod and its API login."""
     from redlease.sidecar import config as sc
+    from redlease.sidecar.apiauth import check_exposure, read_token
+    from redlease.sidecar.dapr import validate_store
     from redlease.sidecar.lockapi import validate_prefix
 
     ref = flags.lock_ref(args, pod.namespace)
@@ -103,9 +119,14 @@ def sidecar_config(
         lease_mirror=args.lease_mirror,
         events=args.events,
         api_locks=validate_prefix(args.api_locks, sa.API_LOCKS),
+        dapr_store=validate_store(args.dapr_store, sa.DAPR_STORE),
+        api_token=read_token(args.api_token_file) if args.api_token_file else None,
         drain_timeout=args.drain_timeout,
         app_stops_first=args.app_stops_first,
     )
+    guarded = {sa.API_LOCKS: config.api_locks is not None,
+               sa.DRAIN_TIMEOUT: config.drain_timeout > 0}  # fmt: skip
+    check_exposure(config.http.host if config.http else None, guarded, config.api_token)
     if election is not None:
         config.check_election(election, sa.HOLDERS)
     return config

@@ -202,6 +202,8 @@ class SidecarConfig:
     lease_mirror: bool = False  # keep a coordination.k8s.io Lease named after the lock
     events: bool = False  # post became/stopped-leading Events
     api_locks: str | None = None  # the lock API's name prefix (sidecar/lockapi.py); None: off
+    dapr_store: str | None = "redlease"  # Dapr's lock store name (sidecar/dapr.py); None: off
+    api_token: str | None = field(default=None, repr=False)  # required by sidecar/apiauth.py
     drain_timeout: float = 0.0  # seconds a planned step-down waits for POST /drained; 0: off
     # the app is stopped before this sidecar's SIGTERM (a native sidecar): no drain on SIGTERM
     app_stops_first: bool = False

@@ -30,6 +30,7 @@ from redlease.kube.httpguard import GuardedServer
 from redlease.kube.kubeconfig import required
 from redlease.sidecar.changes import Changes
 from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
+from redlease.sidecar.dapr import DaprApi
 from redlease.sidecar.election import Transition
 from redlease.sidecar.elector import Elector, Hooks
 from redlease.sidecar.lockapi import LockApi
@@ -38,7 +39,7 @@ from redlease.sidecar.metrics import Metrics
 from redlease.sidecar.mirror import LeaderEvents, LeaseMirror, involved_lease, involved_lock
 from redlease.sidecar.podlabel import PodLabeller
 from redlease.sidecar.statefile import StateFile, WriteHealth
-from redlease.sidecar.web import serve
+from redlease.sidecar.web import api_routes, serve
 
 log = structlog.get_logger("redlease.sidecar")
 
@@ -63,6 +64,11 @@ class Sidecar(Hooks):
         self._state_dir_lock: int | None = None  # the descriptor of the state dir's lock file
         self._background: list[asyncio.Task[None]] = []
         self.lockapi = LockApi(config.api_locks, config.identity) if config.api_locks else None
+        self.dapr = (
+            DaprApi(self.lockapi, config.dapr_store)
+            if self.lockapi is not None and config.dapr_store
+            else None
+        )
 
     # -- Source -------------------------------------------------------------------------------
 
@@ -332,7 +338,8 @@ class Sidecar(Hooks):
         if address is None:
             return
         try:
-            more = None if metrics_only or self.lockapi is None else self.lockapi.add_routes
+            more = None if metrics_only else api_routes(self.lockapi, self.dapr,
+                                                        self.config.api_token)  # fmt: skip
             server = await serve(
                 self, address.host, address.port, metrics_only=metrics_only, more=more
             )

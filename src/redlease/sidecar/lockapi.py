@@ -39,9 +39,11 @@ from redlease.core.aio import Lock
 from redlease.core.connect import Target, connect_target
 from redlease.core.keys import scoped_name, validate_name
 from redlease.core.lease import Lease
+from redlease.core.observe import read_view
 from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.timing import TTL_RANGE
-from redlease.errors import ConfigError, LockContention, LockError, NotOwned
+from redlease.core.view import LockView, document
+from redlease.errors import AlreadyHeld, ConfigError, LockContention, LockError, NotOwned
 from redlease.sidecar.config import ElectionConfig
 
 log = structlog.get_logger("redlease.sidecar")
@@ -57,6 +59,7 @@ CLOSE_TIMEOUT = 2.0  # seconds to release the app's leases at shutdown; the rest
 SWITCH_RETRY_S = 1  # Retry-After of a 503 while the API switches to new Redis settings
 RETIRED_FOR = 3600.0  # seconds a lease id of a replaced target still answers 410 (then 404)
 MAX_RETIRED = 4 * MAX_LEASES  # lease ids of replaced targets remembered at most (oldest go)
+READ_TIMEOUT = 2.0  # seconds GET /locks/{name} waits for the nodes' answers
 
 
 class ApiError(Exception):
@@ -450,13 +453,18 @@ class LockApi:
                               ("release", self._release)):  # fmt: skip
             # a lock name may contain "/": the name is everything between /locks/ and the verb
             app.router.add_post(f"/locks/{{name:.+}}/{verb}", _answering(handler))
+        app.router.add_get("/locks/{name:.+}", _answering(self._show))
 
     def _ready(self, request: web.Request) -> str:
+        self.check_ready()
+        return check_name(request.match_info["name"], self.prefix)
+
+    def check_ready(self) -> None:
+        """503 while the sidecar stops or before the Redis settings are known."""
         if self._closing:
             raise ApiError(503, "the sidecar is stopping")
         if self._where is None:
             raise ApiError(503, "the lock's Redis settings are not read yet")
-        return check_name(request.match_info["name"], self.prefix)
 
     def _live(self) -> Connection:
         """The current target's connection; 503 with ``Retry-After`` while switching."""
@@ -468,29 +476,47 @@ class LockApi:
         """410 for a lease of a replaced target."""
         self.retired.check(lease_id, name, time.monotonic())
 
-    async def _acquire(self, request: web.Request) -> dict[str, Any]:
-        name = self._ready(request)
-        ask = parse_acquire(await read_capped(request))
-        conn = self._live()
-        self.leases.room()
+    def handle(self, name: str, ttl_ms: int, cls: type[Lock] = Lock, **options: Any) -> Lock:
+        """A ``cls`` handle on ``name`` (a lock name the app may use) over the current target
+        (503 while switching): the sidecar's identity, the key scope and replicas, keys
+        forgotten :data:`FORGET_AFTER` after the last lease; ``options`` go to ``cls``."""
+        return self._handle(self._live(), name, ttl_ms, cls, **options)
+
+    def _handle(
+        self, conn: Connection, name: str, ttl_ms: int, cls: type[Lock], **options: Any
+    ) -> Lock:
         replicas, replica_timeout = conn.where.replicas
-        lock = Lock(
+        return cls(
             conn.client,
             scoped_name(conn.where.scope, name),
-            ttl=ask.ttl_ms / 1000,
+            ttl=ttl_ms / 1000,
             identity=self.identity,
             replicas=replicas,
             replica_timeout=replica_timeout,
             forget_after=FORGET_AFTER,
+            **options,
         )
+
+    async def take(
+        self, name: str, ttl_ms: int, wait_ms: int = 0, cls: type[Lock] = Lock, **options: Any
+    ) -> tuple[Lock, Lease]:
+        """Acquire ``name`` (a :meth:`handle` with ``cls`` and ``options``) on the current
+        target, waiting up to ``wait_ms``: 409 when held, 503 when Redis does not answer, or
+        when the sidecar began stopping or the target was replaced meanwhile (then the grant is
+        given back: nobody would release it, or it is on the old target). The native acquire
+        and Dapr's lock (:mod:`.dapr`) both take their locks here."""
+        conn = self._live()
+        lock = self._handle(conn, name, ttl_ms, cls, **options)
         with conn.using():
             try:
-                if ask.wait_ms:  # the library's notified wait: woken when the holder releases
-                    lease = await lock.acquire(timeout=ask.wait_ms / 1000)
+                if wait_ms:  # the library's notified wait: woken when the holder releases
+                    lease = await lock.acquire(timeout=wait_ms / 1000)
                 else:
                     lease = await lock.acquire(blocking=False)
             except LockContention as exc:
                 raise held(name, exc) from None
+            except AlreadyHeld:  # a given owner token (Dapr's lockOwner) that holds it already
+                raise ApiError(409, f"lock {name!r} is held", holder=self.identity) from None
             except LockError as exc:
                 raise unavailable(exc) from None
             if self._closing:  # granted while the sidecar stopped: nobody will release it
@@ -499,10 +525,36 @@ class LockApi:
             if conn is not self._conn:  # granted on a target replaced meanwhile: not valid
                 await _quiet_release(Entry(name, lock))
                 raise switching()
-            if request.transport is None or request.transport.is_closing():  # the app hung up
-                await _quiet_release(Entry(name, lock))
-                raise ApiError(499, "the client closed the connection while waiting")
+        return lock, lease
+
+    async def _acquire(self, request: web.Request) -> dict[str, Any]:
+        name = self._ready(request)
+        ask = parse_acquire(await read_capped(request))
+        self._live()
+        self.leases.room()
+        lock, lease = await self.take(name, ask.ttl_ms, ask.wait_ms)
+        if request.transport is None or request.transport.is_closing():  # the app hung up
+            await _quiet_release(Entry(name, lock))
+            raise ApiError(499, "the client closed the connection while waiting")
         return granted(self.leases.add(name, lock), lease)
+
+    async def _show(self, request: web.Request) -> dict[str, Any]:
+        """``GET /locks/{name}``: who holds the lock, with which fencing token, for how long
+        (the lock view every surface shows, :func:`redlease.core.view.document`); read-only,
+        so it shows any holder of the name, not only this sidecar's app."""
+        name = self._ready(request)
+        return {"name": name, **document(await self.view(name))}
+
+    async def view(self, name: str) -> LockView:
+        """The lock view of ``name`` (read on every node, the quorum rule applied); 503 when
+        too few nodes answered."""
+        conn = self._live()
+        with conn.using():
+            view = await read_view(conn.client, [scoped_name(conn.where.scope, name)],
+                                   conn.where.target.quorum, READ_TIMEOUT)  # fmt: skip
+        if not view.nodes.reachable:
+            raise ApiError(503, f"Redis did not answer: {view.unknown}")
+        return view
 
     async def _extend(self, request: web.Request) -> dict[str, Any]:
         name = self._ready(request)

@@ -161,6 +161,29 @@ def make_app(
     return app
 
 
+def api_routes(
+    lockapi: Any | None, dapr: Any | None = None, token: str | None = None
+) -> Routes | None:
+    """The routes beyond the status endpoints: the lock API (``lockapi``'s
+    :meth:`~redlease.sidecar.lockapi.LockApi.add_routes`), Dapr's lock API (``dapr``'s
+    :meth:`~redlease.sidecar.dapr.DaprApi.add_routes`) and, with a ``token``, the API token
+    check (:func:`redlease.sidecar.apiauth.middleware`) in front of every route but the probes
+    and views. None when there is nothing to add."""
+    if lockapi is None and dapr is None and token is None:
+        return None
+
+    def add(app: web.Application) -> None:
+        if token is not None:
+            from redlease.sidecar.apiauth import middleware
+
+            app.middlewares.append(middleware(token))
+        for routes in (lockapi, dapr):
+            if routes is not None:
+                routes.add_routes(app)
+
+    return add
+
+
 PORTS = 2  # --http and --metrics: each gets half of the descriptor budget
 
 

@@ -21,6 +21,7 @@ only (a projected volume; the pod's own automount is turned off unless the pod a
 
 from redlease.operator.injection.annotations import (
     API_LOCKS_ANNOTATION,
+    DAPR_PORT_ANNOTATION,
     DRAIN_TIMEOUT_ANNOTATION,
     EVENTS_ANNOTATION,
     HTTP_PORT_ANNOTATION,
@@ -66,6 +67,7 @@ from redlease.operator.injection.plan import Injection, plan
 
 __all__ = [
     "API_LOCKS_ANNOTATION",
+    "DAPR_PORT_ANNOTATION",
     "DEFAULT_IMAGE",
     "DEFAULT_RESOURCES",
     "DRAIN_TIMEOUT_ANNOTATION",

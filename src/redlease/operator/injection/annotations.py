@@ -24,6 +24,7 @@ EVENTS_ANNOTATION = f"{GROUP}/events"  # "true": post became/stopped-leading Eve
 METRICS_PORT_ANNOTATION = f"{GROUP}/metrics-port"  # /metrics alone on the pod IP, for scrapers
 API_LOCKS_ANNOTATION = f"{GROUP}/api-locks"  # PREFIX: the lock API for names under it
 DRAIN_TIMEOUT_ANNOTATION = f"{GROUP}/drain-timeout"  # DURATION: drain before a step-down
+DAPR_PORT_ANNOTATION = f"{GROUP}/dapr-port"  # "true": DAPR_HTTP_PORT in the app containers
 INJECTED_ANNOTATION = f"{GROUP}/injected"  # set by the injector: the redlease version
 OPTION_ANNOTATIONS = (
     LOCK_ANNOTATION,
@@ -36,6 +37,7 @@ OPTION_ANNOTATIONS = (
     METRICS_PORT_ANNOTATION,
     API_LOCKS_ANNOTATION,
     DRAIN_TIMEOUT_ANNOTATION,
+    DAPR_PORT_ANNOTATION,
     INJECTED_ANNOTATION,
 )
 
@@ -53,6 +55,7 @@ class Options:
     metrics_port: int | None = None
     api_locks: str | None = None  # the lock API's name prefix; None: off
     drain_timeout: float = 0.0  # seconds; 0: off
+    dapr_port: bool = False  # set DAPR_HTTP_PORT (the sidecar's port) in the app containers
 
 
 def annotations_of(pod: Mapping[str, Any]) -> Mapping[str, str]:
@@ -149,4 +152,17 @@ def read_options(pod: Mapping[str, Any]) -> Options | None:
         metrics_port=metrics_port,
         api_locks=_prefix(annotations, API_LOCKS_ANNOTATION),
         drain_timeout=_duration(annotations, DRAIN_TIMEOUT_ANNOTATION),
+        dapr_port=_dapr_port(annotations),
     )
+
+
+def _dapr_port(annotations: Mapping[str, str]) -> bool:
+    """``redlease.dev/dapr-port``: Dapr's SDKs find the sidecar's Dapr routes through
+    DAPR_HTTP_PORT; they are served with the lock API only."""
+    asked = _boolean(annotations, DAPR_PORT_ANNOTATION, False)
+    if asked and API_LOCKS_ANNOTATION not in annotations:
+        raise ConfigError(
+            DAPR_PORT_ANNOTATION,
+            f"Dapr's lock routes come with the lock API: add {API_LOCKS_ANNOTATION}: PREFIX",
+        )
+    return asked

@@ -221,6 +221,25 @@ def _mount_state(spec: dict[str, Any]) -> list[str]:
     return warnings
 
 
+DAPR_PORT_ENV = "DAPR_HTTP_PORT"  # where Dapr's SDKs send their calls (on localhost)
+
+
+def _dapr_env(spec: dict[str, Any], port: int) -> list[str]:
+    """``redlease.dev/dapr-port``: DAPR_HTTP_PORT = the sidecar's port in every app container
+    (not in init containers: an app does not run there), unless a container sets it itself."""
+    warnings = []
+    for i, container in enumerate(_list(spec, "containers")):
+        env = _list(container, "env")
+        if any(isinstance(e, Mapping) and e.get("name") == DAPR_PORT_ENV for e in env):
+            warnings.append(
+                f"spec.containers[{i}]: container {container.get('name')!r} sets "
+                f"{DAPR_PORT_ENV} itself; left as it is"
+            )
+            continue
+        container["env"] = [*env, {"name": DAPR_PORT_ENV, "value": str(port)}]
+    return warnings
+
+
 def _mark(meta: dict[str, Any]) -> None:
     """Only the sidecar says who leads: a pod created "leading" would get leader traffic; and
     the pod says it was injected, by which version."""
@@ -283,6 +302,8 @@ def plan(
     new = after["spec"]
     warnings += _token(new)
     warnings += _mount_state(new)
+    if options.dapr_port:
+        warnings += _dapr_env(new, options.http_port)
     tls = lock_spec.tls_refs if lock_spec is not None else TlsRefs()
     credentials = lock_spec.secret_ref if lock_spec is not None else None
     masters = allowed_masters(lock) if lock_spec is not None else ()
