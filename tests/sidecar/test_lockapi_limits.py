@@ -38,10 +38,12 @@ WAITS = lockapi.lock_waits(httpguard.MAX_CONNECTIONS)  # 96 of a 256-connection 
 # -- clients --------------------------------------------------------------------------------
 
 
-def call(port: int, path: str, body: Any = None, method: str = "POST") -> tuple[int, Any]:
+def call(
+    port: int, path: str, body: Any = None, method: str = "POST", timeout: float = 15
+) -> tuple[int, Any]:
     """One request on a fresh connection: (status, parsed JSON body). Raises if the port does
     not answer (reset, refused, timed out)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         data = None if body is None else json.dumps(body)
         headers = {"Content-Type": "application/json"} if data is not None else {}
@@ -245,7 +247,7 @@ def test_a_dead_waiters_hand_off_expires_after_the_provisional_ttl(
 
         def live_caller() -> None:
             live["answer"] = call(holder_sc.port, "/locks/jobs/handoff/acquire",
-                                  {"ttl_ms": 10_000, "wait_ms": 30_000})  # fmt: skip
+                                  {"ttl_ms": 10_000, "wait_ms": 30_000}, timeout=60)  # fmt: skip
             live["at"] = time.monotonic()
 
         thread = threading.Thread(target=live_caller)
@@ -253,8 +255,9 @@ def test_a_dead_waiters_hand_off_expires_after_the_provisional_ttl(
         wait_until(lambda: client.zcard(waiters) == 2, timeout=15)
         released = time.monotonic()
         assert call(holder_sc.port, "/locks/jobs/handoff/release", {"lease": first["lease"]})[0] == 200
-        thread.join(60)
+        thread.join(90)
     doomed.close()
+    assert "answer" in live, "the live caller was not answered"
     code, doc = live["answer"]
     dead_time = live["at"] - released
     assert code == 200, doc
