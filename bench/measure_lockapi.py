@@ -126,7 +126,8 @@ def main(seconds: float = 20.0, hammer: bool = False) -> None:
     sc.start().wait_up()
     try:
         leases = [acquire(sc.port, f"jobs/h{i}") for i in range(HOLDERS)]
-        stop, out = multiprocessing.Event(), multiprocessing.Queue()
+        stop = multiprocessing.Event()
+        out: multiprocessing.Queue[Any] = multiprocessing.Queue()
         flooding = multiprocessing.Process(target=flood, args=(sc.port, stop, hammer, out))
         flooding.start()
         time.sleep(2.0)  # the flood fills the port
@@ -165,8 +166,10 @@ def main(seconds: float = 20.0, hammer: bool = False) -> None:
         print(f"/healthz: {len(probes)} answered, {failed} failed; p50 "
               f"{stats.percentile(probes, 50):.1f} ms, p99 {stats.percentile(probes, 99):.1f} ms,"
               f" max {max(probes):.1f} ms")  # fmt: skip
-        print(f"holders: {counts[1]}/{counts[0]} extends and {released}/{HOLDERS} releases "
-              "answered 200")
+        print(
+            f"holders: {counts[1]}/{counts[0]} extends and {released}/{HOLDERS} releases "
+            "answered 200"
+        )
     finally:
         sc.stop()
         server.stop()

@@ -192,7 +192,8 @@ async def test_concurrent_acquires_grant_exactly_the_limit(redis_server: RedisSe
     ):
 
         async def acquire(i: int) -> int:
-            async with session.post(f"{base}/locks/jobs/n{i}/acquire", json={"ttl_ms": 60_000}) as r:
+            url = f"{base}/locks/jobs/n{i}/acquire"
+            async with session.post(url, json={"ttl_ms": 60_000}) as r:
                 await r.read()
                 return r.status
 
@@ -254,7 +255,8 @@ def test_a_dead_waiters_hand_off_expires_after_the_provisional_ttl(
         thread.start()
         wait_until(lambda: client.zcard(waiters) == 2, timeout=15)
         released = time.monotonic()
-        assert call(holder_sc.port, "/locks/jobs/handoff/release", {"lease": first["lease"]})[0] == 200
+        code, _ = call(holder_sc.port, "/locks/jobs/handoff/release", {"lease": first["lease"]})
+        assert code == 200
         thread.join(90)
     doomed.close()
     assert "answer" in live, "the live caller was not answered"
@@ -284,7 +286,10 @@ def test_waiters_on_distinct_names_leave_the_holders_extends_working(
              for n in names]  # fmt: skip
     try:
         with redis.Redis.from_url(redis_server.url) as client:
-            blocked = lambda: client.info("clients")["blocked_clients"]  # noqa: E731
+
+            def blocked() -> int:  # the waiters' wake-up BLPOPs in Redis
+                return int(client.info("clients")["blocked_clients"])
+
             wait_until(lambda: blocked() >= min(WAITS, 90), timeout=30, step=0.1)
         for _ in range(12):  # the holder's extend loop, while the waiters hold their BLPOPs
             code, doc = call(api.port, "/locks/jobs/kept/extend", {"lease": kept["lease"]})
