@@ -325,9 +325,11 @@ def unavailable(exc: LockError) -> ApiError:
     return ApiError(503, f"Redis did not answer: {exc.message}")
 
 
-def too_many_waits(waiting: int) -> ApiError:
-    """503 with ``Retry-After``: the port's share of parked blocking acquires is taken."""
-    why = f"too many blocking acquires wait ({waiting}): retry, or use wait_ms 0"
+def too_many_waits(acquires: int, parked: int) -> ApiError:
+    """503 with ``Retry-After``: the port's share of parked blocking acquires (or all its
+    parked places, long-polls included) is taken."""
+    why = (f"too many waiting requests ({acquires} blocking acquires, {parked} in all): "
+           "retry, or use wait_ms 0")  # fmt: skip
     return ApiError(503, why, headers={"Retry-After": RETRY_AFTER}, limit="waiting-requests")
 
 
@@ -419,7 +421,7 @@ class LockApi:
             return await self.grant(name, ask, asyncio.Event())
         gone = guard.park(request.transport, kind=WAITS, limit=lock_waits(guard.cap))
         if gone is None:
-            raise too_many_waits(guard.parked_by[WAITS])
+            raise too_many_waits(guard.parked_by[WAITS], guard.parked)
         try:
             return await self.grant(name, ask, gone)
         finally:
