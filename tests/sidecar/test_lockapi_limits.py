@@ -141,6 +141,20 @@ def test_blocking_acquires_are_parked_and_probes_and_holders_still_answer(api: S
             w.close()
 
 
+def test_a_parked_waiter_whose_client_hung_up_stops_waiting(
+    api: Sidecar, redis_server: RedisServer
+) -> None:
+    assert call(api.port, "/locks/jobs/busy/acquire", {"ttl_ms": 60_000})[0] == 200
+    waiters = LockKeys.for_name("jobs/busy").waiters
+    ask = {"ttl_ms": 60_000, "wait_ms": 60_000}
+    with redis.Redis.from_url(redis_server.url) as client:
+        waiting = Raw(api.port, request_bytes("/locks/jobs/busy/acquire", ask))
+        wait_until(lambda: client.zcard(waiters) == 1, timeout=15)
+        waiting.close()  # the app gives up long before wait_ms
+        wait_until(lambda: client.zcard(waiters) == 0, timeout=15)  # its place in the queue too
+    probes_answer(api.port, times=1)
+
+
 # -- finding 3: stalled bodies are answered 408 and closed -----------------------------------
 
 
