@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -10,7 +11,7 @@ from redlease.cli import main, parse_args
 from redlease.cli.login import Pod
 from redlease.cli.sidecar import sidecar_config
 from redlease.core.lease import Lease
-from redlease.errors import LockContention, NotOwned
+from redlease.errors import ConfigError, LockContention, NotOwned
 from redlease.sidecar import lockapi
 from redlease.sidecar.lockapi import ApiError, Leases
 
@@ -114,3 +115,65 @@ def test_the_flag_and_its_env(
     assert main([*base, "--api-locks", "a{b"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--api-locks" in err, err
+
+
+def _lease(deadline: float) -> Lease:
+    return Lease("jobs/a", fencing_token=1, ttl=1.0, deadline=deadline, acquired_at_ms=0)
+
+
+def test_the_table_forgets_a_lease_at_its_local_deadline() -> None:
+    now = [100.0]
+    table = Leases(limit=2, clock=lambda: now[0])
+    short = table.add("jobs/a", object(), _lease(101.0))
+    kept = table.add("jobs/b", object(), _lease(101.0))
+    assert refused(table.room).status == 429
+    table.get(kept, "jobs/b").lease.deadline = 105.0  # type: ignore[union-attr] # an extend
+    now[0] = 101.5
+    assert len(table) == 1
+    table.room()  # a place again
+    expired = refused(table.get, short, "jobs/a")  # forgotten, and said so
+    assert (expired.status, expired.body["field"]) == (410, "lease")
+    assert refused(table.get, short, "jobs/b").status == 404  # still bound to its name
+    assert table.get(kept, "jobs/b").name == "jobs/b"
+    now[0] = 106.0
+    assert len(table) == 0
+
+
+def test_reservations_count_against_the_limit() -> None:
+    table = Leases(limit=2)
+    table.reserve()
+    table.reserve()
+    assert refused(table.reserve).status == 429  # two acquires in flight fill it
+    table.unreserve()  # one failed
+    table.add("jobs/a", object(), _lease(time.monotonic() + 60))  # the other was granted
+    table.reserve()  # the failed one's place
+    assert refused(table.reserve).status == 429  # the limit is exact
+    assert (len(table), table.reserved) == (1, 1)
+
+
+def test_deeply_nested_json_is_a_400_naming_the_body() -> None:
+    for raw in (b"[" * 4000, b'{"a":' * 2000):
+        error = refused(lockapi.parse_acquire, raw)
+        assert (error.status, error.body["field"]) == (400, "body")
+
+
+def test_the_prefix_must_not_cover_the_sidecars_own_lock(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = ["sidecar", "--redis", "redis://127.0.0.1:1/0", "--http", "off"]
+    with pytest.raises(ConfigError) as info:
+        sidecar_config(parse_args([*base, "--lock", "jobs/leader", "--api-locks", "jobs/"]),
+                       Pod(None, None))  # fmt: skip
+    assert info.value.field == "--api-locks" and "jobs/leader" in str(info.value)
+    ok = parse_args([*base, "--lock", "leader", "--api-locks", "jobs/"])
+    assert sidecar_config(ok, Pod(None, None)).api_locks == "jobs/"
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    assert main([*base, "--lock", "jobs-main", "--api-locks", "jobs"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--api-locks" in err and "jobs-main" in err, err
+
+
+def test_waits_and_pool_follow_the_port() -> None:
+    assert lockapi.lock_waits(256) == 96  # of 128 parked requests: 32 stay for long-polls
+    assert lockapi.pool_size(256) > lockapi.lock_waits(256) + 4  # + the short requests' gate
+    assert lockapi.pool_size() >= lockapi.pool_size(64)

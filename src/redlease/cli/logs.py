@@ -47,7 +47,14 @@ def configure(level: str = "info", fmt: str = "auto", stream: Any = None) -> Non
     )
     formatter = structlog.stdlib.ProcessorFormatter(
         pass_foreign_args=True,  # the formatter clears record.args before the pre-chain
-        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder(), _library_fields],
+        # other libraries' records (aiohttp's "Error handling request") carry exc_info: render
+        # it as a traceback, not as the repr of a (type, value, <traceback object>) tuple
+        foreign_pre_chain=[
+            *shared,
+            structlog.stdlib.ExtraAdder(),
+            _library_fields,
+            structlog.processors.format_exc_info,
+        ],
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             renderer,

@@ -580,15 +580,19 @@ def connect_target(
     *,
     asyncio: bool = False,
     socket_timeout: float | None = 5.0,
+    max_connections: int | None = None,
     **nodeset_options: Any,
 ) -> Any:
     """A client for ``target``: ``Redis`` (or a Sentinel master client), ``RedisCluster``, or
     a :class:`~redlease.core.quorum.NodeSet` for a RedLock set; ``asyncio=True`` for the
     ``redis.asyncio`` flavour. With a :attr:`Target.consent`, every URL must be allowed and
-    a master a Sentinel names is checked before the client connects to it."""
+    a master a Sentinel names is checked before the client connects to it.
+    ``max_connections``: the pool size of each node's client, unless its URL sets one."""
     if target.consent is not None:
         check_consent(target.consent, target.urls)
     common: dict[str, Any] = {}
+    if max_connections is not None:
+        common["max_connections"] = max_connections
     if target.username is not None:
         common["username"] = target.username
     if target.password is not None:
@@ -615,7 +619,7 @@ def connect_target(
 
     guard = {} if target.consent is None else {"consent": target.consent}
     clients = [
-        client_from_url(u, asyncio=asyncio, **guard, **common, **_url_options(u, target.tls))
+        client_from_url(u, asyncio=asyncio, **guard, **{**common, **_url_options(u, target.tls)})
         for u in target.urls
     ]
     if len(clients) == 1:

@@ -7,6 +7,10 @@ answers, no state-file writes). :class:`ConnectionGuard` wraps aiohttp's protoco
 
 * closes a connection that has not had a complete request for ``timeout`` seconds (since it was
   opened, or since its last answer: a header and an idle timeout in one rule);
+* reads a request's body before its handler runs, within ``timeout`` seconds of its headers
+  (:data:`BODY_TIMEOUT`): a body that does not arrive in time is answered 408 and its connection
+  closed; while its body arrives a connection is not busy, so at the cap it may be evicted like
+  an idle one (a stalled body holds no slot a probe needs);
 * caps live connections below the descriptor limit; at the cap, a new connection evicts the
   oldest idle one, so a kubelet probe still gets through while an attacker fills the cap;
 * :class:`RateLimit` bounds repeated log lines (accept errors) to one per interval;
@@ -14,7 +18,11 @@ answers, no state-file writes). :class:`ConnectionGuard` wraps aiohttp's protoco
 * a request that waits long on purpose (a long-poll) is parked (:meth:`~ConnectionGuard.park`):
   a busy connection is never evicted nor timed out, so at most half the cap may be parked
   (:attr:`~ConnectionGuard.park_cap`; the rest of the cap stays for probes and short requests);
-  a parked request learns when its connection goes away or the server closes, and stops waiting.
+  a kind of parked request may be given a smaller share of it (``limit``: the lock API's
+  blocking acquires take at most three quarters, so that long-polls keep room);
+  a parked request learns when its connection goes away or the server closes, and stops waiting;
+* :func:`serve` rate-limits aiohttp's error lines (one malformed request after another) like the
+  accept errors.
 
 :func:`serve` puts an aiohttp application behind a guard on ``host:port`` (TLS if given).
 """
@@ -29,6 +37,7 @@ import socket
 import ssl
 import time
 from asyncio.sslproto import SSLProtocol
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -41,6 +50,7 @@ REQUEST_TIMEOUT = 5.0  # a connection gets this long for each complete request (
 FD_RESERVE = 64  # descriptors kept for Redis, the Kubernetes API, state-file writes, logging
 BACKLOG = 16  # asyncio accepts up to this many sockets before any of them reaches the guard
 LISTEN_QUEUE = 1024  # the kernel's queue of connected, not yet accepted sockets (no descriptors)
+BODY_TIMEOUT = REQUEST_TIMEOUT  # a request's body must arrive within this long of its headers
 
 
 def connection_cap(wanted: int, share: int = 1) -> int:
@@ -53,52 +63,67 @@ def connection_cap(wanted: int, share: int = 1) -> int:
     return max(8, min(wanted, (soft - FD_RESERVE) // max(1, share) - BACKLOG))
 
 
+def park_cap(cap: int) -> int:
+    """How many requests may be parked at once on a port of ``cap`` connections: half."""
+    return max(1, cap // 2)
+
+
 class _Conn:
-    __slots__ = ("busy", "gone", "since", "timer", "transport")
+    __slots__ = ("busy", "gone", "kind", "reading", "since", "timer", "transport")
 
     def __init__(self, transport: asyncio.Transport, since: float) -> None:
         self.transport = transport
         self.since = since
         self.busy = 0
+        self.reading = False  # its request's body is arriving: not busy, its own deadline
         self.timer: asyncio.TimerHandle | None = None
         self.gone: asyncio.Event | None = None  # while parked: set when the waiting must end
+        self.kind = ""  # while parked: which share it counts against
 
 
 class ConnectionGuard:
     """The timeout and the cap (see module doc): :meth:`wrap` aiohttp's protocol factory and
     install :meth:`middleware` in the application."""
 
-    def __init__(self, *, cap: int, timeout: float) -> None:
+    def __init__(self, *, cap: int, timeout: float, body_timeout: float | None = None) -> None:
         self.cap = cap
         self.timeout = timeout
+        self.body_timeout = timeout if body_timeout is None else body_timeout
         self.conns: dict[object, _Conn] = {}  # by socket; insertion order: oldest first
         self.evicted = 0
         self.timed_out = 0
+        self.slow_bodies = 0  # requests answered 408: their body did not arrive in time
         self.parked = 0
+        self.parked_by: Counter[str] = Counter()  # parked requests by kind
         self.refused_parks = 0
         self._none_parked: asyncio.Event | None = None  # while closing with parked requests
 
     @property
     def park_cap(self) -> int:
-        """How many requests may wait long at once: half the cap."""
-        return max(1, self.cap // 2)
+        """How many requests may wait long at once: half the cap (:func:`park_cap`)."""
+        return park_cap(self.cap)
 
-    def park(self, transport: Any) -> asyncio.Event | None:
-        """A request on ``transport`` is about to wait long (a long-poll). ``None``: refused
-        (:attr:`park_cap` requests already wait, or the connection is gone); else an event set
-        when its connection goes away or the server closes: stop waiting then. Pair with
-        :meth:`unpark`."""
+    def park(
+        self, transport: Any, *, kind: str = "", limit: int | None = None
+    ) -> asyncio.Event | None:
+        """A request on ``transport`` is about to wait long (a long-poll, a blocking acquire).
+        ``None``: refused (:attr:`park_cap` requests already wait, or ``limit`` of its
+        ``kind``, or the connection is gone); else an event set when its connection goes away
+        or the server closes: stop waiting then. Pair with :meth:`unpark`."""
         conn = self.conns.get(_key(transport)) if transport is not None else None
-        if conn is None or conn.gone is not None or self.parked >= self.park_cap:
+        full = self.parked >= self.park_cap or (limit is not None and self.parked_by[kind] >= limit)
+        if conn is None or conn.gone is not None or full:
             self.refused_parks += conn is not None
             return None
         self.parked += 1
-        conn.gone = asyncio.Event()
+        self.parked_by[kind] += 1
+        conn.gone, conn.kind = asyncio.Event(), kind
         return conn.gone
 
-    def unpark(self, gone: asyncio.Event) -> None:
-        """The parked request that got ``gone`` has answered (or failed)."""
+    def unpark(self, gone: asyncio.Event, kind: str = "") -> None:
+        """The parked request that got ``gone`` (parked as ``kind``) has answered (or failed)."""
         self.parked -= 1
+        self.parked_by[kind] -= 1
         for conn in self.conns.values():
             if conn.gone is gone:
                 conn.gone = None
@@ -179,6 +204,9 @@ class ConnectionGuard:
     def _expire(self, conn: _Conn) -> None:
         if self.conns.get(_key(conn.transport)) is not conn or conn.busy:
             return
+        if conn.reading:  # its body's own deadline answers it (408)
+            self._arm(conn)
+            return
         if time.monotonic() - conn.since >= self.timeout:
             self.timed_out += 1
             self._close(conn)
@@ -193,13 +221,54 @@ class ConnectionGuard:
     async def middleware(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        """Marks the connection busy while a complete request is being answered."""
+        """Reads the request's body (:meth:`read_body`), then marks the connection busy while
+        the complete request is being answered."""
         transport = request.transport
+        refused = await self.read_body(request)
+        if refused is not None:
+            return refused
         self.started(transport)
         try:
             return await handler(request)
         finally:
             self.finished(transport)
+
+    async def read_body(self, request: web.Request) -> web.StreamResponse | None:
+        """Read ``request``'s body into the request (``await request.read()`` returns it) within
+        :attr:`body_timeout`; None when it arrived (or there is none), else the answer: 408
+        (and the connection closed) when it did not arrive in time, 413 past the application's
+        ``client_max_size``. Meanwhile the connection is not busy: at the cap it may be evicted,
+        and its idle timer leaves it to this deadline."""
+        if not request.body_exists:
+            return None
+        conn = self.conns.get(_key(request.transport)) if request.transport is not None else None
+        if conn is not None:
+            conn.reading = True
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                await request.read()
+        except TimeoutError:
+            self.slow_bodies += 1
+            late = _error(408, f"the request body did not arrive within {self.body_timeout:g}s")
+            late.force_close()
+            return late
+        except web.HTTPRequestEntityTooLarge:
+            big = _error(413, "the body is over this port's limit", field="body")
+            big.force_close()
+            return big
+        except (ConnectionError, web.HTTPException):  # the client went away (or sent garbage)
+            gone = _error(400, "the request body was cut short", field="body")
+            gone.force_close()
+            return gone
+        finally:
+            if conn is not None:
+                conn.reading = False
+        return None
+
+
+def _error(status: int, message: str, **fields: str) -> web.Response:
+    """A JSON error answer (every answer of these ports is JSON)."""
+    return web.json_response({"error": message, **fields}, status=status)
 
 
 class _Guarded(asyncio.Protocol):
@@ -317,8 +386,10 @@ async def serve(
     """Serve ``app`` on ``host:port`` with the header/idle timeout and the connection cap (see
     the module doc; ``share``: how many ports the process serves); an ``OSError`` if the
     address cannot be bound."""
-    # asyncio logs every failed accept (EMFILE) once per second per server: keep one a while
+    # asyncio logs every failed accept (EMFILE) once per second per server: keep one a while;
+    # aiohttp logs every malformed request (one line each, a flood of them): the same
     logging.getLogger("asyncio").addFilter(_ACCEPT_ERRORS)
+    logging.getLogger("aiohttp.server").addFilter(_REQUEST_ERRORS)
     guard = ConnectionGuard(cap=connection_cap(cap, share), timeout=timeout)
     app.middlewares.append(guard.middleware)
     app[GUARD] = guard
@@ -345,3 +416,4 @@ async def serve(
 
 
 _ACCEPT_ERRORS = RateLimit()  # one filter for the process, however many servers it starts
+_REQUEST_ERRORS = RateLimit()

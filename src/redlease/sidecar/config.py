@@ -211,7 +211,15 @@ class SidecarConfig:
     def check_election(self, election: ElectionConfig, holders_field: str) -> None:
         """Refuse what the sidecar's own outputs cannot show for ``election``: the Lease mirror
         names one holder, so it does not go with several (``holders_field``: where they were
-        asked for, ``--holders`` or ``spec.holders``)."""
+        asked for, ``--holders`` or ``spec.holders``). The lock API's prefix must not cover
+        the election's own keys: an app could take the lock this sidecar campaigns for."""
+        covered = [k for k in election.keys if self.api_locks and k.startswith(self.api_locks)]
+        if covered:
+            raise ConfigError(
+                sidecar_args.API_LOCKS,
+                f"the prefix {self.api_locks!r} covers this sidecar's own lock {covered[0]!r}: "
+                "an app could hold it and this sidecar would never lead; use another prefix",
+            )
         if self.lease_mirror and election.holders > 1:
             raise ConfigError(
                 sidecar_args.LEASE_MIRROR,

@@ -3,7 +3,16 @@
 ``POST /locks/{name}/acquire`` ``{"ttl_ms", "wait_ms"?}`` -> 200 ``{"lease", "fencing_token",
 "expires_in_ms"}`` | 409 ``{"holder"}``; ``/extend`` ``{"lease", "ttl_ms"?}`` and ``/release``
 ``{"lease"}`` -> 200 | 410 (the lease was lost) | 404 (no such lease for this name). Names outside
-the prefix: 403; a bad body: 400 naming the field; Redis unreachable: 503.
+the prefix: 403; a bad body: 400 naming the field; Redis unreachable: 503; a limit of this
+sidecar (waiting requests, Redis connections): 503 with ``Retry-After``, saying which.
+
+Limits (docs/lockapi.md "Limits"): a blocking acquire is parked with the port's guard (at most
+:func:`lock_waits` at once, a share of the guard's parked requests that leaves long-polls room);
+the lease table forgets a lease at its local deadline and holds at most ``MAX_LEASES``, counted
+with the acquires in flight; the Redis pool is sized from the parked waits (:func:`pool_size`).
+A blocking acquire waits with a provisional TTL (:data:`PROVISIONAL_TTL_MS`) and extends to the
+asked one once granted while its client is still there, so that a hand-off to a waiter whose
+sidecar died ends after that bound, not after the waiter's ``ttl_ms``.
 
 The sidecar keeps the Redis connection (its own ``--redis`` target or DistributedLock: one node,
 Cluster, Sentinel or a RedLock set, with its credentials and TLS) and one
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import json
 import secrets
 import time
@@ -37,13 +47,22 @@ from aiohttp import web
 
 from redlease.core.aio import Lock
 from redlease.core.connect import Target, connect_target
+from redlease.core.gate import GATE
 from redlease.core.keys import scoped_name, validate_name
 from redlease.core.lease import Lease
 from redlease.core.observe import read_view
 from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.timing import TTL_RANGE
 from redlease.core.view import LockView, document
-from redlease.errors import AlreadyHeld, ConfigError, LockContention, LockError, NotOwned
+from redlease.errors import (
+    AlreadyHeld,
+    ConfigError,
+    ConnectionLimit,
+    LockContention,
+    LockError,
+    NotOwned,
+)
+from redlease.kube.httpguard import MAX_CONNECTIONS, guard_of, park_cap
 from redlease.sidecar.config import ElectionConfig
 
 log = structlog.get_logger("redlease.sidecar")
@@ -56,15 +75,37 @@ TTL_MS = (round(TTL_RANGE[0] * 1000), round(TTL_RANGE[1] * 1000))
 # keys per API name are bounded in time, tokens still increase (docs/lockapi.md, "Redis keys")
 FORGET_AFTER = 60.0
 CLOSE_TIMEOUT = 2.0  # seconds to release the app's leases at shutdown; the rest expire
-SWITCH_RETRY_S = 1  # Retry-After of a 503 while the API switches to new Redis settings
 RETIRED_FOR = 3600.0  # seconds a lease id of a replaced target still answers 410 (then 404)
 MAX_RETIRED = 4 * MAX_LEASES  # lease ids of replaced targets remembered at most (oldest go)
 READ_TIMEOUT = 2.0  # seconds GET /locks/{name} waits for the nodes' answers
+# the TTL a blocking acquire waits with: a lease handed over to it lasts this long until the
+# sidecar picks it up (and extends it to the asked ttl_ms, if its client is still connected)
+PROVISIONAL_TTL_MS = 3_000
+POOL_SPARE = 32  # Redis connections beyond the waits' and the gate's: clean-ups, pinned replies
+WAITS = "lock-acquire"  # the kind of parked request a blocking acquire is (ConnectionGuard.park)
+RETRY_AFTER_S = 1  # Retry-After of a 503 for a limit of this sidecar or while switching
+
+
+def lock_waits(cap: int) -> int:
+    """How many blocking acquires may be parked at once on a port of ``cap`` connections:
+    three quarters of the guard's :func:`~redlease.kube.httpguard.park_cap`, so long-polls of
+    ``/status`` (``redlease wait``) keep a quarter whatever the app's waits do (96 and 32 of a
+    256-connection port's 128)."""
+    return max(1, park_cap(cap) * 3 // 4)
+
+
+def pool_size(cap: int = MAX_CONNECTIONS) -> int:
+    """The lock API's Redis pool (per node) for a port of at most ``cap`` connections: one
+    connection per parked wait (waiters on one name share one, on distinct names each holds
+    one for its wake-up BLPOP), the short requests in flight (the library queues them behind
+    :data:`~redlease.core.gate.GATE` per pool), and :data:`POOL_SPARE`. So a holder's extend
+    finds a connection whatever the waiters hold."""
+    return lock_waits(cap) + GATE + POOL_SPARE
 
 
 class ApiError(Exception):
     """An answer other than 200: its HTTP status and the JSON body (``field`` names the bad
-    one)."""
+    one); ``headers`` (``Retry-After``) go with it."""
 
     def __init__(
         self,
@@ -111,6 +152,8 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise ApiError(400, "the body is not JSON", field="body") from None
+    except RecursionError:  # nested deeper than the parser goes: no valid body is
+        raise ApiError(400, "the body is nested too deeply", field="body") from None
     if not isinstance(doc, dict):
         raise ApiError(400, "the body must be a JSON object", field="body")
     return doc
@@ -173,44 +216,98 @@ def parse_release(raw: bytes) -> str:
 
 @dataclass(slots=True)
 class Entry:
-    """One lease of the app: its lock name, the lock handle holding it, and a mutex so that
-    one lease's extends and releases run one at a time."""
+    """One lease of the app: its lock name, the lock handle holding it, the lease (its local
+    deadline moves with each extend), the TTL the app asked for, and a mutex so that one
+    lease's extends and releases run one at a time."""
 
     name: str
     lock: Any  # redlease.aio.Lock
+    lease: Lease | None = None
+    ttl_ms: int | None = None  # None: the lock's own TTL
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class Leases:
     """Lease id -> :class:`Entry`. Ids are random (``secrets.token_urlsafe``): knowing one is
-    what lets an app extend or release that lease; an id is valid only with its own name."""
+    what lets an app extend or release that lease; an id is valid only with its own name.
 
-    def __init__(self, limit: int = MAX_LEASES) -> None:
+    Bounded: an acquire takes a place (:meth:`reserve`) before it asks Redis (so ``limit`` holds
+    however many run at once) and :meth:`add` or :meth:`unreserve` ends the reservation; a
+    lease is forgotten at its local deadline (an extend pushes the deadline out; one being
+    extended or released stays until that ends). The ids of the last ``limit`` leases forgotten
+    so are kept (their name only) to answer 410 rather than 404."""
+
+    def __init__(self, limit: int = MAX_LEASES, clock: Callable[[], float] = time.monotonic):
         self.limit = limit
+        self.clock = clock
+        self.reserved = 0
         self._entries: dict[str, Entry] = {}
+        self._deadlines: list[tuple[float, str]] = []  # a heap; stale items are skipped
+        self._expired: OrderedDict[str, str] = OrderedDict()  # id -> name
 
     def __len__(self) -> int:
+        self.sweep()
         return len(self._entries)
 
     def room(self) -> None:
-        """429 when the table is full."""
-        if len(self._entries) >= self.limit:
+        """429 when the table (with the acquires in flight) is full."""
+        self.sweep()
+        if len(self._entries) + self.reserved >= self.limit:
             raise ApiError(429, f"this sidecar holds {self.limit} leases already")
 
-    def add(self, name: str, lock: Any) -> str:
+    def reserve(self) -> None:
+        """Take a place for an acquire about to ask Redis (429 when none is left)."""
+        self.room()
+        self.reserved += 1
+
+    def unreserve(self) -> None:
+        """The reserved acquire was not granted."""
+        self.reserved -= 1
+
+    def add(
+        self, name: str, lock: Any, lease: Lease | None = None, ttl_ms: int | None = None
+    ) -> str:
+        """A granted lease (in the place its acquire reserved, if it did)."""
+        self.reserved = max(0, self.reserved - 1)
         lease_id = secrets.token_urlsafe(18)
-        self._entries[lease_id] = Entry(name, lock)
+        self._entries[lease_id] = Entry(name, lock, lease, ttl_ms)
+        if lease is not None:
+            heapq.heappush(self._deadlines, (lease.deadline, lease_id))
         return lease_id
 
     def get(self, lease_id: str, name: str) -> Entry:
-        """The entry of ``lease_id`` under ``name``; 404 when unknown or another name's."""
+        """The entry of ``lease_id`` under ``name``; 410 when it was forgotten at its deadline,
+        404 when unknown or another name's."""
+        self.sweep()
         entry = self._entries.get(lease_id)
+        if entry is None and self._expired.get(lease_id) == name:
+            raise ApiError(410, f"lease {lease_id!r} expired (its local deadline passed)",
+                           field="lease")  # fmt: skip
         if entry is None or entry.name != name:
             raise ApiError(404, f"no lease {lease_id!r} on lock {name!r}", field="lease")
         return entry
 
     def remove(self, lease_id: str) -> None:
         self._entries.pop(lease_id, None)
+
+    def sweep(self) -> None:
+        """Forget the leases whose local deadline has passed."""
+        now = self.clock()
+        later: list[tuple[float, str]] = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, lease_id = heapq.heappop(self._deadlines)
+            entry = self._entries.get(lease_id)
+            if entry is None or entry.lease is None:
+                continue
+            if entry.lease.deadline > now or entry.busy.locked():  # extended, or in use
+                later.append((max(entry.lease.deadline, now), lease_id))
+                continue
+            del self._entries[lease_id]
+            self._expired[lease_id] = entry.name
+            if len(self._expired) > self.limit:
+                self._expired.popitem(last=False)
+        for item in later:
+            heapq.heappush(self._deadlines, item)
 
     def drain(self) -> list[Entry]:
         """Every entry, removed from the table."""
@@ -219,6 +316,7 @@ class Leases:
     def take_all(self) -> dict[str, Entry]:
         """Every lease id and entry, removed from the table."""
         entries, self._entries = self._entries, {}
+        self._deadlines.clear()
         return entries
 
 
@@ -282,6 +380,11 @@ def lost(lease_id: str, exc: NotOwned) -> ApiError:
 
 
 def unavailable(exc: LockError) -> ApiError:
+    """503: Redis did not answer, or (with ``Retry-After``) a limit of this sidecar's client
+    did (:class:`~redlease.errors.ConnectionLimit`: not an outage of Redis)."""
+    if isinstance(exc, ConnectionLimit):
+        why = f"this sidecar's Redis connections are all in use: {exc.message}"
+        return ApiError(503, why, retry_after=RETRY_AFTER_S, limit="redis-connections")
     return ApiError(503, f"Redis did not answer: {exc.message}")
 
 
@@ -290,7 +393,7 @@ def switching() -> ApiError:
     return ApiError(
         503,
         "the lock's Redis settings changed: switching to the new ones, retry",
-        retry_after=SWITCH_RETRY_S,
+        retry_after=RETRY_AFTER_S,
     )
 
 
@@ -314,9 +417,10 @@ class Connection:
     """The client of one :class:`ApiTarget` and how many requests use it now (a replaced
     client is closed once they are done)."""
 
-    def __init__(self, where: ApiTarget) -> None:
+    def __init__(self, where: ApiTarget, max_connections: int) -> None:
         self.where = where
-        self.client: Any = connect_target(where.target, asyncio=True)
+        self.client: Any = connect_target(where.target, asyncio=True,
+                                          max_connections=max_connections)  # fmt: skip
         self.users = 0
         self.idle = asyncio.Event()
         self.idle.set()
@@ -343,21 +447,29 @@ class Connection:
             pass
 
 
+def too_many_waits(acquires: int, parked: int) -> ApiError:
+    """503 with ``Retry-After``: the port's share of parked blocking acquires (or all its
+    parked places, long-polls included) is taken."""
+    why = (f"too many waiting requests ({acquires} blocking acquires, {parked} in all): "
+           "retry, or use wait_ms 0")  # fmt: skip
+    return ApiError(503, why, retry_after=RETRY_AFTER_S, limit="waiting-requests")
+
+
 # -- the handlers ------------------------------------------------------------------------------
 
 
 async def read_capped(request: web.Request, cap: int = MAX_BODY) -> bytes:
-    """The body, or 413 past ``cap`` bytes (whether or not a Content-Length says so)."""
+    """The body, or 413 past ``cap`` bytes (whether or not a Content-Length says so). The
+    port's guard has read it already, within its deadline (``ConnectionGuard.read_body``)."""
     if request.content_length is not None and request.content_length > cap:
         raise ApiError(413, f"the body is over {cap} bytes", field="body")
-    chunks: list[bytes] = []
-    size = 0
-    while chunk := await request.content.read(cap + 1 - size):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > cap:
-            raise ApiError(413, f"the body is over {cap} bytes", field="body")
-    return b"".join(chunks)
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(413, f"the body is over {cap} bytes", field="body") from None
+    if len(raw) > cap:
+        raise ApiError(413, f"the body is over {cap} bytes", field="body")
+    return raw
 
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
@@ -377,6 +489,7 @@ class LockApi:
         self._where: ApiTarget | None = None  # the target wanted (the latest followed)
         self._switch: asyncio.Future[None] | None = None
         self._retiring: set[asyncio.Future[None]] = set()  # replaced clients being closed
+        self.pool_size = pool_size()  # Redis connections per node (see pool_size)
         self._closing = False
 
     def follow(self, election: ElectionConfig) -> None:
@@ -393,7 +506,7 @@ class LockApi:
         first = self._where is None
         self._where = where
         if first:
-            self._conn = Connection(where)
+            self._conn = Connection(where, self.pool_size)
             return
         old, self._conn = self._conn, None
         entries = self.leases.take_all()
@@ -429,7 +542,7 @@ class LockApi:
             self._retiring.add(closing)
             closing.add_done_callback(self._retiring.discard)
         if where is self._where and not self._closing:
-            self._conn = Connection(where)
+            self._conn = Connection(where, self.pool_size)
             log.info("lock API: switched to the new Redis settings", released=len(entries))
 
     async def close(self) -> None:
@@ -498,45 +611,107 @@ class LockApi:
         )
 
     async def take(
-        self, name: str, ttl_ms: int, wait_ms: int = 0, cls: type[Lock] = Lock, **options: Any
+        self,
+        name: str,
+        ttl_ms: int,
+        wait_ms: int = 0,
+        cls: type[Lock] = Lock,
+        gone: asyncio.Event | None = None,
+        **options: Any,
     ) -> tuple[Lock, Lease]:
         """Acquire ``name`` (a :meth:`handle` with ``cls`` and ``options``) on the current
         target, waiting up to ``wait_ms``: 409 when held, 503 when Redis does not answer, or
         when the sidecar began stopping or the target was replaced meanwhile (then the grant is
-        given back: nobody would release it, or it is on the old target). The native acquire
-        and Dapr's lock (:mod:`.dapr`) both take their locks here."""
+        given back: nobody would release it, or it is on the old target); 499 when ``gone`` is
+        set (the waiting client went away). The native acquire and Dapr's lock (:mod:`.dapr`)
+        both take their locks here.
+
+        A blocking acquire waits with the provisional TTL, then (its client still there)
+        extends to ``ttl_ms``, so a hand-off to a waiter whose sidecar died ends after
+        :data:`PROVISIONAL_TTL_MS`; a hand-off that expired before it was picked up (an
+        overloaded sidecar) is waited for again while ``wait_ms`` lasts."""
         conn = self._live()
-        lock = self._handle(conn, name, ttl_ms, cls, **options)
         with conn.using():
-            try:
-                if wait_ms:  # the library's notified wait: woken when the holder releases
-                    lease = await lock.acquire(timeout=wait_ms / 1000)
-                else:
-                    lease = await lock.acquire(blocking=False)
-            except LockContention as exc:
-                raise held(name, exc) from None
-            except AlreadyHeld:  # a given owner token (Dapr's lockOwner) that holds it already
-                raise ApiError(409, f"lock {name!r} is held", holder=self.identity) from None
-            except LockError as exc:
-                raise unavailable(exc) from None
-            if self._closing:  # granted while the sidecar stopped: nobody will release it
-                await _quiet_release(Entry(name, lock))
-                raise ApiError(503, "the sidecar is stopping")
-            if conn is not self._conn:  # granted on a target replaced meanwhile: not valid
-                await _quiet_release(Entry(name, lock))
-                raise switching()
-        return lock, lease
+            if not wait_ms:
+                lock = self._handle(conn, name, ttl_ms, cls, **options)
+                lease = await self._attempt(name, lock.acquire(blocking=False))
+                await self._keep(conn, name, lock, gone)
+                return lock, lease
+            deadline = time.monotonic() + wait_ms / 1000
+            provisional = min(ttl_ms, PROVISIONAL_TTL_MS)
+            while True:
+                lock = self._handle(conn, name, provisional, cls, **options)
+                wait = max(0.001, deadline - time.monotonic())
+                lease = await self._attempt(name, _unless(gone, lock.acquire(timeout=wait)))
+                await self._keep(conn, name, lock, gone)
+                if provisional == ttl_ms:
+                    return lock, lease
+                try:
+                    return lock, await lock.extend(ttl_ms / 1000)
+                except NotOwned:  # the hand-off ran out before this sidecar picked it up
+                    if time.monotonic() >= deadline:
+                        raise ApiError(409, f"lock {name!r} is held", holder=None) from None
+                except LockError as exc:
+                    await _quiet_release(Entry(name, lock))
+                    raise unavailable(exc) from None
+
+    async def _keep(
+        self, conn: Connection, name: str, lock: Lock, gone: asyncio.Event | None
+    ) -> None:
+        """A grant just made stands only if nobody left meanwhile: given back (and 503, or 499)
+        when the sidecar began stopping, the target was replaced, or the client went away."""
+        why: ApiError | None = None
+        if self._closing:  # nobody will release it
+            why = ApiError(503, "the sidecar is stopping")
+        elif conn is not self._conn:  # granted on a target replaced meanwhile: not valid
+            why = switching()
+        elif gone is not None and gone.is_set():  # the app hung up meanwhile
+            why = ApiError(499, "the client closed the connection while waiting")
+        if why is not None:
+            await _quiet_release(Entry(name, lock))
+            raise why
+
+    async def _attempt(self, name: str, acquire: Awaitable[Lease]) -> Lease:
+        """``acquire``'s lease; its errors as answers (409, 499, 503)."""
+        try:
+            return await acquire
+        except LockContention as exc:
+            raise held(name, exc) from None
+        except AlreadyHeld:  # a given owner token (Dapr's lockOwner) that holds it already
+            raise ApiError(409, f"lock {name!r} is held", holder=self.identity) from None
+        except LockError as exc:
+            raise unavailable(exc) from None
 
     async def _acquire(self, request: web.Request) -> dict[str, Any]:
         name = self._ready(request)
         ask = parse_acquire(await read_capped(request))
         self._live()
-        self.leases.room()
-        lock, lease = await self.take(name, ask.ttl_ms, ask.wait_ms)
-        if request.transport is None or request.transport.is_closing():  # the app hung up
-            await _quiet_release(Entry(name, lock))
-            raise ApiError(499, "the client closed the connection while waiting")
-        return granted(self.leases.add(name, lock), lease)
+        if not ask.wait_ms:
+            return await self.grant(name, ask)
+        # a blocking acquire waits long: parked with the port's guard, within the waits' share
+        guard = guard_of(request)
+        if guard is None:
+            return await self.grant(name, ask, asyncio.Event())
+        gone = guard.park(request.transport, kind=WAITS, limit=lock_waits(guard.cap))
+        if gone is None:
+            raise too_many_waits(guard.parked_by[WAITS], guard.parked)
+        try:
+            return await self.grant(name, ask, gone)
+        finally:
+            guard.unpark(gone, WAITS)
+
+    async def grant(
+        self, name: str, ask: AcquireRequest, gone: asyncio.Event | None = None
+    ) -> dict[str, Any]:
+        """Acquire ``name`` for the app (the 200 answer) in a place of the lease table reserved
+        first; ``gone``: set when the waiting client went away (a blocking acquire's)."""
+        self.leases.reserve()
+        try:
+            lock, lease = await self.take(name, ask.ttl_ms, ask.wait_ms, gone=gone)
+        except BaseException:
+            self.leases.unreserve()
+            raise
+        return granted(self.leases.add(name, lock, lease, ask.ttl_ms), lease)
 
     async def _show(self, request: web.Request) -> dict[str, Any]:
         """``GET /locks/{name}``: who holds the lock, with which fencing token, for how long
@@ -564,9 +739,9 @@ class LockApi:
         async with entry.busy:
             self._gone(ask.lease, name)  # its target was replaced meanwhile: 410
             entry = self.leases.get(ask.lease, name)  # released meanwhile: 404
-            ttl = None if ask.ttl_ms is None else ask.ttl_ms / 1000
+            ttl_ms = entry.ttl_ms if ask.ttl_ms is None else ask.ttl_ms
             try:
-                lease = await entry.lock.extend(ttl)
+                lease = await entry.lock.extend(None if ttl_ms is None else ttl_ms / 1000)
             except NotOwned as exc:
                 self.leases.remove(ask.lease)
                 raise lost(ask.lease, exc) from None
@@ -608,6 +783,26 @@ def _answering(handler: Callable[[web.Request], Awaitable[dict[str, Any]]]) -> H
     return answer
 
 
+async def _unless(gone: asyncio.Event | None, acquire: Awaitable[Lease]) -> Lease:
+    """``acquire``'s lease, unless ``gone`` is set first: then the acquire is cancelled (the
+    library leaves no lease nor queue place behind) and 499 raised."""
+    task = asyncio.ensure_future(acquire)
+    if gone is None:
+        return await task
+    stop = asyncio.ensure_future(gone.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, LockError):
+                await task
+    if task.cancelled():
+        raise ApiError(499, "the client closed the connection while waiting")
+    return task.result()
+
+
 async def _quiet_release(entry: Entry) -> None:
     """Release at shutdown: a lease already lost, or Redis gone, is no error here."""
     with contextlib.suppress(LockError):
@@ -624,6 +819,7 @@ __all__ = [
     "MAX_BODY",
     "MAX_LEASES",
     "MAX_WAIT_MS",
+    "PROVISIONAL_TTL_MS",
     "AcquireRequest",
     "ApiError",
     "ApiTarget",
@@ -632,8 +828,10 @@ __all__ = [
     "LockApi",
     "Retired",
     "check_name",
+    "lock_waits",
     "parse_acquire",
     "parse_extend",
     "parse_release",
+    "pool_size",
     "validate_prefix",
 ]

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -78,6 +78,22 @@ class Source(Protocol):
 
 
 Routes = Callable[[web.Application], None]  # adds more endpoints (the lock API: lockapi.py)
+MAX_REQUEST = 64 * 1024  # bytes of a request body on these ports (the lock API's are < 4 KiB)
+
+
+@web.middleware
+async def json_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Every answer is JSON: aiohttp's own refusals (the router's 404 and 405, a 413) become
+    ``{"error": reason}`` with their status and headers (``Allow`` of a 405)."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+        return web.json_response({"error": exc.reason}, status=exc.status, headers=headers)
 
 
 def make_app(
@@ -147,7 +163,7 @@ def make_app(
         content_type, _sep, charset = CONTENT_TYPE.partition("; charset=")
         return web.Response(body=body, content_type=content_type, charset=charset or None)
 
-    app = web.Application()
+    app = web.Application(middlewares=[json_errors], client_max_size=MAX_REQUEST)
     app.router.add_get("/metrics", metrics)
     if metrics_only:
         return app
