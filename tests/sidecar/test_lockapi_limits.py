@@ -29,7 +29,7 @@ from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import Sidecar, until, wait_until
 from redlease.kube import httpguard
 from redlease.sidecar import lockapi
-from redlease.sidecar.lockapi import LockApi
+from redlease.sidecar.lockapi import ApiTarget, LockApi
 
 PREFIX = "jobs/"
 WAITS = lockapi.lock_waits(httpguard.MAX_CONNECTIONS)  # 96 of a 256-connection port
@@ -188,7 +188,7 @@ def test_stalled_bodies_time_out_and_probes_still_answer(api: Sidecar) -> None:
 async def served(url: str, limit: int) -> AsyncIterator[tuple[LockApi, str]]:
     api = LockApi(PREFIX, "pod-a")
     api.leases = lockapi.Leases(limit)
-    api.start(validate_target([url]))
+    api.switch_to(ApiTarget(validate_target([url])))
     app = web.Application()
     api.add_routes(app)
     server = await httpguard.serve(app, "127.0.0.1", 0)
@@ -325,7 +325,7 @@ def test_waiters_on_distinct_names_leave_the_holders_extends_working(
 def test_the_routers_refusals_are_json(api: Sidecar) -> None:
     code, doc = call(api.port, "/nope", method="GET")
     assert code == 404 and doc["error"]
-    code, doc = call(api.port, "/locks/jobs/a/acquire", method="GET")
+    code, doc = call(api.port, "/locks/jobs/a/acquire", method="PUT")  # GET reads a lock
     assert code == 405 and doc["error"]
     code, doc = call(api.port, "/locks/jobs/a/acquire", "[" * 3000)  # nested too deeply
     assert (code, doc["field"]) == (400, "body")
