@@ -132,6 +132,37 @@ def test_missing_lock_warns_and_bad_annotation_fails(
     )
 
 
+def test_misspelt_annotations_warn_on_stderr(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A workload whose annotations ask for nothing (``lokc``), or whose redlease.dev/lock sits
+    on the Deployment instead of its pod template, is printed unchanged (rc 0) -- and stderr
+    says why, with a did-you-mean."""
+    deployment = manifests()[0]
+    deployment["metadata"]["annotations"] = {LOCK_ANNOTATION: "orders"}
+    deployment["spec"]["template"]["metadata"]["annotations"] = {"redlease.dev/lokc": "orders"}
+    code, out, err = inject_cli(["-f", "-"], yaml.safe_dump(deployment), monkeypatch, capsys)
+    assert code == 0 and yaml.safe_load(out) == deployment
+    where = "redlease inject: warning: Deployment/deployment: "
+    assert err.splitlines() == [
+        f"{where}metadata.annotations: {LOCK_ANNOTATION} here is not read: put it in the pod "
+        "template's metadata.annotations",
+        f"{where}unknown annotation redlease.dev/lokc: did you mean {LOCK_ANNOTATION}?",
+        f"{where}no {LOCK_ANNOTATION} annotation: no sidecar injected (it names the "
+        "DistributedLock to follow)",
+    ]
+    # an injected pod warns about its unknown annotations too, and only them
+    asked = manifests()[0]
+    asked["spec"]["template"]["metadata"]["annotations"]["redlease.dev/htpp-port"] = "4050"
+    code, out, err = inject_cli(["-f", "-"], yaml.safe_dump_all([asked, manifests()[-1]]),
+                                monkeypatch, capsys)  # fmt: skip
+    assert code == 0 and INJECTED_ANNOTATION in out
+    assert err == (
+        "redlease inject: warning: Deployment/deployment: unknown annotation "
+        "redlease.dev/htpp-port: did you mean redlease.dev/http-port?\n"
+    )
+
+
 def test_command_line_and_env(tmp_path: Path) -> None:
     """The installed command, with flags from the environment (REDLEASE_<FLAG>)."""
     path = tmp_path / "in.yaml"

@@ -243,10 +243,32 @@ async def test_unknown_annotation_and_leader_readiness_warn(webhook: Webhook) ->
     assert answer.allowed
     assert {w.split(":")[0] for w in answer.warnings} == {
         READY_ANNOTATION,
-        "redlease.dev/readiness",
+        "unknown annotation redlease.dev/readiness",
     }
+    assert "unknown annotation redlease.dev/readiness: did you mean redlease.dev/ready?" in (
+        answer.warnings
+    )
     sidecar = sidecar_of(check(pod, answer.patch))
     assert "--ready=leader" in sidecar["args"]
+
+
+async def test_a_misspelt_lock_annotation_warns_with_a_did_you_mean(webhook: Webhook) -> None:
+    """No annotation asks for a sidecar, so none is injected; the review's warnings (what
+    kubectl prints) say why instead of admitting the pod in silence."""
+    pod = deployment_pod({"redlease.dev/lokc": "orders", "redlease.dev/Pod-Labels": "true"})
+    answer = await webhook.ask(pod)
+    assert answer.allowed and answer.patch == []
+    assert answer.warnings == [
+        "unknown annotation redlease.dev/Pod-Labels: did you mean redlease.dev/pod-label?",
+        "unknown annotation redlease.dev/lokc: did you mean redlease.dev/lock?",
+        "no redlease.dev/lock annotation: no sidecar injected (it names the DistributedLock "
+        "to follow)",
+    ], answer
+    # nothing like a known one, and a value never shown
+    odd = deployment_pod({"redlease.dev/zzz": "secret-value"})
+    answer = await webhook.ask(odd)
+    assert answer.allowed and answer.warnings[0] == "unknown annotation redlease.dev/zzz: ignored"
+    assert "secret-value" not in str(answer.warnings)
 
 
 @pytest.mark.parametrize(

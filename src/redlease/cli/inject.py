@@ -192,10 +192,13 @@ def inject_documents(
         meta = doc.get("metadata") or {}
         ns = str(meta.get("namespace") or namespace or "default")
         where = f"{doc.get('kind')}/{meta.get('name') or meta.get('generateName') or '?'}"
+        if doc.get("kind") != "Pod":
+            warnings += [f"{where}: {w}" for w in _misplaced(meta)]
         for pod in pod_templates(doc):
             try:
                 options = injection.read_options(pod)
                 if options is None:
+                    warnings += [f"{where}: {w}" for w in injection.annotation_warnings(pod)]
                     continue
                 found = locks.get((ns, options.lock))
                 lookup = injection.LockLookup(obj=found) if found else injection.NOT_FOUND
@@ -209,6 +212,18 @@ def inject_documents(
             pod.update(result.pod)
             warnings += [f"{where}: {w}" for w in result.warnings]
     return warnings, denials
+
+
+def _misplaced(meta: Any) -> list[str]:
+    """A warning when a workload's own metadata carries ``redlease.dev/lock``: only the pod
+    template's annotations reach the pods (and the webhook)."""
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(annotations, dict) or injection.LOCK_ANNOTATION not in annotations:
+        return []
+    return [
+        f"metadata.annotations: {injection.LOCK_ANNOTATION} here is not read: put it in the pod "
+        "template's metadata.annotations"
+    ]
 
 
 def main(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ from redlease.operator.injection.annotations import (
     POD_LABEL_ANNOTATION,
     READY_ANNOTATION,
     Options,
+    annotation_warnings,
     annotations_of,
     read_options,
 )
@@ -98,6 +99,7 @@ __all__ = [
     "LockLookup",
     "Options",
     "allowed_masters",
+    "annotation_warnings",
     "annotations_of",
     "pinned_urls",
     "plan",

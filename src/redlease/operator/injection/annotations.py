@@ -3,6 +3,7 @@ and the docs use these) and :func:`read_options`, what one pod asks for."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,8 @@ METRICS_PORT_ANNOTATION = f"{GROUP}/metrics-port"  # /metrics alone on the pod I
 API_LOCKS_ANNOTATION = f"{GROUP}/api-locks"  # PREFIX: the lock API for names under it
 DRAIN_TIMEOUT_ANNOTATION = f"{GROUP}/drain-timeout"  # DURATION: drain before a step-down
 INJECTED_ANNOTATION = f"{GROUP}/injected"  # set by the injector: the redlease version
+# Every pod annotation redlease reads: the one list (a new annotation is added here and nowhere
+# else for the unknown-annotation warnings and their did-you-mean to know it).
 OPTION_ANNOTATIONS = (
     LOCK_ANNOTATION,
     INJECT_ANNOTATION,
@@ -68,6 +71,28 @@ def unknown_annotations(pod: Mapping[str, Any]) -> list[str]:
         for key in sorted(annotations_of(pod))
         if key.startswith(f"{GROUP}/") and key not in OPTION_ANNOTATIONS
     ]
+
+
+def annotation_warnings(pod: Mapping[str, Any]) -> list[str]:
+    """One warning per unknown ``redlease.dev/*`` annotation, with the closest known one
+    (``unknown annotation redlease.dev/lokc: did you mean redlease.dev/lock?``): a misspelt
+    annotation is otherwise ignored in silence. When none of the pod's annotations asks for a
+    sidecar (no ``redlease.dev/lock``) but some ``redlease.dev/*`` one is there, a last warning
+    says that nothing was injected. Values are never shown."""
+    known = {key.lower(): key for key in OPTION_ANNOTATIONS if key != INJECTED_ANNOTATION}
+    warnings = []
+    for key in unknown_annotations(pod):
+        close = difflib.get_close_matches(key.lower(), list(known), n=1, cutoff=0.8)
+        why = f"did you mean {known[close[0]]}?" if close else "ignored"
+        warnings.append(f"unknown annotation {key}: {why}")
+    annotations = annotations_of(pod)
+    ours = [key for key in annotations if key.startswith(f"{GROUP}/")]
+    if ours and LOCK_ANNOTATION not in annotations:
+        warnings.append(
+            f"no {LOCK_ANNOTATION} annotation: no sidecar injected (it names the "
+            "DistributedLock to follow)"
+        )
+    return warnings
 
 
 def _boolean(annotations: Mapping[str, str], key: str, default: bool) -> bool:

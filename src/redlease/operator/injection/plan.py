@@ -25,8 +25,8 @@ from redlease.operator.injection.annotations import (
     METRICS_PORT_ANNOTATION,
     READY_ANNOTATION,
     Options,
+    annotation_warnings,
     annotations_of,
-    unknown_annotations,
 )
 from redlease.operator.injection.container import (
     SIDECAR_NAME,
@@ -243,7 +243,7 @@ def _warnings(pod: Mapping[str, Any], options: Options, config: InjectConfig) ->
         grace = drain_grace_warning(_grace(spec), options.drain_timeout)
         if grace is not None:
             warnings.append(grace)
-    warnings += [f"{key}: unknown annotation, ignored" for key in unknown_annotations(pod)]
+    warnings += annotation_warnings(pod)
     return warnings
 
 
