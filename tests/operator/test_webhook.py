@@ -97,11 +97,13 @@ async def test_deployment_pod_gets_the_sidecar(webhook: Webhook) -> None:
         "--lock-ref=orders",
         "--ready=connected",
         "--http=127.0.0.1:4040",
+        "--probes=0.0.0.0:4041",  # /healthz and /readyz alone, for the httpGet probes
         f"--state-dir={STATE_DIR}",
         "--pinned-node=redis://redis.infra:6379/0",  # the nodes whose consent was checked
     ]
+    assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 4041}
     env = env_of(sidecar)
-    assert env["POD_NAME"] == {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # v1: the default
     assert env["REDLEASE_PASSWORD"] == {"secretKeyRef": {"name": "redis-auth", "key": "password"}}
     assert env["REDLEASE_USERNAME"]["secretKeyRef"]["optional"] is True
     # the token only in the sidecar: the plugin-added volume and mount are gone

@@ -249,18 +249,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def dump_documents(docs: list[Any]) -> str:
-    """YAML, with multi-line strings (the probe scripts) as literal blocks."""
-    import yaml
+    """Compact YAML (:mod:`redlease.cli.yamlout`): what fits on a line in flow style."""
+    from redlease.cli.yamlout import dump_all
 
-    class Dumper(yaml.SafeDumper):  # type: ignore[misc]
-        pass
-
-    def text(dumper: Any, value: str) -> Any:
-        style = "|" if "\n" in value else None
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-    Dumper.add_representer(str, text)
-    return str(yaml.dump_all(docs, Dumper=Dumper, sort_keys=False))
+    return dump_all(docs)
 
 
 COMMAND = Command(

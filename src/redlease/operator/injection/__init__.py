@@ -31,6 +31,7 @@ from redlease.operator.injection.annotations import (
     METRICS_PORT_ANNOTATION,
     OPTION_ANNOTATIONS,
     POD_LABEL_ANNOTATION,
+    PROBE_PORT_ANNOTATION,
     READY_ANNOTATION,
     Options,
     annotation_warnings,
@@ -53,7 +54,6 @@ from redlease.operator.injection.container import (
     TLS_CLIENT_VOLUME,
     TLS_DIR,
     InjectConfig,
-    probe_command,
     sidecar_container,
 )
 from redlease.operator.injection.lookup import (
@@ -84,6 +84,7 @@ __all__ = [
     "NO_CONSENT",
     "OPTION_ANNOTATIONS",
     "POD_LABEL_ANNOTATION",
+    "PROBE_PORT_ANNOTATION",
     "PULL_POLICIES",
     "READY_ANNOTATION",
     "SIDECAR_MODES",
@@ -103,7 +104,6 @@ __all__ = [
     "annotations_of",
     "pinned_urls",
     "plan",
-    "probe_command",
     "read_options",
     "sidecar_container",
 ]

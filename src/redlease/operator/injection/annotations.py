@@ -12,7 +12,7 @@ from redlease.core.connect import digits
 from redlease.core.durations import parse_duration
 from redlease.core.keys import validate_name
 from redlease.errors import ConfigError
-from redlease.kube.sidecar_args import DEFAULT_HTTP_PORT
+from redlease.kube.sidecar_args import DEFAULT_HTTP_PORT, DEFAULT_PROBE_PORT
 from redlease.kube.spec import DEFAULT_READY, GROUP, READY_MODES, validate_object_name
 
 LOCK_ANNOTATION = f"{GROUP}/lock"  # opt in: the DistributedLock (same namespace) to follow
@@ -23,6 +23,7 @@ HTTP_PORT_ANNOTATION = f"{GROUP}/http-port"  # the sidecar's loopback port (4040
 LEASE_MIRROR_ANNOTATION = f"{GROUP}/lease-mirror"  # "true": keep a coordination.k8s.io Lease
 EVENTS_ANNOTATION = f"{GROUP}/events"  # "true": post became/stopped-leading Events
 METRICS_PORT_ANNOTATION = f"{GROUP}/metrics-port"  # /metrics alone on the pod IP, for scrapers
+PROBE_PORT_ANNOTATION = f"{GROUP}/probe-port"  # /healthz, /readyz alone on the pod IP (4041)
 API_LOCKS_ANNOTATION = f"{GROUP}/api-locks"  # PREFIX: the lock API for names under it
 DRAIN_TIMEOUT_ANNOTATION = f"{GROUP}/drain-timeout"  # DURATION: drain before a step-down
 INJECTED_ANNOTATION = f"{GROUP}/injected"  # set by the injector: the redlease version
@@ -37,6 +38,7 @@ OPTION_ANNOTATIONS = (
     LEASE_MIRROR_ANNOTATION,
     EVENTS_ANNOTATION,
     METRICS_PORT_ANNOTATION,
+    PROBE_PORT_ANNOTATION,
     API_LOCKS_ANNOTATION,
     DRAIN_TIMEOUT_ANNOTATION,
     INJECTED_ANNOTATION,
@@ -54,6 +56,7 @@ class Options:
     lease_mirror: bool = False
     events: bool = False
     metrics_port: int | None = None
+    probe_port: int = DEFAULT_PROBE_PORT  # the kubelet's httpGet probes (no lock data there)
     api_locks: str | None = None  # the lock API's name prefix; None: off
     drain_timeout: float = 0.0  # seconds; 0: off
 
@@ -164,6 +167,10 @@ def read_options(pod: Mapping[str, Any]) -> Options | None:
     metrics_port = _port(annotations, METRICS_PORT_ANNOTATION, None)
     if metrics_port == http_port:
         raise ConfigError(METRICS_PORT_ANNOTATION, f"must differ from the http port {http_port}")
+    probe_port = _port(annotations, PROBE_PORT_ANNOTATION, DEFAULT_PROBE_PORT)
+    if probe_port in (http_port, metrics_port):
+        taken = "http" if probe_port == http_port else "metrics"
+        raise ConfigError(PROBE_PORT_ANNOTATION, f"must differ from the {taken} port {probe_port}")
     return Options(
         lock=lock,
         ready=ready,
@@ -172,6 +179,7 @@ def read_options(pod: Mapping[str, Any]) -> Options | None:
         lease_mirror=_boolean(annotations, LEASE_MIRROR_ANNOTATION, False),
         events=_boolean(annotations, EVENTS_ANNOTATION, False),
         metrics_port=metrics_port,
+        probe_port=probe_port or DEFAULT_PROBE_PORT,
         api_locks=_prefix(annotations, API_LOCKS_ANNOTATION),
         drain_timeout=_duration(annotations, DRAIN_TIMEOUT_ANNOTATION),
     )

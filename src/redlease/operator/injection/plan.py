@@ -23,6 +23,7 @@ from redlease.operator.injection.annotations import (
     LEASE_MIRROR_ANNOTATION,
     LOCK_ANNOTATION,
     METRICS_PORT_ANNOTATION,
+    PROBE_PORT_ANNOTATION,
     READY_ANNOTATION,
     Options,
     annotation_warnings,
@@ -147,6 +148,7 @@ def _check(spec: Mapping[str, Any], options: Options) -> None:
     for annotation, port in (
         (HTTP_PORT_ANNOTATION, options.http_port),
         (METRICS_PORT_ANNOTATION, options.metrics_port),
+        (PROBE_PORT_ANNOTATION, options.probe_port),
     ):
         owner = None if port is None else _existing_port(spec, port)
         if owner is not None:
