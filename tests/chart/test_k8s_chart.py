@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -329,3 +330,81 @@ def test_sidecar_rbac_for_the_lease_mirror_and_events(chart: helm.Chart) -> None
         ("coordination.k8s.io", "leases", "patch"),
         ("", "events", "create"),
     }
+
+
+@pytest.mark.parametrize(
+    ("values", "lock_ns"),
+    [
+        # the README's install values with the dev Redis
+        ({"operator": {"watchNamespaces": ["apps", "jobs"]},
+          "sidecarRBAC": {"namespaces": ["apps"]}, "devRedis": {"enabled": True}}, "apps"),
+        ({"devRedis": {"enabled": True}}, "ops"),  # watches its own namespace
+        ({"operator": {"watchAllNamespaces": True}, "devRedis": {"enabled": True}}, "ops"),
+    ],
+)  # fmt: skip
+def test_notes_sample_lock_is_where_the_operator_looks_and_reaches_the_dev_redis(
+    chart: helm.Chart, values: dict[str, Any], lock_ns: str
+) -> None:
+    """The NOTES' sample lock is applied in a namespace the operator watches, and its node is
+    the dev Redis's Service by a name that resolves from that namespace (not the short name,
+    which resolves only in the release's namespace)."""
+    import re
+
+    out = chart.render(values, name="rl", namespace="ops", is_install=True)
+    notes = str(out["redlease/templates/NOTES.txt"])
+    assert re.findall(r"kubectl apply -n (\S+)", notes) == [lock_ns]
+    assert set(re.findall(r"dlock\S* .*-n (\S+)", notes)) <= {lock_ns}
+    (url,) = re.findall(r"url: (redis://\S+)", notes)
+    service = next(d for d in render(chart, values) if d["kind"] == "Service"
+                   and d["metadata"]["name"].endswith("-dev-redis"))  # fmt: skip
+    meta, port = service["metadata"], service["spec"]["ports"][0]["port"]
+    assert url == f"redis://{meta['name']}.{meta['namespace']}.svc:{port}/0"
+
+
+HINT = re.compile(r"#\s*chart:\s*(\S+)")
+
+
+def _set_values(text: str) -> dict[str, Any]:
+    """Helm's ``--set`` syntax (``a.b=x,c={d,e}``) as values."""
+    values: dict[str, Any] = {}
+    for item in re.findall(r"[^,{]+(?:\{[^}]*\})?", text):
+        key, _, raw = item.strip(",").partition("=")
+        value: Any = raw
+        if raw.startswith("{"):
+            value = [v for v in raw.strip("{}").split(",") if v]
+        elif raw in ("true", "false"):
+            value = raw == "true"
+        *parents, leaf = key.split(".")
+        node = values
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return values
+
+
+def _hints() -> list[tuple[str, str]]:
+    root = CHART.parents[1]
+    files = [*sorted((root / "examples").glob("*.yaml")), *sorted((root / "docs").glob("*.md")),
+             root / "README.md"]  # fmt: skip
+    return [(f"{f.relative_to(root)}", m) for f in files for m in HINT.findall(f.read_text())]
+
+
+def test_every_chart_hint_renders_as_written(chart: helm.Chart) -> None:
+    """``# chart: VALUES`` in an example or a doc is what to give ``helm install --set``: it
+    renders, and what the example needs exists (pod-patch RBAC for the leader label)."""
+    hints = _hints()
+    assert len(hints) >= 3, hints
+    for where, text in hints:
+        values = _set_values(text)
+        docs = render(chart, values)  # refuses e.g. podLabel without podLabelPolicy
+        rbac = values.get("sidecarRBAC", {})
+        for namespace in rbac.get("namespaces", []):
+            roles = [d for d in docs if d["kind"] == "Role"
+                     and d["metadata"].get("namespace") == namespace]  # fmt: skip
+            assert roles, (where, namespace)
+            if rbac.get("podLabel"):
+                rules = [r for role in roles for r in role.get("rules", [])]
+                assert any("pods" in r.get("resources", []) and "patch" in r.get("verbs", [])
+                           for r in rules), where  # fmt: skip
+        if rbac.get("podLabel"):
+            assert any(d["kind"] == "ValidatingAdmissionPolicy" for d in docs), where

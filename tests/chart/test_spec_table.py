@@ -11,7 +11,7 @@ import pytest
 from redlease.core.rules import MAX_HOLDERS
 from redlease.devtools.manifests import api_server_accepts, lock_object, version_schema
 from redlease.errors import ConfigError
-from redlease.kube.spec import parse_spec
+from redlease.kube.spec import OBJECT_FIELDS, Fields, parse_spec
 
 ONE = [{"url": "redis://redis:6379/0"}]
 THREE = [{"url": f"redis://r{i}:6379/0"} for i in range(3)]
@@ -180,3 +180,20 @@ def test_holders_bound_is_the_cores() -> None:
     assert schema["status"]["properties"]["holders"]["maxItems"] == MAX_HOLDERS
     assert parse_spec(spec()).holders == 1
     assert parse_spec(spec(holders=MAX_HOLDERS)).holders == MAX_HOLDERS
+
+
+def _declared(schema: dict[str, Any]) -> Fields | list[Fields] | None:
+    """The field tree of a schema node, in the shape of :data:`redlease.kube.spec.SPEC_FIELDS`."""
+    if schema.get("type") == "array" and (schema.get("items") or {}).get("properties"):
+        return [_declared(schema["items"])]  # type: ignore[list-item]
+    if schema.get("properties"):
+        return {name: _declared(child) for name, child in schema["properties"].items()}
+    return None
+
+
+def test_unknown_fields_know_what_the_crd_declares() -> None:
+    """One set of field names: :func:`unknown_fields` knows exactly the CRD's (status and
+    metadata are not checked: the operator writes one, the API server owns the other)."""
+    declared = _declared(version_schema())
+    assert isinstance(declared, dict)
+    assert {**declared, "status": None, "metadata": None} == OBJECT_FIELDS

@@ -132,6 +132,37 @@ def test_missing_lock_warns_and_bad_annotation_fails(
     )
 
 
+def test_misspelt_annotations_warn_on_stderr(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A workload whose annotations ask for nothing (``lokc``), or whose redlease.dev/lock sits
+    on the Deployment instead of its pod template, is printed unchanged (rc 0) -- and stderr
+    says why, with a did-you-mean."""
+    deployment = manifests()[0]
+    deployment["metadata"]["annotations"] = {LOCK_ANNOTATION: "orders"}
+    deployment["spec"]["template"]["metadata"]["annotations"] = {"redlease.dev/lokc": "orders"}
+    code, out, err = inject_cli(["-f", "-"], yaml.safe_dump(deployment), monkeypatch, capsys)
+    assert code == 0 and yaml.safe_load(out) == deployment
+    where = "redlease inject: warning: Deployment/deployment: "
+    assert err.splitlines() == [
+        f"{where}metadata.annotations: {LOCK_ANNOTATION} here is not read: put it in the pod "
+        "template's metadata.annotations",
+        f"{where}unknown annotation redlease.dev/lokc: did you mean {LOCK_ANNOTATION}?",
+        f"{where}no {LOCK_ANNOTATION} annotation: no sidecar injected (it names the "
+        "DistributedLock to follow)",
+    ]
+    # an injected pod warns about its unknown annotations too, and only them
+    asked = manifests()[0]
+    asked["spec"]["template"]["metadata"]["annotations"]["redlease.dev/htpp-port"] = "4050"
+    code, out, err = inject_cli(["-f", "-"], yaml.safe_dump_all([asked, manifests()[-1]]),
+                                monkeypatch, capsys)  # fmt: skip
+    assert code == 0 and INJECTED_ANNOTATION in out
+    assert err == (
+        "redlease inject: warning: Deployment/deployment: unknown annotation "
+        "redlease.dev/htpp-port: did you mean redlease.dev/http-port?\n"
+    )
+
+
 def test_command_line_and_env(tmp_path: Path) -> None:
     """The installed command, with flags from the environment (REDLEASE_<FLAG>)."""
     path = tmp_path / "in.yaml"
@@ -220,3 +251,52 @@ def test_secret_in_the_input_must_consent(
     secret["metadata"]["labels"] = {CREDENTIALS_LABEL: "true"}
     code, out, err = inject_cli([], yaml.safe_dump_all(docs), monkeypatch, capsys)
     assert code == 0 and err == ""
+
+
+def test_the_injected_example_is_short_and_reviewable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's injected Deployment: 232 lines of output before (three inline Python probe
+    programs, one leaf per line); now httpGet probes and compact YAML. What a GitOps reviewer
+    sees is the diff between the manifests as given and as injected (both written the same
+    way): at most about 60 lines."""
+    import difflib
+
+    from redlease.cli.yamlout import WIDTH, dump_all
+
+    source = (ROOT / "examples" / "injected-deployment.yaml").read_text()
+    code, out, err = inject_cli(["-f", "-"], source, monkeypatch, capsys)
+    assert code == 0 and err == ""
+    given = dump_all([d for d in yaml.safe_load_all(source) if d])
+    diff = [
+        line
+        for line in difflib.unified_diff(given.splitlines(), out.splitlines(), lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    assert len(diff) <= 64, "\n".join(diff)
+    assert len(out.splitlines()) <= 105
+    assert "exec:" not in out and "python -I" not in out
+    flow_lines = [line for line in out.splitlines() if "{" in line or "[" in line]
+    assert all(len(line) <= WIDTH for line in flow_lines)
+    # what it says is what was injected (same documents, only written compactly)
+    docs = [d for d in yaml.safe_load_all(source) if d]
+    from redlease.cli.inject import inject_documents
+    from redlease.operator.injection import InjectConfig
+
+    inject_documents(docs, InjectConfig())
+    assert [d for d in yaml.safe_load_all(out) if d] == docs
+
+
+def test_compact_yaml_keeps_every_value() -> None:
+    from redlease.cli.yamlout import dump_all
+
+    tricky = {
+        "metadata": {"annotations": {"a": "true", "b": "on", "c": "1.0", "d": "", "e": "x: y",
+                                     "f": "- z", "g": "#c", "h": "null", "i": "{j}"}},
+        "script": "line 1\nline 2\n",
+        "empty": {}, "none": [], "nested": [[1, 2], {"k": [None, True, 1.5]}],
+        "long": ["x" * 150, {"y": "z" * 150}],
+    }  # fmt: skip
+    text = dump_all([tricky, {"kind": "List", "items": []}])
+    assert list(yaml.safe_load_all(text)) == [tricky, {"kind": "List", "items": []}]
+    assert "script: |" in text  # multi-line strings stay literal blocks

@@ -106,3 +106,63 @@ def test_one_ttl_range_for_library_cli_and_crd() -> None:
     problems_found, _ = problems("f", [lock({"keys": ["a"], "nodes": [{"url": "redis://h"}],
                                              "ttlSeconds": int(hi) + 1})])  # fmt: skip
     assert [p.field for p in problems_found] == ["spec.ttlSeconds"]
+
+
+MISSPELLED = """\
+apiVersion: redlease.dev/v1alpha1
+kind: DistributedLock
+metadata: {name: invoicer, namespace: apps}
+spec:
+  keys: [invoicer]
+  ttlSecond: 30
+  pasued: true
+  nodes:
+    - url: redis://redis.infra:6379/0
+      pasword: hunter2
+"""
+
+
+def test_misspelled_fields_fail_with_path_and_did_you_mean(tmp_path: Path) -> None:
+    """The API server would drop all three silently (TTL 15, not paused): validate refuses."""
+    bad = tmp_path / "typo.yaml"
+    bad.write_text(MISSPELLED)
+    out = subprocess.run(
+        [sys.executable, "-m", "redlease", "validate", "-f", str(bad)],
+        capture_output=True, text=True, env=env(), cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    lines = out.stderr.splitlines()
+    assert [line.split("(document 1): ", 1)[1] for line in lines] == [
+        "spec.ttlSecond: unknown field (did you mean ttlSeconds?)",
+        "spec.pasued: unknown field (did you mean paused?)",
+        "spec.nodes[0].pasword: unknown field (a node has only url; credentials go in "
+        "spec.auth.secretRef)",
+    ], lines
+    assert "hunter2" not in out.stderr  # the value of a misplaced field is never shown
+
+
+@pytest.mark.parametrize(
+    ("doc", "fields"),
+    [
+        ({"sepc": {}}, ["sepc"]),  # top level too (and the missing spec)
+        (
+            {"spec": {"auth": {"secretRef": {"name": "s", "PasswordKey": "p"}}}},
+            ["spec.auth.secretRef.PasswordKey"],
+        ),
+        (
+            {"spec": {"tls": {"caSecretRef": {"name": "c", "kee": "k"}, "insecure": True}}},
+            ["spec.tls.caSecretRef.kee", "spec.tls.insecure"],
+        ),
+        ({"spec": {"nodes": "not a list", "keys": [{"odd": 1}]}}, []),  # types: the parser's
+        ({"spec": {1: 2, "x" * 10_000: None}}, ["spec.1", "spec." + "x" * 10_000]),
+        ({"metadata": {"anything": 1}, "status": {"whatever": 2}}, []),  # not ours to check
+    ],
+)
+def test_unknown_fields_at_every_level(doc: dict[str, Any], fields: list[str]) -> None:
+    from redlease.kube.spec import unknown_fields
+
+    found = unknown_fields({**THREE_ERRORS, "spec": {}, **doc})
+    assert [e.field for e in found] == fields
+    assert all("unknown field (" in e.message for e in found)
+    if fields and fields[0] == "spec.auth.secretRef.PasswordKey":
+        assert "did you mean passwordKey?" in found[0].message

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 from typing import Any
 
@@ -146,10 +145,10 @@ def test_plain_container_mode() -> None:
 def test_leader_readiness_starts_on_healthz() -> None:
     out, _ = run(pod({LOCK_ANNOTATION: "orders", READY_ANNOTATION: "leader"}))
     side = sidecar(out)
-    assert "/healthz" in side["startupProbe"]["exec"]["command"][-1]
-    assert "/readyz" in side["readinessProbe"]["exec"]["command"][-1]
+    assert side["startupProbe"]["httpGet"]["path"] == "/healthz"
+    assert side["readinessProbe"]["httpGet"]["path"] == "/readyz"
     default = sidecar(run(pod())[0])
-    assert "/readyz" in default["startupProbe"]["exec"]["command"][-1]
+    assert default["startupProbe"]["httpGet"]["path"] == "/readyz"
 
 
 def test_config_reaches_the_container() -> None:
@@ -301,18 +300,32 @@ def test_a_plain_pod_gets_the_sidecars_defaults() -> None:
         sidecar_args.LOCK_REF,
         sidecar_args.READY,
         sidecar_args.HTTP,
+        sidecar_args.PROBES,
         sidecar_args.STATE_DIR_FLAG,
     }
     parsed = vars(build_parser().parse_args(sidecar["args"]))
     defaults = vars(build_parser().parse_args(["sidecar"]))
-    assert {k for k, v in parsed.items() if v != defaults[k]} == {"lock_ref"}
+    # the probe-only listener is off unless asked for: the injection asks (httpGet probes)
+    assert {k for k, v in parsed.items() if v != defaults[k]} == {"lock_ref", "probes"}
 
 
-def test_probe_script_is_plain_python() -> None:
-    command = injection.probe_command(4040, "/readyz")
-    assert command[:4] == ["python", "-I", "-S", "-c"]
-    compile(command[4], "<probe>", "exec")
-    assert re.search(r"connect\(\('127\.0\.0\.1', 4040\)\)", command[4])
+def test_probes_are_httpget_on_the_probe_port_and_ports_do_not_collide() -> None:
+    out, result = run(pod({LOCK_ANNOTATION: "orders", injection.PROBE_PORT_ANNOTATION: "5050"}))
+    container = sidecar(out)
+    assert "--probes=0.0.0.0:5050" in container["args"] and result.warnings == []
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["port"] == 5050 and "exec" not in container[probe]
+    cases = (("4040", "http port"), ("9464", "metrics port"), ("80", "1024"), ("x", "port number"))
+    for bad, why in cases:
+        asked = {LOCK_ANNOTATION: "orders", injection.METRICS_PORT_ANNOTATION: "9464"}
+        with pytest.raises(ConfigError, match=why) as info:
+            injection.read_options(pod({**asked, injection.PROBE_PORT_ANNOTATION: bad}))
+        assert info.value.field == injection.PROBE_PORT_ANNOTATION
+    taken = pod()
+    taken["spec"]["containers"][0]["ports"] = [{"containerPort": 4041}]
+    with pytest.raises(ConfigError) as info:
+        run(taken)
+    assert info.value.field == injection.PROBE_PORT_ANNOTATION
 
 
 def test_lease_mirror_and_events_are_opt_in_by_annotation() -> None:

@@ -485,3 +485,30 @@ async def test_one_bad_lock_fails_only_itself(cluster: Cluster, redis_server: Re
         client.close()
         for server in hostile:
             server.close()
+
+
+async def test_unknown_fields_condition_and_one_warning(
+    cluster: Cluster, redis_server: RedisServer
+) -> None:
+    # A real API server prunes undeclared fields; the emulator keeps them, as a non-pruning
+    # path would. The lock still works (its sidecars use the fields they know) and says so.
+    node = {"url": redis_server.url, "pasword": "hunter2"}
+    spec = {"keys": ["typo"], "nodes": [node], "ttlSecond": 30, "pasued": True}
+    await cluster.create("typo", spec)
+    await until(lambda: condition(cluster, "typo", "UnknownFields"), what="UnknownFields")
+    status = cluster.status("typo")
+    assert status["phase"] == "Free"
+    message = condition(cluster, "typo", "UnknownFields")
+    for part in ("spec.ttlSecond: unknown field (did you mean ttlSeconds?)",
+                 "spec.pasued: unknown field (did you mean paused?)",
+                 "spec.nodes[0].pasword: unknown field"):  # fmt: skip
+        assert part in message, message
+    warning = await until(lambda: event_with(cluster, "UnknownFields"), what="the Warning")
+    assert warning["type"] == "Warning" and "did you mean ttlSeconds?" in warning["message"]
+    assert "hunter2" not in message + warning["message"]  # a misplaced field may be a secret
+
+    fixed = {"ttlSecond": None, "pasued": None, "ttlSeconds": 30, "nodes": [{"url": node["url"]}]}
+    await cluster.patch("typo", {"spec": fixed})
+    await until(lambda: not condition(cluster, "typo", "UnknownFields"), what="condition gone")
+    assert cluster.status("typo")["observedGeneration"] == 2
+    assert reasons(cluster).count("UnknownFields") == 1  # once per change, not per refresh

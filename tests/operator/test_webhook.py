@@ -97,11 +97,13 @@ async def test_deployment_pod_gets_the_sidecar(webhook: Webhook) -> None:
         "--lock-ref=orders",
         "--ready=connected",
         "--http=127.0.0.1:4040",
+        "--probes=0.0.0.0:4041",  # /healthz and /readyz alone, for the httpGet probes
         f"--state-dir={STATE_DIR}",
         "--pinned-node=redis://redis.infra:6379/0",  # the nodes whose consent was checked
     ]
+    assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 4041}
     env = env_of(sidecar)
-    assert env["POD_NAME"] == {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # v1: the default
     assert env["REDLEASE_PASSWORD"] == {"secretKeyRef": {"name": "redis-auth", "key": "password"}}
     assert env["REDLEASE_USERNAME"]["secretKeyRef"]["optional"] is True
     # the token only in the sidecar: the plugin-added volume and mount are gone
@@ -243,10 +245,32 @@ async def test_unknown_annotation_and_leader_readiness_warn(webhook: Webhook) ->
     assert answer.allowed
     assert {w.split(":")[0] for w in answer.warnings} == {
         READY_ANNOTATION,
-        "redlease.dev/readiness",
+        "unknown annotation redlease.dev/readiness",
     }
+    assert "unknown annotation redlease.dev/readiness: did you mean redlease.dev/ready?" in (
+        answer.warnings
+    )
     sidecar = sidecar_of(check(pod, answer.patch))
     assert "--ready=leader" in sidecar["args"]
+
+
+async def test_a_misspelt_lock_annotation_warns_with_a_did_you_mean(webhook: Webhook) -> None:
+    """No annotation asks for a sidecar, so none is injected; the review's warnings (what
+    kubectl prints) say why instead of admitting the pod in silence."""
+    pod = deployment_pod({"redlease.dev/lokc": "orders", "redlease.dev/Pod-Labels": "true"})
+    answer = await webhook.ask(pod)
+    assert answer.allowed and answer.patch == []
+    assert answer.warnings == [
+        "unknown annotation redlease.dev/Pod-Labels: did you mean redlease.dev/pod-label?",
+        "unknown annotation redlease.dev/lokc: did you mean redlease.dev/lock?",
+        "no redlease.dev/lock annotation: no sidecar injected (it names the DistributedLock "
+        "to follow)",
+    ], answer
+    # nothing like a known one, and a value never shown
+    odd = deployment_pod({"redlease.dev/zzz": "secret-value"})
+    answer = await webhook.ask(odd)
+    assert answer.allowed and answer.warnings[0] == "unknown annotation redlease.dev/zzz: ignored"
+    assert "secret-value" not in str(answer.warnings)
 
 
 @pytest.mark.parametrize(

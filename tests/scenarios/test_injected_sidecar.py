@@ -2,7 +2,7 @@
 patched sidecar container is started as the kubelet would start it -- its command line as
 injected, its env resolved as the pod gets it (downward API, secretKeyRef) -- against a real
 password-protected redis-server and the DistributedLock in KMock. One leads; its pod label
-follows; the sidecar never reads the Secret through the API; the injected exec probes answer.
+follows; the sidecar never reads the Secret through the API; the injected httpGet probes answer.
 
 Stand-ins (what this cannot check): the volume mounts become a temporary directory substituted
 for the mount path in the arguments, the API address comes from REDLEASE_KUBE_API instead of
@@ -30,6 +30,7 @@ from redlease.core.keys import LockKeys, scoped_name
 from redlease.devtools.kubeemulator import NAMESPACE, RESOURCE
 from redlease.devtools.kubeemulator import until as harness_until
 from redlease.devtools.localredis import RedisServer, free_port
+from redlease.devtools.pods import kubelet_probe
 from redlease.devtools.sidecarprocs import ROOT, env
 from redlease.devtools.webhookharness import running_webhook
 from redlease.kube.spec import CREDENTIALS_LABEL, LEADER_LABEL
@@ -38,6 +39,7 @@ from redlease.operator.injection import (
     HTTP_PORT_ANNOTATION,
     LOCK_ANNOTATION,
     POD_LABEL_ANNOTATION,
+    PROBE_PORT_ANNOTATION,
     SIDECAR_NAME,
     STATE_DIR,
 )
@@ -67,6 +69,7 @@ def template(port: int) -> dict[str, Any]:
                 LOCK_ANNOTATION: "orders",
                 POD_LABEL_ANNOTATION: "true",
                 HTTP_PORT_ANNOTATION: str(port),
+                PROBE_PORT_ANNOTATION: str(free_port()),  # two "pods" share this host
             },
         },
         "spec": {"containers": [{"name": "app", "image": "example/app:1"}]},
@@ -117,12 +120,9 @@ class Started:
                 cwd=ROOT,
             )
 
-    def probe(self, kind: str) -> subprocess.CompletedProcess[str]:
-        command = self.container[kind]["exec"]["command"]
-        assert command[0] == "python"  # the image's python (on its PATH); here: ours
-        return subprocess.run(
-            [sys.executable, *command[1:]], capture_output=True, text=True, timeout=10, check=False
-        )
+    def probe(self, kind: str) -> tuple[bool, str]:
+        """The injected httpGet probe, as the kubelet runs it (127.0.0.1 for the pod IP)."""
+        return kubelet_probe(self.container[kind])
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -210,14 +210,14 @@ async def run_checks(
     api: kmock.KubernetesEmulator, started: dict[str, Started], server: RedisServer
 ) -> None:
     def leaders() -> list[str]:
-        return [name for name, sc in started.items() if sc.probe("startupProbe").returncode == 0
+        return [name for name, sc in started.items() if sc.probe("startupProbe")[0]
                 and _status(sc).get("leader")]  # fmt: skip
 
     # startup (= readiness in connected mode) succeeds on both: up and connected
     for name, sc in started.items():
-        await until(lambda sc=sc: sc.probe("startupProbe").returncode == 0, what=f"{name} startup")
-        assert sc.probe("readinessProbe").returncode == 0
-        assert sc.probe("livenessProbe").returncode == 0
+        await until(lambda sc=sc: sc.probe("startupProbe")[0], what=f"{name} startup")
+        assert sc.probe("readinessProbe")[0]
+        assert sc.probe("livenessProbe")[0]
     (leader,) = await until(lambda: leaders() if len(leaders()) == 1 else None, what="one leader")
     standby = next(n for n in started if n != leader)
     assert _status(started[leader])["lock"] == "orders-lock"  # keys from the DistributedLock
@@ -235,16 +235,13 @@ async def run_checks(
     server.pause()
     try:
         for name, sc in started.items():
-            await until(
-                lambda sc=sc: sc.probe("readinessProbe").returncode != 0, what=f"{name} unready"
-            )
-            failed = sc.probe("readinessProbe")
-            assert failed.stderr.startswith("/readyz: HTTP/1.0 503")  # aiohttp answers in kind
-            assert sc.probe("livenessProbe").returncode == 0  # alive: no restart for an outage
+            await until(lambda sc=sc: not sc.probe("readinessProbe")[0], what=f"{name} unready")
+            assert sc.probe("readinessProbe") == (False, "HTTP 503")
+            assert sc.probe("livenessProbe")[0]  # alive: no restart for an outage
     finally:
         server.resume()
     for name, sc in started.items():
-        await until(lambda sc=sc: sc.probe("readinessProbe").returncode == 0, what=f"{name} ready")
+        await until(lambda sc=sc: sc.probe("readinessProbe")[0], what=f"{name} ready")
 
 
 def _status(sc: Started) -> dict[str, Any]:
@@ -367,8 +364,8 @@ async def test_admitted_nodes_are_pinned_across_edits_and_restarts(tmp_path: Pat
                 error = await until(lambda: _health(sc).get("lock_ref_error"), what="refusal")
                 assert error.startswith("spec.nodes: ") and trap in error, error
                 assert "not sending its credentials to" in error
-                assert sc.probe("livenessProbe").returncode != 0  # health says so
-                assert sc.probe("startupProbe").returncode != 0  # the app does not start
+                assert not sc.probe("livenessProbe")[0]  # health says so
+                assert not sc.probe("startupProbe")[0]  # the app does not start
                 # the lock is put back: the sidecar (still retrying) starts on the pinned node
                 await _set_nodes(kube_api, [node], server)
                 await until(lambda: _status(sc).get("leader"), what="leading on the pinned node")
@@ -378,7 +375,7 @@ async def test_admitted_nodes_are_pinned_across_edits_and_restarts(tmp_path: Pat
             sc = start(2)
             try:
                 error = await until(lambda: _health(sc).get("lock_ref_error"), what="refusal")
-                assert trap in error and sc.probe("startupProbe").returncode != 0
+                assert trap in error and not sc.probe("startupProbe")[0]
                 assert "sidecar started" not in sc.log.read_text()
             finally:
                 sc.stop()

@@ -192,10 +192,13 @@ def inject_documents(
         meta = doc.get("metadata") or {}
         ns = str(meta.get("namespace") or namespace or "default")
         where = f"{doc.get('kind')}/{meta.get('name') or meta.get('generateName') or '?'}"
+        if doc.get("kind") != "Pod":
+            warnings += [f"{where}: {w}" for w in _misplaced(meta)]
         for pod in pod_templates(doc):
             try:
                 options = injection.read_options(pod)
                 if options is None:
+                    warnings += [f"{where}: {w}" for w in injection.annotation_warnings(pod)]
                     continue
                 found = locks.get((ns, options.lock))
                 lookup = injection.LockLookup(obj=found) if found else injection.NOT_FOUND
@@ -209,6 +212,18 @@ def inject_documents(
             pod.update(result.pod)
             warnings += [f"{where}: {w}" for w in result.warnings]
     return warnings, denials
+
+
+def _misplaced(meta: Any) -> list[str]:
+    """A warning when a workload's own metadata carries ``redlease.dev/lock``: only the pod
+    template's annotations reach the pods (and the webhook)."""
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(annotations, dict) or injection.LOCK_ANNOTATION not in annotations:
+        return []
+    return [
+        f"metadata.annotations: {injection.LOCK_ANNOTATION} here is not read: put it in the pod "
+        "template's metadata.annotations"
+    ]
 
 
 def main(args: argparse.Namespace) -> int:
@@ -234,18 +249,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def dump_documents(docs: list[Any]) -> str:
-    """YAML, with multi-line strings (the probe scripts) as literal blocks."""
-    import yaml
+    """Compact YAML (:mod:`redlease.cli.yamlout`): what fits on a line in flow style."""
+    from redlease.cli.yamlout import dump_all
 
-    class Dumper(yaml.SafeDumper):  # type: ignore[misc]
-        pass
-
-    def text(dumper: Any, value: str) -> Any:
-        style = "|" if "\n" in value else None
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-    Dumper.add_representer(str, text)
-    return str(yaml.dump_all(docs, Dumper=Dumper, sort_keys=False))
+    return dump_all(docs)
 
 
 COMMAND = Command(

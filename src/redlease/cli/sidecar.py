@@ -24,6 +24,12 @@ OWN = (
     Flag(
         (sa.METRICS,), "also serve /metrics alone on HOST:PORT (for scrapers)", sa.DEFAULT_METRICS
     ),
+    Flag(
+        (sa.PROBES,),
+        "also serve /healthz and /readyz alone on HOST:PORT, for the kubelet's httpGet probes "
+        "(no lock data: /status stays on --http)",
+        sa.DEFAULT_PROBES,
+    ),
     Flag((sa.STATE_DIR_FLAG,), "state file directory; '' for none", sa.STATE_DIR),
     Flag(
         (sa.READY,),
@@ -109,6 +115,7 @@ def sidecar_config(
         election=election,
         http=sc.parse_http(args.http),
         metrics=sc.parse_http(args.metrics, sa.METRICS),
+        probes=sc.parse_http(args.probes, sa.PROBES),
         state_dir=Path(args.state_dir) if args.state_dir else None,
         ready=args.ready,
         pod_label=args.pod_label,

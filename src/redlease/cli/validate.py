@@ -1,8 +1,10 @@
 """`redlease validate -f FILE...`: DistributedLock manifests checked offline, every error at once.
 
 The rules are the spec model's (:func:`redlease.kube.spec.parse_spec`: the same verdicts as the
-CRD schema and its CEL rules, held together by tests/chart/test_spec_table.py) and the object
-name's. The parser stops at the first bad field, so :func:`lock_errors` peels: it sets the
+CRD schema and its CEL rules, held together by tests/chart/test_spec_table.py), the object
+name's, and :func:`redlease.kube.spec.unknown_fields` (every field the CRD does not declare, with
+a did-you-mean: the API server would drop it silently, ``kubectl apply --validate=strict``
+refuses it). The parser stops at the first bad field, so :func:`lock_errors` peels: it sets the
 field it named aside (an optional one dropped to its default, a required one replaced by a valid
 stand-in) and parses again, until the rest is valid. No rule is repeated here.
 """
@@ -20,7 +22,7 @@ from typing import Any
 
 from redlease.cli.command import Command, Flag
 from redlease.errors import ConfigError
-from redlease.kube.spec import API_VERSION, KIND, parse_spec, validate_object_name
+from redlease.kube.spec import API_VERSION, KIND, parse_spec, unknown_fields, validate_object_name
 
 _STAND_IN = ("keys", "nodes")  # required: replaced by valid stand-ins, never dropped
 _PATH = re.compile(r"spec\.(\w+)(?:\[(\d+)\])?")
@@ -40,7 +42,7 @@ class Problem:
 
 
 def lock_errors(doc: dict[str, Any]) -> list[ConfigError]:
-    """Every error of one DistributedLock object (metadata name and spec)."""
+    """Every error of one DistributedLock object (metadata name, unknown fields, spec)."""
     errors: list[ConfigError] = []
     meta = doc.get("metadata")
     try:
@@ -48,6 +50,7 @@ def lock_errors(doc: dict[str, Any]) -> list[ConfigError]:
                              "metadata.name")  # fmt: skip
     except ConfigError as exc:
         errors.append(exc)
+    errors += unknown_fields(doc)
     spec = copy.deepcopy(doc.get("spec"))
     seen: set[str] = set()
     while True:

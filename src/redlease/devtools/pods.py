@@ -91,3 +91,24 @@ def deployment_pod(annotations: dict[str, str] | None = None) -> dict[str, Any]:
             ],
         },
     }
+
+
+def kubelet_probe(probe: dict[str, Any], host: str = "127.0.0.1") -> tuple[bool, str]:
+    """Run an ``httpGet`` probe as the kubelet does: GET ``host:port`` + ``path`` (``host``
+    stands in for the pod IP), success on a status from 200 to 399, failure on anything else,
+    a refused connection or no answer within ``timeoutSeconds`` (default 1). Returns (ok, why)."""
+    import http.client
+
+    get = probe["httpGet"]
+    timeout = float(probe.get("timeoutSeconds", 1))
+    conn = http.client.HTTPConnection(host, int(get["port"]), timeout=timeout)
+    try:
+        conn.request("GET", get["path"], headers={"User-Agent": "kube-probe/1.31"})
+        status = conn.getresponse().status
+    except OSError as exc:
+        return False, type(exc).__name__
+    except http.client.HTTPException as exc:
+        return False, type(exc).__name__
+    finally:
+        conn.close()
+    return 200 <= status < 400, f"HTTP {status}"

@@ -23,6 +23,7 @@ ALLOWED_MASTER = "--allowed-master"
 READY = "--ready"
 HTTP = "--http"
 METRICS = "--metrics"
+PROBES = "--probes"
 STATE_DIR_FLAG = "--state-dir"
 POD_LABEL = "--pod-label"
 LEASE_MIRROR = "--lease-mirror"
@@ -42,6 +43,9 @@ LOOPBACK = "127.0.0.1"
 DEFAULT_HTTP_PORT = 4040
 DEFAULT_HTTP = f"{LOOPBACK}:{DEFAULT_HTTP_PORT}"
 DEFAULT_METRICS = "off"
+DEFAULT_PROBES = "off"
+DEFAULT_PROBE_PORT = 4041  # an injected pod's probe-only listener (redlease.dev/probe-port)
+ANY_ADDRESS = "0.0.0.0"  # noqa: S104 - the kubelet (probes) and scrapers reach the pod IP
 STATE_DIR = "/var/run/redlease"  # the state file and the leader marker
 TLS_DIR = "/var/run/redlease-tls"  # spec.tls Secrets as volumes, in the sidecar only
 TLS_CA_SUBDIR = "ca"
@@ -77,6 +81,7 @@ class SidecarArgs:
     lease_mirror: bool = False
     events: bool = False
     metrics_port: int | None = None  # /metrics on every interface, for scrapers
+    probe_port: int | None = None  # /healthz and /readyz alone on every interface, for the kubelet
     tls_ca: bool = False  # the CA file is mounted at TLS_CA_FILE
     tls_client: bool = False  # the client pair is mounted at TLS_CERT_FILE / TLS_KEY_FILE
     api_locks: str | None = None  # the lock API's name prefix; None: off
@@ -91,6 +96,7 @@ class SidecarArgs:
             f"{LOCK_REF}={self.lock_ref}",
             f"{READY}={self.ready}",
             f"{HTTP}={LOOPBACK}:{self.http_port}",
+            *([f"{PROBES}={ANY_ADDRESS}:{self.probe_port}"] if self.probe_port else []),
             f"{STATE_DIR_FLAG}={STATE_DIR}",
             *(f"{PINNED_NODE}={url}" for url in self.pinned_nodes),
             *(f"{ALLOWED_MASTER}={url}" for url in self.allowed_masters),
@@ -99,7 +105,7 @@ class SidecarArgs:
                     (EVENTS, self.events), (APP_STOPS_FIRST, self.app_stops_first))  # fmt: skip
         args += [flag for flag, on in switches if on]
         if self.metrics_port is not None:
-            args.append(f"{METRICS}=0.0.0.0:{self.metrics_port}")  # noqa: S104 - for scrapers
+            args.append(f"{METRICS}={ANY_ADDRESS}:{self.metrics_port}")
         if self.api_locks is not None:
             args.append(f"{API_LOCKS}={self.api_locks}")
         if self.holders > 1:

@@ -20,7 +20,7 @@ import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import kopf
@@ -37,6 +37,7 @@ from redlease.kube.spec import (
     Credentials,
     LockSpec,
     parse_spec,
+    unknown_fields,
 )
 from redlease.operator import apifaults, collector, metrics, ports, reconcile, webhook
 from redlease.operator.events import EventPoster
@@ -266,6 +267,7 @@ class Runtime:
         )
         if p.previous is None:
             p.previous = copy.deepcopy(dict(body.get("status") or {}))
+        p.unknown = unknown_fields(body)
         try:
             spec = await self.secrets.with_tls(parse_spec(body.get("spec")), p.namespace)
             p.spec = await self.secrets.scoped(spec, p.namespace)
@@ -295,7 +297,11 @@ class Runtime:
         if p.spec is None or observation is None:
             assert p.invalid is not None
             new = reconcile.invalid_status(
-                p.invalid, generation=p.generation, previous=previous, now=time.time()
+                p.invalid,
+                generation=p.generation,
+                previous=previous,
+                now=time.time(),
+                unknown=p.unknown,
             )
         else:
             view, read_at = observation
@@ -306,6 +312,7 @@ class Runtime:
                 generation=p.generation,
                 previous=previous,
                 now=time.time(),
+                unknown=p.unknown,
             )
         diff = reconcile.status_patch(previous, new, now=time.time(), refresh=self.config.refresh)
         for event in reconcile.decide_events(previous, new, p.invalid):
@@ -378,6 +385,7 @@ class Prepared:
     spec: LockSpec | None = None
     creds: Credentials | None = None
     invalid: ConfigError | None = None
+    unknown: list[ConfigError] = field(default_factory=list)  # fields the CRD does not declare
 
 
 def object_path(namespace: str, name: str) -> str:

@@ -7,11 +7,15 @@
   refresh or the lease got shorter, so renewals do not cause a write per refresh (the same for
   each ``holders[].expiresAt`` of a counting semaphore).
 * :func:`decide_events` names the Kubernetes Events to post for a transition.
+* Fields the CRD does not declare (:func:`redlease.kube.spec.unknown_fields`; the API server
+  prunes them, so they reach the operator only past a non-pruning path) do not make a lock
+  Invalid -- its sidecars run on the fields they know -- but an ``UnknownFields`` condition
+  names them with a did-you-mean, and a Warning Event says so once per change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +27,7 @@ from redlease.kube.spec import LockSpec
 
 FREE, HELD, DEGRADED, UNAVAILABLE, INVALID = "Free", "Held", "Degraded", "Unavailable", "Invalid"
 NORMAL, WARNING = "Normal", "Warning"
+UNKNOWN_FIELDS = "UnknownFields"  # the condition's type and the Warning Event's reason
 
 # Fields whose change always triggers a status write.
 _TRACKED = (
@@ -102,9 +107,11 @@ def compute_status(
     generation: int | None,
     previous: Mapping[str, Any],
     now: float,
+    unknown: Sequence[ConfigError] = (),
 ) -> dict[str, Any]:
     """The full ``status`` for a valid spec, rendered from the lock view (absent fields are
-    simply not in the dict). ``read_at``: wall-clock seconds when the nodes were read."""
+    simply not in the dict). ``read_at``: wall-clock seconds when the nodes were read;
+    ``unknown``: the object's undeclared fields (:func:`unknown_condition`)."""
     phase = phase_of(view)
     nodes = view.nodes
     status: dict[str, Any] = {
@@ -159,8 +166,20 @@ def compute_status(
     ]
     if spec.paused:
         conditions.append(_condition("Paused", True, "Paused", "no new acquisitions", generation))
+    conditions += unknown_condition(unknown, generation)
     status["conditions"] = _merge_conditions(conditions, previous, now)
     return status
+
+
+def unknown_condition(
+    unknown: Sequence[ConfigError], generation: int | None
+) -> list[dict[str, Any]]:
+    """``[]``, or the ``UnknownFields`` condition naming every undeclared field (path and
+    did-you-mean, never a value: a misplaced field may hold a password)."""
+    if not unknown:
+        return []
+    message = "; ".join(str(error) for error in unknown)
+    return [_condition(UNKNOWN_FIELDS, True, UNKNOWN_FIELDS, message, generation)]
 
 
 def _holder(holder: Holder, read_at: float) -> dict[str, Any]:
@@ -181,15 +200,21 @@ def _errors_text(view: LockView) -> str:
 
 
 def invalid_status(
-    error: ConfigError, *, generation: int | None, previous: Mapping[str, Any], now: float
+    error: ConfigError,
+    *,
+    generation: int | None,
+    previous: Mapping[str, Any],
+    now: float,
+    unknown: Sequence[ConfigError] = (),
 ) -> dict[str, Any]:
-    """The status of an object whose spec failed validation: the condition names the field."""
+    """The status of an object whose spec failed validation: the condition names the field
+    (and ``UnknownFields`` the undeclared ones, which may be why: ``ttlSecond``)."""
     status: dict[str, Any] = {"phase": INVALID}
     if generation is not None:
         status["observedGeneration"] = generation
-    status["conditions"] = _merge_conditions(
-        [_condition("Valid", False, "InvalidSpec", str(error), generation)], previous, now
-    )
+    conditions = [_condition("Valid", False, "InvalidSpec", str(error), generation)]
+    conditions += unknown_condition(unknown, generation)
+    status["conditions"] = _merge_conditions(conditions, previous, now)
     return status
 
 
@@ -248,9 +273,12 @@ def decide_events(
 ) -> list[Event]:
     """Events for the change from ``previous`` to ``new`` status (empty when nothing to say)."""
     events: list[Event] = []
+    unknown = _message_of(new, UNKNOWN_FIELDS)
+    if unknown is not None and unknown != _message_of(previous, UNKNOWN_FIELDS):
+        events.append(Event(WARNING, UNKNOWN_FIELDS, f"ignored: {unknown}"))
     if new.get("phase") == INVALID:
         if invalid is not None and (
-            previous.get("phase") != INVALID or _valid_message(previous) != str(invalid)
+            previous.get("phase") != INVALID or _message_of(previous, "Valid") != str(invalid)
         ):
             events.append(Event(WARNING, "InvalidSpec", f"spec is invalid: {invalid}"))
         return events
@@ -288,9 +316,10 @@ def decide_events(
     return events
 
 
-def _valid_message(status: Mapping[str, Any]) -> str | None:
+def _message_of(status: Mapping[str, Any], type_: str) -> str | None:
+    """The message of the condition ``type_`` of ``status`` (None: no such condition)."""
     for cond in status.get("conditions") or []:
-        if isinstance(cond, Mapping) and cond.get("type") == "Valid":
+        if isinstance(cond, Mapping) and cond.get("type") == type_:
             msg = cond.get("message")
             return msg if isinstance(msg, str) else None
     return None

@@ -253,6 +253,10 @@ def register(
         try:
             options = injection.read_options(raw)
             if options is None:
+                asked = injection.annotation_warnings(raw)  # a misspelt redlease.dev/lock
+                warnings.extend(asked)
+                for text in asked:
+                    log.warning("pod %s: %s", where, text)
                 return
             lock = await lookup(locks, secrets, namespace, options.lock)
             result = injection.plan(raw, namespace, options, lock, config.inject)

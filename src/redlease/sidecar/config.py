@@ -199,6 +199,7 @@ class SidecarConfig:
     pod_name: str | None = None  # this pod (POD_NAME): its label, the Events' reporter
     namespace: str | None = None  # this pod's: a --lock-ref without one, the Lease mirror
     metrics: HttpAddress | None = None  # /metrics alone on another address (for scrapers)
+    probes: HttpAddress | None = None  # /healthz and /readyz alone (the kubelet's httpGet)
     lease_mirror: bool = False  # keep a coordination.k8s.io Lease named after the lock
     events: bool = False  # post became/stopped-leading Events
     api_locks: str | None = None  # the lock API's name prefix (sidecar/lockapi.py); None: off

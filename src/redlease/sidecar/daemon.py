@@ -39,7 +39,7 @@ from redlease.sidecar.metrics import Metrics
 from redlease.sidecar.mirror import LeaderEvents, LeaseMirror, involved_lease, involved_lock
 from redlease.sidecar.podlabel import PodLabeller
 from redlease.sidecar.statefile import StateFile, WriteHealth
-from redlease.sidecar.web import api_routes, serve
+from redlease.sidecar.web import api_routes, serve, serve_probes
 
 log = structlog.get_logger("redlease.sidecar")
 
@@ -245,7 +245,7 @@ class Sidecar(Hooks):
         assert self._kube is not None
         self.follower = LockRefFollower(self._kube, cfg.lock_ref, cfg.identity, self._reconfigure)
         # serving before the first read: /healthz shows why the lock is not usable yet
-        await self._listen(cfg.http)
+        await self._listen_http()
         initial = asyncio.ensure_future(self.follower.initial())
         stopper = asyncio.ensure_future(self._stopping.wait())
         await asyncio.wait({initial, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -268,7 +268,7 @@ class Sidecar(Hooks):
         if self.lockapi is not None:  # the election's nodes, credentials, scope, replicas
             self.lockapi.follow(election)
         if self.follower is None:
-            await self._listen(cfg.http)
+            await self._listen_http()
         await self._listen(cfg.metrics, "--metrics", metrics_only=True)
         _log_start(election, cfg)
         for view in (self.labeller, self.follower, self.mirror, self.events):
@@ -331,18 +331,30 @@ class Sidecar(Hooks):
             if self.lockapi is not None:  # one configuration: the API switches with it
                 self.lockapi.follow(config)
 
+    async def _listen_http(self) -> None:
+        """``--http`` and the probe-only ``--probes`` (which answer from the same start)."""
+        await self._listen(self.config.http)
+        await self._listen(self.config.probes, sidecar_args.PROBES, probes=True)
+
     async def _listen(
-        self, address: HttpAddress | None, flag: str = "--http", metrics_only: bool = False
+        self,
+        address: HttpAddress | None,
+        flag: str = "--http",
+        metrics_only: bool = False,
+        probes: bool = False,
     ) -> None:
         """Serve the endpoints on ``address`` (if given) until :meth:`_wind_down`."""
         if address is None:
             return
         try:
-            more = None if metrics_only else api_routes(self.lockapi, self.dapr,
-                                                        self.config.api_token)  # fmt: skip
-            server = await serve(
-                self, address.host, address.port, metrics_only=metrics_only, more=more
-            )
+            if probes:
+                server = await serve_probes(self, address.host, address.port)
+            else:
+                more = None if metrics_only else api_routes(self.lockapi, self.dapr,
+                                                            self.config.api_token)  # fmt: skip
+                server = await serve(
+                    self, address.host, address.port, metrics_only=metrics_only, more=more
+                )
         except OSError as exc:
             raise ConfigError(flag, f"cannot listen on {address}: {exc.strerror}") from None
         self._servers.append(server)

@@ -5,7 +5,9 @@
 ``conflict`` when another process holds the lock under this sidecar's identity),
 ``/healthz``, ``/readyz``, ``/metrics`` and ``POST /drained`` (the app finished its work during
 a drain: 200, else 409). Every handler first applies the renew deadline, so no answer claims
-leadership after it.
+leadership after it. ``--probes`` serves only ``/healthz`` and ``/readyz``, with their status
+codes and no detail (the kubelet's httpGet probes reach the pod IP; the lock's state stays on
+the loopback ``--http``).
 
 A long-poll waits on the sidecar's publication of a new version (:mod:`.changes`), never on a
 timer or Redis; it is parked with the port's guard (:meth:`~redlease.kube.httpguard.
@@ -101,6 +103,34 @@ def make_app(
 ) -> web.Application:
     """The endpoints; ``metrics_only``: just ``/metrics`` (``--metrics``, for a scraper on the
     pod network, while ``/status`` and the probes stay on the loopback ``--http``)."""
+    app = web.Application(middlewares=[json_errors], client_max_size=MAX_REQUEST)
+    _routes(app, source, metrics_only=metrics_only, more=more)
+    return app
+
+
+def probes_app(source: Source) -> web.Application:
+    """``--probes``: ``/healthz`` (200 | 500) and ``/readyz`` (200 | 503) with only their
+    verdict (``{"ok": bool}``, ``{"ready": bool}``): what the kubelet needs, nothing about the
+    lock (holder, nodes, errors) for whoever else reaches the pod IP."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        ok = bool(source.health()["ok"])
+        return web.json_response({"ok": ok}, status=200 if ok else 500)
+
+    async def readyz(_: web.Request) -> web.Response:
+        ok = source.ready()[0]
+        return web.json_response({"ready": ok}, status=200 if ok else 503)
+
+    app = web.Application(middlewares=[json_errors], client_max_size=MAX_REQUEST)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+def _routes(
+    app: web.Application, source: Source, *, metrics_only: bool, more: Routes | None
+) -> None:
+    """The routes of :func:`make_app`."""
 
     async def status(request: web.Request) -> web.StreamResponse:
         try:
@@ -163,10 +193,9 @@ def make_app(
         content_type, _sep, charset = CONTENT_TYPE.partition("; charset=")
         return web.Response(body=body, content_type=content_type, charset=charset or None)
 
-    app = web.Application(middlewares=[json_errors], client_max_size=MAX_REQUEST)
     app.router.add_get("/metrics", metrics)
     if metrics_only:
-        return app
+        return
     app.router.add_get("/status", status)
     app.router.add_get("/", root)
     app.router.add_get("/healthz", healthz)
@@ -174,7 +203,6 @@ def make_app(
     app.router.add_post("/drained", drained)
     if more is not None:
         more(app)
-    return app
 
 
 def api_routes(
@@ -201,6 +229,7 @@ def api_routes(
 
 
 PORTS = 2  # --http and --metrics: each gets half of the descriptor budget
+PROBE_CAP = 16  # --probes: the kubelet's three probes need a few connections, never many
 
 
 async def serve(
@@ -210,3 +239,9 @@ async def serve(
     cannot be bound."""
     app = make_app(source, metrics_only=metrics_only, more=more)
     return await guarded(app, host, port, share=PORTS)
+
+
+async def serve_probes(source: Source, host: str, port: int) -> GuardedServer:
+    """Serve :func:`probes_app` behind the same guard (timeouts; a small connection cap of its
+    own, so a flood of the pod IP cannot take the loopback port's connections)."""
+    return await guarded(probes_app(source), host, port, cap=PROBE_CAP)

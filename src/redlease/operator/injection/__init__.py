@@ -32,8 +32,10 @@ from redlease.operator.injection.annotations import (
     METRICS_PORT_ANNOTATION,
     OPTION_ANNOTATIONS,
     POD_LABEL_ANNOTATION,
+    PROBE_PORT_ANNOTATION,
     READY_ANNOTATION,
     Options,
+    annotation_warnings,
     annotations_of,
     read_options,
 )
@@ -53,7 +55,6 @@ from redlease.operator.injection.container import (
     TLS_CLIENT_VOLUME,
     TLS_DIR,
     InjectConfig,
-    probe_command,
     sidecar_container,
 )
 from redlease.operator.injection.lookup import (
@@ -85,6 +86,7 @@ __all__ = [
     "NO_CONSENT",
     "OPTION_ANNOTATIONS",
     "POD_LABEL_ANNOTATION",
+    "PROBE_PORT_ANNOTATION",
     "PULL_POLICIES",
     "READY_ANNOTATION",
     "SIDECAR_MODES",
@@ -100,10 +102,10 @@ __all__ = [
     "LockLookup",
     "Options",
     "allowed_masters",
+    "annotation_warnings",
     "annotations_of",
     "pinned_urls",
     "plan",
-    "probe_command",
     "read_options",
     "sidecar_container",
 ]

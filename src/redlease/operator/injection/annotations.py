@@ -3,6 +3,7 @@ and the docs use these) and :func:`read_options`, what one pod asks for."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +12,7 @@ from redlease.core.connect import digits
 from redlease.core.durations import parse_duration
 from redlease.core.keys import validate_name
 from redlease.errors import ConfigError
-from redlease.kube.sidecar_args import DEFAULT_HTTP_PORT
+from redlease.kube.sidecar_args import DEFAULT_HTTP_PORT, DEFAULT_PROBE_PORT
 from redlease.kube.spec import DEFAULT_READY, GROUP, READY_MODES, validate_object_name
 
 LOCK_ANNOTATION = f"{GROUP}/lock"  # opt in: the DistributedLock (same namespace) to follow
@@ -22,10 +23,13 @@ HTTP_PORT_ANNOTATION = f"{GROUP}/http-port"  # the sidecar's loopback port (4040
 LEASE_MIRROR_ANNOTATION = f"{GROUP}/lease-mirror"  # "true": keep a coordination.k8s.io Lease
 EVENTS_ANNOTATION = f"{GROUP}/events"  # "true": post became/stopped-leading Events
 METRICS_PORT_ANNOTATION = f"{GROUP}/metrics-port"  # /metrics alone on the pod IP, for scrapers
+PROBE_PORT_ANNOTATION = f"{GROUP}/probe-port"  # /healthz, /readyz alone on the pod IP (4041)
 API_LOCKS_ANNOTATION = f"{GROUP}/api-locks"  # PREFIX: the lock API for names under it
 DRAIN_TIMEOUT_ANNOTATION = f"{GROUP}/drain-timeout"  # DURATION: drain before a step-down
 DAPR_PORT_ANNOTATION = f"{GROUP}/dapr-port"  # "true": DAPR_HTTP_PORT in the app containers
 INJECTED_ANNOTATION = f"{GROUP}/injected"  # set by the injector: the redlease version
+# Every pod annotation redlease reads: the one list (a new annotation is added here and nowhere
+# else for the unknown-annotation warnings and their did-you-mean to know it).
 OPTION_ANNOTATIONS = (
     LOCK_ANNOTATION,
     INJECT_ANNOTATION,
@@ -35,6 +39,7 @@ OPTION_ANNOTATIONS = (
     LEASE_MIRROR_ANNOTATION,
     EVENTS_ANNOTATION,
     METRICS_PORT_ANNOTATION,
+    PROBE_PORT_ANNOTATION,
     API_LOCKS_ANNOTATION,
     DRAIN_TIMEOUT_ANNOTATION,
     DAPR_PORT_ANNOTATION,
@@ -53,6 +58,7 @@ class Options:
     lease_mirror: bool = False
     events: bool = False
     metrics_port: int | None = None
+    probe_port: int = DEFAULT_PROBE_PORT  # the kubelet's httpGet probes (no lock data there)
     api_locks: str | None = None  # the lock API's name prefix; None: off
     drain_timeout: float = 0.0  # seconds; 0: off
     dapr_port: bool = False  # set DAPR_HTTP_PORT (the sidecar's port) in the app containers
@@ -71,6 +77,28 @@ def unknown_annotations(pod: Mapping[str, Any]) -> list[str]:
         for key in sorted(annotations_of(pod))
         if key.startswith(f"{GROUP}/") and key not in OPTION_ANNOTATIONS
     ]
+
+
+def annotation_warnings(pod: Mapping[str, Any]) -> list[str]:
+    """One warning per unknown ``redlease.dev/*`` annotation, with the closest known one
+    (``unknown annotation redlease.dev/lokc: did you mean redlease.dev/lock?``): a misspelt
+    annotation is otherwise ignored in silence. When none of the pod's annotations asks for a
+    sidecar (no ``redlease.dev/lock``) but some ``redlease.dev/*`` one is there, a last warning
+    says that nothing was injected. Values are never shown."""
+    known = {key.lower(): key for key in OPTION_ANNOTATIONS if key != INJECTED_ANNOTATION}
+    warnings = []
+    for key in unknown_annotations(pod):
+        close = difflib.get_close_matches(key.lower(), list(known), n=1, cutoff=0.8)
+        why = f"did you mean {known[close[0]]}?" if close else "ignored"
+        warnings.append(f"unknown annotation {key}: {why}")
+    annotations = annotations_of(pod)
+    ours = [key for key in annotations if key.startswith(f"{GROUP}/")]
+    if ours and LOCK_ANNOTATION not in annotations:
+        warnings.append(
+            f"no {LOCK_ANNOTATION} annotation: no sidecar injected (it names the "
+            "DistributedLock to follow)"
+        )
+    return warnings
 
 
 def _boolean(annotations: Mapping[str, str], key: str, default: bool) -> bool:
@@ -142,6 +170,10 @@ def read_options(pod: Mapping[str, Any]) -> Options | None:
     metrics_port = _port(annotations, METRICS_PORT_ANNOTATION, None)
     if metrics_port == http_port:
         raise ConfigError(METRICS_PORT_ANNOTATION, f"must differ from the http port {http_port}")
+    probe_port = _port(annotations, PROBE_PORT_ANNOTATION, DEFAULT_PROBE_PORT)
+    if probe_port in (http_port, metrics_port):
+        taken = "http" if probe_port == http_port else "metrics"
+        raise ConfigError(PROBE_PORT_ANNOTATION, f"must differ from the {taken} port {probe_port}")
     return Options(
         lock=lock,
         ready=ready,
@@ -150,6 +182,7 @@ def read_options(pod: Mapping[str, Any]) -> Options | None:
         lease_mirror=_boolean(annotations, LEASE_MIRROR_ANNOTATION, False),
         events=_boolean(annotations, EVENTS_ANNOTATION, False),
         metrics_port=metrics_port,
+        probe_port=probe_port or DEFAULT_PROBE_PORT,
         api_locks=_prefix(annotations, API_LOCKS_ANNOTATION),
         drain_timeout=_duration(annotations, DRAIN_TIMEOUT_ANNOTATION),
         dapr_port=_dapr_port(annotations),

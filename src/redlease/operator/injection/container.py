@@ -59,42 +59,19 @@ class InjectConfig:
     resources: Mapping[str, Any] = field(default_factory=lambda: copy.deepcopy(DEFAULT_RESOURCES))
 
 
-def probe_command(port: int, path: str) -> list[str]:
-    """An exec probe: GET ``path`` on the sidecar's loopback port, exit 0 only on HTTP 200.
-
-    The kubelet sends HTTP probes to the pod IP, which cannot reach a server bound to
-    127.0.0.1; the sidecar stays on loopback (its status is nobody else's business), so the
-    probe runs inside the container. CPython's C socket module in an isolated interpreter
-    without site-packages keeps it near the interpreter's start-up cost (~10 ms of CPU;
-    ``http.client`` would be five times that)."""
-    script = (
-        "import _socket, sys\n"
-        "s = _socket.socket()\n"
-        "s.settimeout(2)\n"
-        "head = b''\n"
-        "try:\n"
-        f"    s.connect(('{sa.LOOPBACK}', {port}))\n"
-        f"    s.sendall(b'GET {path} HTTP/1.0\\r\\nHost: {sa.LOOPBACK}\\r\\n\\r\\n')\n"
-        "    while b'\\r\\n' not in head:\n"
-        "        chunk = s.recv(256)\n"
-        "        if not chunk:\n"
-        "            break\n"
-        "        head += chunk\n"
-        "except OSError as e:\n"
-        f"    sys.exit('{path}: ' + str(e))\n"
-        "line = head.split(b'\\r\\n')[0].decode('latin-1')\n"
-        f"sys.exit(0 if line.split(' ')[1:2] == ['200'] else '{path}: ' + (line or 'no answer'))\n"
-    )
-    return ["python", "-I", "-S", "-c", script]
-
-
-def _probe(port: int, path: str, period: int, failures: int) -> dict[str, Any]:
-    return {
-        "exec": {"command": probe_command(port, path)},
-        "periodSeconds": period,
-        "timeoutSeconds": 3,
-        "failureThreshold": failures,
-    }
+def _probe(
+    port: int, path: str, period: int, failures: int, timeout: int | None = None
+) -> dict[str, Any]:
+    """An httpGet probe of the sidecar's probe-only listener (``--probes`` on the pod IP,
+    :func:`redlease.sidecar.web.probes_app`): the kubelet probes the pod IP, which the
+    loopback ``--http`` (the lock's state: nobody else's business) cannot answer. An httpGet
+    costs the pod nothing per probe (an ``exec`` of ``redlease`` would start an interpreter
+    and import the package, ~0.3 s of CPU, about every 3 s) and is four lines of YAML."""
+    probe: dict[str, Any] = {"httpGet": {"path": path, "port": port}, "periodSeconds": period}
+    if timeout is not None:
+        probe["timeoutSeconds"] = timeout
+    probe["failureThreshold"] = failures
+    return probe
 
 
 def _probes(options: Options) -> dict[str, Any]:
@@ -102,9 +79,10 @@ def _probes(options: Options) -> dict[str, Any]:
     # leader-only /readyz would never let standbys start, so they wait for /healthz instead.
     startup_path = "/readyz" if options.ready == "connected" else "/healthz"
     return {
-        "startupProbe": _probe(options.http_port, startup_path, 2, 300),
-        "readinessProbe": _probe(options.http_port, "/readyz", 5, 2),
-        "livenessProbe": _probe(options.http_port, "/healthz", 10, 3),
+        "startupProbe": _probe(options.probe_port, startup_path, 2, 300),
+        "readinessProbe": _probe(options.probe_port, "/readyz", 5, 2),
+        # a failed liveness probe restarts the sidecar (a hand-off): 3 s, not the default 1 s
+        "livenessProbe": _probe(options.probe_port, "/healthz", 10, 3, timeout=3),
     }
 
 
@@ -140,7 +118,7 @@ def _tls_mounts(refs: TlsRefs) -> list[dict[str, Any]]:
 
 def _env(credentials: SecretRef | None) -> list[dict[str, Any]]:
     def field_ref(name: str, path: str) -> dict[str, Any]:
-        return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+        return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}  # v1: the default
 
     def secret_ref(name: str, secret: str, key: str, optional: bool) -> dict[str, Any]:
         ref: dict[str, Any] = {"name": secret, "key": key}
@@ -175,6 +153,7 @@ def sidecar_args(
         lock_ref=options.lock,
         ready=options.ready,
         http_port=options.http_port,
+        probe_port=options.probe_port,
         pinned_nodes=tuple(pinned),
         allowed_masters=tuple(masters),
         pod_label=options.pod_label,
@@ -230,7 +209,7 @@ def sidecar_container(
 
 def pod_volumes(tls: TlsRefs) -> list[dict[str, Any]]:
     """The state volume (in memory), the sidecar's own projected token, and the TLS Secrets."""
-    namespace = {"apiVersion": "v1", "fieldPath": "metadata.namespace"}
+    namespace = {"fieldPath": "metadata.namespace"}  # apiVersion v1: the default
     token_sources = [
         {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_SECONDS}},
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},

@@ -23,10 +23,11 @@ from redlease.operator.injection.annotations import (
     LEASE_MIRROR_ANNOTATION,
     LOCK_ANNOTATION,
     METRICS_PORT_ANNOTATION,
+    PROBE_PORT_ANNOTATION,
     READY_ANNOTATION,
     Options,
+    annotation_warnings,
     annotations_of,
-    unknown_annotations,
 )
 from redlease.operator.injection.container import (
     SIDECAR_NAME,
@@ -147,6 +148,7 @@ def _check(spec: Mapping[str, Any], options: Options) -> None:
     for annotation, port in (
         (HTTP_PORT_ANNOTATION, options.http_port),
         (METRICS_PORT_ANNOTATION, options.metrics_port),
+        (PROBE_PORT_ANNOTATION, options.probe_port),
     ):
         owner = None if port is None else _existing_port(spec, port)
         if owner is not None:
@@ -262,7 +264,7 @@ def _warnings(pod: Mapping[str, Any], options: Options, config: InjectConfig) ->
         grace = drain_grace_warning(_grace(spec), options.drain_timeout)
         if grace is not None:
             warnings.append(grace)
-    warnings += [f"{key}: unknown annotation, ignored" for key in unknown_annotations(pod)]
+    warnings += annotation_warnings(pod)
     return warnings
 
 
