@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from redlease.errors import ConfigError
-from redlease.kube.kubeconfig import ClusterAuth, from_kubeconfig, in_cluster
+from redlease.kube.auth import ClusterAuth, from_kubeconfig, in_cluster
 from redlease.operator.handlers import connection_info
 
 trustme = pytest.importorskip("trustme")

@@ -27,8 +27,8 @@ import kmock
 import kopf
 
 from redlease.core.times import format_time
+from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
-from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.spec import CREDENTIALS_LABEL, GROUP, PLURAL, SHARED_KEYS_LABEL, VERSION
 from redlease.operator.handlers import (
     OperatorConfig,
@@ -44,11 +44,15 @@ _rv = itertools.count(1)
 
 
 class Emulator(kmock.KubernetesEmulator):
-    """KubernetesEmulator plus the metadata and status codes kopf relies on, and an outage
+    """KubernetesEmulator plus the metadata and status codes kopf relies on, an outage
     switch: ``outage = "refuse"`` answers every request 503, ``"hang"`` answers none until the
-    outage is over (``outage = None``)."""
+    outage is over (``outage = None``), and a token check: with ``tokens`` set, a request whose
+    bearer token it refuses is answered 401 (``unauthorized`` counts them), as an API server
+    answers an expired token."""
 
     outage: str | None = None
+    tokens: Callable[[str | None], bool] | None = None
+    unauthorized = 0
 
     def _current(self, request: kmock.Request) -> dict[str, Any] | None:
         # KMock's own key; typed Any: its annotations want a resource and a name a request may lack
@@ -92,6 +96,13 @@ class Emulator(kmock.KubernetesEmulator):
                 {"kind": "Status", "status": "Failure", "code": 503, "message": "outage"},
                 status=503,
             )
+        if self.tokens is not None and not self.tokens(_bearer(request)):
+            self.unauthorized += 1
+            return aiohttp.web.json_response(
+                {"kind": "Status", "status": "Failure", "code": 401, "reason": "Unauthorized",
+                 "message": "Unauthorized"},
+                status=401,
+            )  # fmt: skip
         if request.resource is not None:
             self._stamp(request)
         try:
@@ -111,6 +122,12 @@ class Emulator(kmock.KubernetesEmulator):
         if request.action == kmock.action.CREATE and response.status == 200:
             response.set_status(201)
         return response
+
+
+def _bearer(request: kmock.Request) -> str | None:
+    header = {k.lower(): v for k, v in request.headers.items()}.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token if scheme.lower() == "bearer" and token else None
 
 
 def _now() -> str:
