@@ -5,7 +5,7 @@ kubeconfigs are): a small script printing an ``ExecCredential`` with a fresh ran
 expires ``lifetime`` seconds later. Every token it issues is recorded with its expiry;
 :meth:`ExecPlugin.accepts` is the emulator's token check (``Emulator.tokens``): only a token the
 plugin issued and that has not expired. ``failing`` makes the plugin exit 1 (a broken ``aws``
-CLI, expired SSO session); ``runs`` counts its runs.
+CLI, expired SSO session); :meth:`ExecPlugin.runs` counts its runs, failed ones included.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ API_VERSION = "client.authentication.k8s.io/v1"
 SCRIPT = """\
 import json, os, secrets, sys, time
 state, lifetime = sys.argv[1], float(sys.argv[2])
+with open(os.path.join(state, "runs"), "a") as out:
+    out.write("run\n")
 if os.path.exists(os.path.join(state, "failing")):
     sys.stderr.write("plugin: session expired, log in again\\n")
     sys.exit(1)
@@ -82,7 +84,8 @@ class ExecPlugin:
         return [(token, int(expires)) for token, expires in (ln.split() for ln in lines if ln)]
 
     def runs(self) -> int:
-        return len(self.issued())
+        path = self.state / "runs"
+        return len(path.read_text().split()) if path.exists() else 0
 
     def accepts(self, token: str | None) -> bool:
         """Whether the API server takes ``token`` now: issued by the plugin, not expired."""

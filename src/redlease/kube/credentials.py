@@ -66,6 +66,7 @@ class KubeconfigAuth:
                 raise ConfigException(f"no kubeconfig in {self._where}")
             self._loader = KubeConfigLoader(
                 config_dict=merger.config,
+                active_context=_first_current_context(merger),
                 config_base_path=None,
                 config_persister=merger.save_changes,  # refreshed oidc tokens, as kubectl does
             )
@@ -74,8 +75,8 @@ class KubeconfigAuth:
             self.namespace: str | None = context["context"].get("namespace")
             user_name = context["context"].get("user")
             users: Any = merger.config["users"]
-            user = users.get_with_name(user_name, safe=True) if user_name else None
-            self._exec = bool(user) and "exec" in user["user"]
+            user: Any = users.get_with_name(user_name, safe=True) if user_name else None
+            self._exec = user is not None and "exec" in user["user"]
             self._loader.load_and_set(self._config)
         except (ConfigException, yaml.YAMLError, OSError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError(FIELD, f"cannot use the kubeconfig {self._where}: {e}") from None
@@ -143,7 +144,8 @@ class KubeconfigAuth:
 
     def _header(self) -> str | None:
         value: Any = self._config.api_key.get("BearerToken")
-        return str(value) if value else None
+        # a token file's trailing newline stays in the client's header (client-go trims it)
+        return str(value).strip() or None if value else None
 
     def _loaded_expiry(self) -> datetime | None:
         expiry: Any = getattr(self._loader, "expiry", None)  # an exec credential's
@@ -171,6 +173,16 @@ class KubeconfigAuth:
         # a failed plugin (or one handing out what has expired) is tried again, but not on
         # every call
         self._due = max(self._next_due(), self._loaded + RETRY) if failed else self._next_due()
+
+
+def _first_current_context(merger: Any) -> str | None:
+    """The current-context of the first file that sets one, as kubectl merges KUBECONFIG (the
+    client's merger takes the last)."""
+    for path in merger.paths:
+        config = merger.config_files.get(path)
+        if isinstance(config, dict) and config.get("current-context"):
+            return str(config["current-context"])
+    return None
 
 
 def _log_failure(context: str, exc: Exception) -> None:
