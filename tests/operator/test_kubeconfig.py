@@ -81,7 +81,9 @@ def test_a_kubeconfig_context_with_ca_and_client_certificate(tmp_path: Path) -> 
 def test_the_first_kubeconfig_naming_an_entry_wins(tmp_path: Path) -> None:
     first, second = tmp_path / "a", tmp_path / "b"
     (tmp_path / "t").write_text("from-file\n")
-    first.write_text(f"current-context: x\nusers: [{{name: u, user: {{tokenFile: {tmp_path}/t}}}}]\n")
+    first.write_text(
+        f"current-context: x\nusers: [{{name: u, user: {{tokenFile: {tmp_path}/t}}}}]\n"
+    )
     second.write_text(
         "current-context: y\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
         "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:8001'}}]\n"

@@ -21,7 +21,7 @@ SCRIPT = """\
 import json, os, secrets, sys, time
 state, lifetime = sys.argv[1], float(sys.argv[2])
 with open(os.path.join(state, "runs"), "a") as out:
-    out.write("run\n")
+    out.write("run\\n")
 if os.path.exists(os.path.join(state, "failing")):
     sys.stderr.write("plugin: session expired, log in again\\n")
     sys.exit(1)

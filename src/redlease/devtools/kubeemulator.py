@@ -39,6 +39,8 @@ from redlease.operator.handlers import (
 from redlease.operator.secrets import SecretSource
 
 RESOURCE = f"{GROUP}/{VERSION}/{PLURAL}"
+ADMIN = "emulator-admin"  # the tests' own token: the token check lets it through
+AS_ADMIN = {"Authorization": f"Bearer {ADMIN}"}
 LEASES = "coordination.k8s.io/v1/leases"
 _rv = itertools.count(1)
 
@@ -48,7 +50,8 @@ class Emulator(kmock.KubernetesEmulator):
     switch: ``outage = "refuse"`` answers every request 503, ``"hang"`` answers none until the
     outage is over (``outage = None``), and a token check: with ``tokens`` set, a request whose
     bearer token it refuses is answered 401 (``unauthorized`` counts them), as an API server
-    answers an expired token."""
+    answers an expired token. The tests' own requests (:class:`Cluster`) carry ``ADMIN``, which
+    it always accepts."""
 
     outage: str | None = None
     tokens: Callable[[str | None], bool] | None = None
@@ -96,7 +99,8 @@ class Emulator(kmock.KubernetesEmulator):
                 {"kind": "Status", "status": "Failure", "code": 503, "message": "outage"},
                 status=503,
             )
-        if self.tokens is not None and not self.tokens(_bearer(request)):
+        token = _bearer(request)
+        if self.tokens is not None and token != ADMIN and not self.tokens(token):
             self.unauthorized += 1
             return aiohttp.web.json_response(
                 {"kind": "Status", "status": "Failure", "code": 401, "reason": "Unauthorized",
@@ -305,20 +309,20 @@ class Cluster:
             "spec": spec,
         }
         path = f"/apis/redlease.dev/v1alpha1/namespaces/{NAMESPACE}/distributedlocks"
-        async with self.api.post(path, json=body) as resp:
+        async with self.api.post(path, json=body, headers=AS_ADMIN) as resp:
             assert resp.status == 201, await resp.text()
             result: dict[str, Any] = await resp.json()
             return result
 
     async def patch(self, name: str, patch: dict[str, Any]) -> None:
         path = f"/apis/redlease.dev/v1alpha1/namespaces/{NAMESPACE}/distributedlocks/{name}"
-        headers = {"Content-Type": "application/merge-patch+json"}
+        headers = {"Content-Type": "application/merge-patch+json", **AS_ADMIN}
         async with self.api.patch(path, json=patch, headers=headers) as resp:
             assert resp.status == 200, await resp.text()
 
     async def delete(self, name: str) -> None:
         path = f"/apis/redlease.dev/v1alpha1/namespaces/{NAMESPACE}/distributedlocks/{name}"
-        async with self.api.delete(path) as resp:
+        async with self.api.delete(path, headers=AS_ADMIN) as resp:
             assert resp.status == 200, await resp.text()
 
     async def create_secret(
@@ -328,7 +332,8 @@ class Cluster:
         labels = {CREDENTIALS_LABEL: "true"} if consent else {}
         metadata = {"name": name, "labels": labels, **meta}
         body = {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "data": data}
-        async with self.api.post(f"/api/v1/namespaces/{NAMESPACE}/secrets", json=body) as resp:
+        path = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+        async with self.api.post(path, json=body, headers=AS_ADMIN) as resp:
             assert resp.status == 201, await resp.text()
 
     def status(self, name: str) -> dict[str, Any]:
