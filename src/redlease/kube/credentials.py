@@ -143,7 +143,8 @@ class KubeconfigAuth:
     # -- loading ------------------------------------------------------------------------------
 
     def _header(self) -> str | None:
-        value: Any = self._config.api_key.get("BearerToken")
+        keys = self._config.api_key  # "BearerToken" since kubernetes 36, "authorization" before
+        value: Any = keys.get("BearerToken") or keys.get("authorization")
         # a token file's trailing newline stays in the client's header (client-go trims it)
         return str(value).strip() or None if value else None
 
