@@ -107,6 +107,21 @@ async def test_a_broken_plugin_keeps_the_last_token_and_runs_once_per_retry(
     assert auth.credentials()["Authorization"] != token and plugin.runs() == 3
 
 
+def test_many_threads_share_one_refresh(tmp_path: Path) -> None:
+    """kopf's threads and the operator's loops ask at once when the token is due: the plugin
+    runs once, and every caller gets the new token."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    plugin, config = plugin_config(tmp_path, "http://127.0.0.1:9", lifetime=3600)
+    auth = from_kubeconfig([config])
+    first = auth.credentials()
+    auth._due = 0  # due now (as an expiry or a 401 makes it)
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda _: auth.credentials(), range(64)))
+    assert plugin.runs() == 2
+    assert all(a == answers[0] != first for a in answers)
+
+
 def test_a_plugin_that_fails_at_start_is_one_line(tmp_path: Path) -> None:
     plugin, config = plugin_config(tmp_path, "http://127.0.0.1:9", lifetime=60)
     plugin.failing = True
