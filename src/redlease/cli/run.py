@@ -18,7 +18,7 @@ from redlease.core.durations import positive_duration
 from redlease.errors import ConfigError
 
 if TYPE_CHECKING:
-    from redlease.kube.kubeconfig import ClusterAuth
+    from redlease.kube.auth import ClusterAuth
     from redlease.sidecar.config import ElectionConfig, LockRef
 
 # Exit statuses of `redlease run` itself (README, docs/sidecar.md); COMMAND's are passed on.

@@ -26,8 +26,8 @@ import structlog
 
 from redlease.cli.run import LEASE_LOST, NOT_ACQUIRED, NOT_EXECUTABLE, NOT_FOUND, RunConfig
 from redlease.errors import LockUnavailable
+from redlease.kube.auth import required
 from redlease.kube.client import KubeClient
-from redlease.kube.kubeconfig import required
 from redlease.sidecar.config import ElectionConfig
 from redlease.sidecar.election import Transition
 from redlease.sidecar.elector import Elector, Hooks
