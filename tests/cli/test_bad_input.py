@@ -88,8 +88,11 @@ ROWS: list[tuple[str, list[str], dict[str, str], int, str, bool]] = [
                               "redis+sentinel://127.0.0.1:1/mymaster"], {}, 1,
      "sentinel:mymaster via 127.0.0.1:1", False),
     # 7: Redis down: no "cleanup failed" on a plain failed acquire (checked for every row)
-    ("run-try-dead-redis", ["run", *LOCK, "--redis", DEAD, "--try", "--", "true"], {}, 1,
+    # an outage is not "held": EX_UNAVAILABLE (69), for --try and --timeout alike
+    ("run-try-dead-redis", ["run", *LOCK, "--redis", DEAD, "--try", "--", "true"], {}, 69,
      "Redis not reached", False),
+    ("run-timeout-dead-redis", ["run", *LOCK, "--redis", DEAD, "--timeout", "1s", "--", "true"],
+     {}, 69, "Redis not reached", False),
     # 8: no Kubernetes API: one line, exit 2, no retry loop
     ("operator-no-cluster", ["operator", "-n", "apps"],
      {"KUBECONFIG": "/nonexistent/kubeconfig"}, 2, "KUBECONFIG: no Kubernetes API", True),
@@ -186,7 +189,7 @@ def test_refused_login_is_one_outage_line_not_a_cleanup_flood(
             capture_output=True, text=True, env=env(REDLEASE_PASSWORD="wrong"), cwd=ROOT,
             timeout=60,
         )  # fmt: skip
-        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert proc.returncode == 69 and "Traceback" not in proc.stderr
         assert "cleanup failed" not in proc.stderr and "Redis not reached" in proc.stderr
         client = redis.Redis(host="127.0.0.1", port=server.port, password="wrong")
         with caplog.at_level(logging.DEBUG, logger="redlease"), pytest.raises(LockUnavailable):

@@ -8,6 +8,7 @@ User mistakes end with one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -78,13 +79,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, exit_at_once: bool = False) -> int:
+    """Run the command of ``argv``; its exit status. ``exit_at_once`` (the program, not a
+    caller in-process): a command that asks for it (`redlease run`) ends the process as soon as
+    it returns, without the interpreter's teardown of some 560 modules (50 to 150 ms), so that a
+    job under `run` ends within milliseconds of its COMMAND."""
     args = parse_args(argv)
     command = COMMANDS[args.command]
     if command.credentials:
         make_undumpable()
     try:
-        return command.run(args)
+        code = command.run(args)
+        if exit_at_once and command.exit_at_once:
+            _exit_now(code)
+        return code
     except ConfigError as exc:
         sys.stderr.write(f"redlease: error: {exc}\n")
         return 2
@@ -104,5 +112,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _exit_now(code: int) -> None:
+    """Flush what was written and end the process with ``code`` (no interpreter teardown: the
+    command closed its connections and released its leases already)."""
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def program() -> None:
+    """The ``redlease`` program (console script and ``python -m redlease``)."""
+    raise SystemExit(main(exit_at_once=True))
+
+
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    program()

@@ -37,6 +37,17 @@ def count(value: str) -> int:
 count.__name__ = "count (integer >= 0)"
 
 
+def exit_status(value: str) -> int:
+    """A process exit status, 0 to 255 (argparse ``type``)."""
+    number = count(value)
+    if number > 255:
+        raise ValueError(value)
+    return number
+
+
+exit_status.__name__ = "exit status (0 to 255)"
+
+
 CONNECTION = (
     Flag(("--lock",), "lock name (Redis key {NAME})"),
     Flag(
