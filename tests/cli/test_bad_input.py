@@ -99,7 +99,20 @@ ROWS: list[tuple[str, list[str], dict[str, str], int, str, bool]] = [
     # 11: help and the demo
     ("demo-no-contenders", ["demo", "--contenders", "0"], {}, 2, "--contenders", False),
     ("wait-says-what", ["wait", "--state-file", "/nonexistent/x.json", "--timeout", "0.3"], {},
-     1, "not leader within 0.3s (/nonexistent/x.json)", False),
+     1, "not leader within 0.3s (/nonexistent/x.json: directory /nonexistent does not exist",
+     False),
+    # 12: a bare HOST:PORT where a Redis URL goes, a misspelt flag, command or choice
+    ("redis-host-port", ["status", *LOCK, "--redis", "127.0.0.1:6379"], {}, 2,
+     "did you mean redis://127.0.0.1:6379/0?", False),
+    ("redis-host-port-env", ["run", *LOCK, "--", "true"], {"REDLEASE_REDIS": "redis:6379"}, 2,
+     "did you mean redis://redis:6379/0?", False),
+    ("misspelt-flag", ["status", "--lok", "x", "--redis", DEAD], {}, 2,
+     "--lok: did you mean --lock?", False),
+    ("misspelt-flag-of-run", ["run", *LOCK, "--redis", DEAD, "--tyr", "--", "true"], {}, 2,
+     "--tyr: did you mean --try?", False),
+    ("misspelt-command", ["stauts"], {}, 2, "did you mean 'status'?", False),
+    ("misspelt-choice", ["run", *LOCK, "--redis", DEAD, "--log-level", "debgu", "--", "true"],
+     {}, 2, "did you mean 'debug'?", False),
 ]
 # fmt: on
 
@@ -156,7 +169,9 @@ def test_bad_input_answers_in_one_line(
 
 def _progress(line: str) -> bool:
     """A log record or a "waiting ..." note: not the answer."""
-    return line.startswith(("{", "redlease: waiting "))
+    return line.startswith(("{", "redlease: waiting ")) or (
+        line.startswith("redlease: cannot read ") and "; retrying every " in line
+    )
 
 
 def test_the_hider_hides(hider: Path) -> None:

@@ -158,6 +158,18 @@ def identity(args: argparse.Namespace) -> str:
     return validate_identity(args.identity or default_identity(), "--identity")
 
 
+def url_shaped(value: str, flag: str) -> str:
+    """``value`` if it has a scheme; a bare ``HOST[:PORT]`` gets the URL it likely meant
+    (``127.0.0.1:6379`` -> "did you mean redis://127.0.0.1:6379/0?") instead of a parse error."""
+    if "://" in value:
+        return value
+    host = value.strip().rstrip("/")
+    if not host or "/" in host or "@" in host:
+        raise ConfigError(flag, f"{value!r} is not a URL: use redis://HOST:PORT/DB")
+    port = "" if host.rpartition(":")[2].isdigit() and ":" in host else ":6379"
+    raise ConfigError(flag, f"{value!r} is not a URL: did you mean redis://{host}{port}/0?")
+
+
 def tls(args: argparse.Namespace) -> Tls | None:
     """TLS settings from the ``--tls-*`` flags (None when none is given)."""
     from redlease.core.connect import validate_tls
@@ -179,6 +191,8 @@ def target(args: argparse.Namespace) -> Target:
 
     if not args.redis:
         raise ConfigError("--redis", "at least one URL is required (or REDLEASE_REDIS)")
+    for url in args.redis:
+        url_shaped(url, "--redis")
     return validate_target(
         args.redis,
         cluster=args.cluster,
@@ -252,7 +266,10 @@ def lock_ref(args: argparse.Namespace, namespace: str | None) -> LockRef | None:
     if args.pinned_node:
         from redlease.core.connect import validate_url
 
-        pinned = [validate_url(u, sa.PINNED_NODE, credentials=False) for u in args.pinned_node]
+        pinned = [
+            validate_url(url_shaped(u, sa.PINNED_NODE), sa.PINNED_NODE, credentials=False)
+            for u in args.pinned_node
+        ]
         ref = replace(ref, pinned_nodes=frozenset(pinned))
     if args.allowed_master:
         from redlease.core.connect import Consent
