@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from redlease.cli.command import Flag
 from redlease.core.durations import positive_duration
 from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
+from redlease.core.timing import DEFAULT_TTL
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args as sa
 
@@ -68,7 +69,7 @@ CONNECTION = (
 )
 
 ELECTION = (
-    Flag(("--ttl",), "lease duration", 15.0, positive_duration, metavar="DURATION"),
+    Flag(("--ttl",), "lease duration", float(DEFAULT_TTL), positive_duration, metavar="DURATION"),
     Flag(
         ("--renew-deadline",),
         "step down after (default: 2/3 of --ttl)",
