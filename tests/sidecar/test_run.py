@@ -220,7 +220,8 @@ def test_held_names_the_holder_in_both_modes_and_conflict_exit_code(
     held = held_by_other(redis_server, "runheld")
     marker = tmp_path / "ran"
     cmd = ("sh", "-c", f"touch {marker}")
-    for mode in (("--try",), ("--timeout", "300ms")):
+    # 1ms: given up before any attempt or read ended; it learns which it was before saying
+    for mode in (("--try",), ("--timeout", "300ms"), ("--timeout", "1ms")):
         proc = run("runheld", redis_server.url, *cmd, flags=mode)
         assert proc.wait(30) == NOT_ACQUIRED, mode
         assert "is held by other-job: COMMAND not run" in proc.stderr.read(), mode  # type: ignore[union-attr]
@@ -240,7 +241,8 @@ def test_an_outage_is_not_held(tmp_path: Path) -> None:
 
     dead = f"redis://127.0.0.1:{free_port()}/0"
     marker = tmp_path / "ran"
-    for mode in (("--try",), ("--timeout", "1s"), ("--try", "--conflict-exit-code", "0")):
+    for mode in (("--try",), ("--timeout", "1s"), ("--timeout", "1ms"),
+                 ("--try", "--conflict-exit-code", "0")):  # fmt: skip
         proc = run("runout", dead, "sh", "-c", f"touch {marker}", flags=mode)
         assert proc.wait(30) == UNAVAILABLE, mode
         err = proc.stderr.read()  # type: ignore[union-attr]

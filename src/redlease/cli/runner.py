@@ -65,6 +65,10 @@ class _Hooks(Hooks):
         self.token: int | None = None
         self.holder: str | None = None
         self.told = False
+        self.news = asyncio.Event()  # anything happened: an attempt ended, a view was read
+
+    def changed(self) -> None:
+        self.news.set()
 
     def transition(self, transition: Transition) -> None:
         if transition.kind == "elected":
@@ -87,6 +91,7 @@ class _Hooks(Hooks):
 
     def refused(self, holder: str | None = None) -> None:
         self.last = "refused"
+        self.news.set()
         if holder is not None:
             self.holder = holder
         self.refusals.set()
@@ -99,6 +104,7 @@ class _Hooks(Hooks):
         if not self.elected.is_set():
             self.last = "failed"
             self.failures.set()
+            self.news.set()
 
     def _tell(self) -> None:
         log.info(
@@ -206,10 +212,14 @@ async def _run(
         if not await _elected(hooks, config.wait, term_wait, election):
             if term_wait.done():
                 return 128 + signal.SIGTERM
+            # a --timeout shorter than the first attempt or read: learn which it was first
+            await _first_word(hooks, elector, max(1.0, election_cfg.timing.retry_period) + 1.0)
             observed = elector.election.observed
             reachable = None if observed is None else observed.view.nodes.reachable
             if gave_up(hooks.last, reachable):
-                why = elector.last_outage or hooks.error_kind or "no quorum of nodes answered"
+                errors = {} if observed is None else observed.view.errors
+                seen = "; ".join(f"{node}: {error}" for node, error in errors.items())
+                why = elector.last_outage or seen or hooks.error_kind or "no quorum answered"
                 why = why.removeprefix(f"lock {election_cfg.lock!r}: ")
                 _say(f"lease {election_cfg.lock!r}: Redis not reached ({why}): COMMAND not run")
                 return UNAVAILABLE
@@ -263,6 +273,16 @@ async def _run(
         elector.stop()
         with contextlib.suppress(asyncio.CancelledError):
             await election
+
+
+async def _first_word(hooks: _Hooks, elector: Elector, limit: float) -> None:
+    """Wait until an attempt ended or a lock view was read (at most ``limit`` seconds, the
+    observer's read timeout and a margin): held and outage are told apart by what was seen."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(limit):
+            while hooks.last is None and elector.election.observed is None:
+                hooks.news.clear()
+                await hooks.news.wait()
 
 
 async def _elected(
