@@ -111,6 +111,19 @@ ROWS: list[tuple[str, list[str], dict[str, str], int, str, bool]] = [
     ("misspelt-flag-of-run", ["run", *LOCK, "--redis", DEAD, "--tyr", "--", "true"], {}, 2,
      "--tyr: did you mean --try?", False),
     ("misspelt-command", ["stauts"], {}, 2, "did you mean 'status'?", False),
+    # run's --conflict-exit-code (an exit status) and --holders (1 to 64), flags and env alike
+    ("run-conflict-code-range", ["run", *LOCK, "--redis", DEAD, "--conflict-exit-code", "256",
+                                 "--", "true"], {}, 2, "exit status (0 to 255)", False),
+    ("run-conflict-code-env", ["run", *LOCK, "--redis", DEAD, "--", "true"],
+     {"REDLEASE_CONFLICT_EXIT_CODE": "-1"}, 2, "REDLEASE_CONFLICT_EXIT_CODE", False),
+    ("run-holders-zero", ["run", *LOCK, "--redis", DEAD, "--holders", "0", "--", "true"], {}, 2,
+     "--holders", False),
+    ("run-holders-too-many", ["run", *LOCK, "--redis", DEAD, "--holders", "65", "--", "true"],
+     {}, 2, "--holders", False),
+    # a sidecar address: an http(s) URL or HOST:PORT, nothing else
+    ("wait-http-no-host", ["wait", "--http", "http:///status"], {}, 2, "no host in", False),
+    ("status-http-not-http", ["status", "--http", "ftp://h:1/status"], {}, 2,
+     "not an http URL", False),
     ("misspelt-choice", ["run", *LOCK, "--redis", DEAD, "--log-level", "debgu", "--", "true"],
      {}, 2, "did you mean 'debug'?", False),
 ]
