@@ -1,5 +1,5 @@
 """``python -m redlease`` is the ``redlease`` command."""
 
-from redlease.cli import main
+from redlease.cli import program
 
-raise SystemExit(main())
+program()

@@ -88,15 +88,44 @@ ROWS: list[tuple[str, list[str], dict[str, str], int, str, bool]] = [
                               "redis+sentinel://127.0.0.1:1/mymaster"], {}, 1,
      "sentinel:mymaster via 127.0.0.1:1", False),
     # 7: Redis down: no "cleanup failed" on a plain failed acquire (checked for every row)
-    ("run-try-dead-redis", ["run", *LOCK, "--redis", DEAD, "--try", "--", "true"], {}, 1,
+    # an outage is not "held": EX_UNAVAILABLE (69), for --try and --timeout alike
+    ("run-try-dead-redis", ["run", *LOCK, "--redis", DEAD, "--try", "--", "true"], {}, 69,
      "Redis not reached", False),
+    ("run-timeout-dead-redis", ["run", *LOCK, "--redis", DEAD, "--timeout", "1s", "--", "true"],
+     {}, 69, "Redis not reached", False),
     # 8: no Kubernetes API: one line, exit 2, no retry loop
     ("operator-no-cluster", ["operator", "-n", "apps"],
      {"KUBECONFIG": "/nonexistent/kubeconfig"}, 2, "KUBECONFIG: no Kubernetes API", True),
     # 11: help and the demo
     ("demo-no-contenders", ["demo", "--contenders", "0"], {}, 2, "--contenders", False),
     ("wait-says-what", ["wait", "--state-file", "/nonexistent/x.json", "--timeout", "0.3"], {},
-     1, "not leader within 0.3s (/nonexistent/x.json)", False),
+     1, "not leader within 0.3s (/nonexistent/x.json: directory /nonexistent does not exist",
+     False),
+    # 12: a bare HOST:PORT where a Redis URL goes, a misspelt flag, command or choice
+    ("redis-host-port", ["status", *LOCK, "--redis", "127.0.0.1:6379"], {}, 2,
+     "did you mean redis://127.0.0.1:6379/0?", False),
+    ("redis-host-port-env", ["run", *LOCK, "--", "true"], {"REDLEASE_REDIS": "redis:6379"}, 2,
+     "did you mean redis://redis:6379/0?", False),
+    ("misspelt-flag", ["status", "--lok", "x", "--redis", DEAD], {}, 2,
+     "--lok: did you mean --lock?", False),
+    ("misspelt-flag-of-run", ["run", *LOCK, "--redis", DEAD, "--tyr", "--", "true"], {}, 2,
+     "--tyr: did you mean --try?", False),
+    ("misspelt-command", ["stauts"], {}, 2, "did you mean 'status'?", False),
+    # run's --conflict-exit-code (an exit status) and --holders (1 to 64), flags and env alike
+    ("run-conflict-code-range", ["run", *LOCK, "--redis", DEAD, "--conflict-exit-code", "256",
+                                 "--", "true"], {}, 2, "exit status (0 to 255)", False),
+    ("run-conflict-code-env", ["run", *LOCK, "--redis", DEAD, "--", "true"],
+     {"REDLEASE_CONFLICT_EXIT_CODE": "-1"}, 2, "REDLEASE_CONFLICT_EXIT_CODE", False),
+    ("run-holders-zero", ["run", *LOCK, "--redis", DEAD, "--holders", "0", "--", "true"], {}, 2,
+     "--holders", False),
+    ("run-holders-too-many", ["run", *LOCK, "--redis", DEAD, "--holders", "65", "--", "true"],
+     {}, 2, "--holders", False),
+    # a sidecar address: an http(s) URL or HOST:PORT, nothing else
+    ("wait-http-no-host", ["wait", "--http", "http:///status"], {}, 2, "no host in", False),
+    ("status-http-not-http", ["status", "--http", "ftp://h:1/status"], {}, 2,
+     "not an http URL", False),
+    ("misspelt-choice", ["run", *LOCK, "--redis", DEAD, "--log-level", "debgu", "--", "true"],
+     {}, 2, "did you mean 'debug'?", False),
 ]
 # fmt: on
 
@@ -153,7 +182,9 @@ def test_bad_input_answers_in_one_line(
 
 def _progress(line: str) -> bool:
     """A log record or a "waiting ..." note: not the answer."""
-    return line.startswith(("{", "redlease: waiting "))
+    return line.startswith(("{", "redlease: waiting ")) or (
+        line.startswith("redlease: cannot read ") and "; retrying every " in line
+    )
 
 
 def test_the_hider_hides(hider: Path) -> None:
@@ -186,7 +217,7 @@ def test_refused_login_is_one_outage_line_not_a_cleanup_flood(
             capture_output=True, text=True, env=env(REDLEASE_PASSWORD="wrong"), cwd=ROOT,
             timeout=60,
         )  # fmt: skip
-        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert proc.returncode == 69 and "Traceback" not in proc.stderr
         assert "cleanup failed" not in proc.stderr and "Redis not reached" in proc.stderr
         client = redis.Redis(host="127.0.0.1", port=server.port, password="wrong")
         with caplog.at_level(logging.DEBUG, logger="redlease"), pytest.raises(LockUnavailable):

@@ -70,3 +70,17 @@ def test_a_held_semaphore_slot_is_not_retired(redis_server: RedisServer) -> None
     done = retire("pool", redis_server.url)
     assert done.returncode == 0 and lock_keys(redis_server, "pool") == []
     client.close()
+
+
+def test_what_retire_says_of_later_tokens_is_what_happens(redis_server: RedisServer) -> None:
+    """The --yes question said tokens start "from 1 again"; they start from the server clock,
+    above the retired lock's (the README's fencing rule), and the question says so."""
+    client = redis_server.client()
+    lock = redlease.Lock(client, "renamed-job", ttl=30, identity="worker")
+    before = lock.acquire().fencing_token
+    lock.release()
+    asked = retire("renamed-job", redis_server.url, yes=False)
+    assert "from 1" not in asked.stderr and "server's clock" in asked.stderr, asked.stderr
+    assert retire("renamed-job", redis_server.url).returncode == 0
+    assert lock.acquire().fencing_token > before
+    lock.release()

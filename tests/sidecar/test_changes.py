@@ -122,7 +122,11 @@ def test_long_poll_parameters() -> None:
     assert long_poll({"wait": "10", "since": "ab12.3"}) == (10.0, "ab12.3")
     assert long_poll({"wait": "0.5"}) == (0.5, None)
     assert long_poll({"wait": "3600"}) == (MAX_WAIT, None)
-    for bad in ("", "-1", "nan", "inf", "10s", "soon"):
+    # the one duration grammar of every CLI flag and env var (core/durations.py)
+    assert long_poll({"wait": "10s"}) == (10.0, None)
+    assert long_poll({"wait": "500ms", "since": "ab12.3"}) == (0.5, "ab12.3")
+    assert long_poll({"wait": "1m30s"}) == (MAX_WAIT, None)
+    for bad in ("", "-1", "nan", "inf", "10x", "-1s", "soon"):
         with pytest.raises(BadParameter) as err:
             long_poll({"wait": bad})
         assert err.value.name == "wait" and str(err.value).startswith("wait: ")

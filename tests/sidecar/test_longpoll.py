@@ -264,3 +264,29 @@ def test_status_http_reads_the_sidecar_and_watch_needs_it(
     _, err = lone.communicate(timeout=30)
     assert lone.returncode == 2 and "--watch" in err and "--http" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_wait_takes_every_cli_duration_and_a_pasted_url_is_accepted(
+    redis_server: RedisServer, sidecars: Callable[..., Sidecar], lock_name: str
+) -> None:
+    """One duration grammar on every surface: ``?wait=300ms`` and ``?wait=3s`` as `--ttl 3s`
+    takes them; the address `redlease wait` and `status` take may be the URL pasted whole."""
+    sc = alone(sidecars, redis_server, lock_name)
+    version = sc.status()["version"]  # type: ignore[index]
+    started = time.monotonic()
+    code, doc, _ = get(sc.port, f"/status?wait=300ms&since={version}")
+    assert code == 200 and doc["holder"] == "pod-a"
+    assert time.monotonic() - started >= 0.25  # it waited (unchanged), as for wait=0.3
+    code, doc, _ = get(sc.port, "/status?wait=3s&since=stale.0")
+    assert code == 200 and doc["leader"]
+    for query in ("wait=3x", "wait=-1s"):
+        code, body, _ = get(sc.port, f"/status?{query}")
+        assert code == 400 and body["parameter"] == "wait" and "3s" in body["error"]
+    pasted = f"http://127.0.0.1:{sc.port}/status"
+    for argv in (["wait", "--http", pasted, "--timeout", "20s"],
+                 ["status", "--http", pasted + "/", "--json"],
+                 ["status", "--http", f"127.0.0.1:{sc.port}/status?wait=1", "--json"]):  # fmt: skip
+        proc = subprocess.run([sys.executable, "-m", "redlease", *argv], env=env(), cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert proc.returncode == 0, (argv, proc.stderr)
+        assert "pod-a" in proc.stdout and "/status/status" not in proc.stderr

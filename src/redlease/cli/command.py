@@ -98,7 +98,8 @@ class BadEnv:
 class Command:
     """A ``redlease`` subcommand: its help (``summary`` in ``redlease --help``; description,
     example and every flag's default in its own), its flags and what runs it.
-    ``credentials``: it holds Redis credentials or Secrets for its whole run (not dumpable)."""
+    ``credentials``: it holds Redis credentials or Secrets for its whole run (not dumpable);
+    ``exit_at_once``: the process ends when it returns, without the interpreter's teardown."""
 
     name: str
     summary: str
@@ -108,6 +109,7 @@ class Command:
     run: Callable[[argparse.Namespace], int]
     credentials: bool = False
     positionals: Callable[[argparse.ArgumentParser], None] | None = None
+    exit_at_once: bool = False  # the program ends as soon as it returns (redlease.cli.main)
 
 
 class Arguments(Protocol):

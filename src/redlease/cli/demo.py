@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import importlib.util
 import itertools
 import json
 import os
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from redlease.cli.command import Command, Flag
+from redlease.errors import ConfigError
 
 TTL, RENEW_DEADLINE, RETRY = 2.0, 1.4, 0.2
 LOCK = "demo"
@@ -128,11 +130,33 @@ def _watch(view: _View, seconds: float, note: str, until: Any = None) -> float |
     return None
 
 
+# what the sidecars import that the base install lacks (the ``sidecar`` extra: ``redlease[demo]``)
+SIDECAR_MODULES = ("aiohttp", "prometheus_client")
+
+
+def check_ready() -> str:
+    """The redis-server binary the demo will run, after checking what it needs up front: the
+    ``sidecar`` extra (a missing module: :class:`ModuleNotFoundError`, which `redlease` turns
+    into its one ``pip install`` line) and a server binary (:class:`ConfigError` naming the ways
+    to get one). Without this the sidecars died unseen and the demo said, 15 s later, only
+    "no leader was elected"; without a server it printed a traceback."""
+    from redlease.devtools.localredis import ServerError, find_redis_server
+
+    for module in SIDECAR_MODULES:
+        if importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+    try:
+        return find_redis_server()
+    except ServerError as exc:
+        raise ConfigError("demo", str(exc)) from None
+
+
 def run_demo(contenders: int = 3, rounds: int = 1) -> int:
     """Run the demo; returns the process exit code (``rounds`` is kept for compatibility)."""
     from redlease.devtools.localredis import RedisServer, free_port
 
     del rounds
+    binary = check_ready()
     workdir = Path(tempfile.mkdtemp(prefix="redlease-demo-"))
     pods: list[_Pod] = []
     started = time.monotonic()
@@ -140,7 +164,7 @@ def run_demo(contenders: int = 3, rounds: int = 1) -> int:
     src = str(Path(__file__).resolve().parents[2])  # src/, never src/redlease/ (it has operator/)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     try:
-        with RedisServer() as server:
+        with RedisServer(binary=binary) as server:
             print(f"redis-server {server.binary} on {server.address}")
             print(
                 f"{contenders} sidecars contend for lock {LOCK!r}: ttl {TTL:g}s, renew deadline "

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from redlease.cli.command import Flag
 from redlease.core.durations import positive_duration
 from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
+from redlease.core.timing import DEFAULT_TTL
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args as sa
 
@@ -35,6 +36,17 @@ def count(value: str) -> int:
 
 
 count.__name__ = "count (integer >= 0)"
+
+
+def exit_status(value: str) -> int:
+    """A process exit status, 0 to 255 (argparse ``type``)."""
+    number = count(value)
+    if number > 255:
+        raise ValueError(value)
+    return number
+
+
+exit_status.__name__ = "exit status (0 to 255)"
 
 
 CONNECTION = (
@@ -57,7 +69,7 @@ CONNECTION = (
 )
 
 ELECTION = (
-    Flag(("--ttl",), "lease duration", 15.0, positive_duration, metavar="DURATION"),
+    Flag(("--ttl",), "lease duration", float(DEFAULT_TTL), positive_duration, metavar="DURATION"),
     Flag(
         ("--renew-deadline",),
         "step down after (default: 2/3 of --ttl)",
@@ -147,6 +159,18 @@ def identity(args: argparse.Namespace) -> str:
     return validate_identity(args.identity or default_identity(), "--identity")
 
 
+def url_shaped(value: str, flag: str) -> str:
+    """``value`` if it has a scheme; a bare ``HOST[:PORT]`` gets the URL it likely meant
+    (``127.0.0.1:6379`` -> "did you mean redis://127.0.0.1:6379/0?") instead of a parse error."""
+    if "://" in value:
+        return value
+    host = value.strip().rstrip("/")
+    if not host or "/" in host or "@" in host:
+        raise ConfigError(flag, f"{value!r} is not a URL: use redis://HOST:PORT/DB")
+    port = "" if host.rpartition(":")[2].isdigit() and ":" in host else ":6379"
+    raise ConfigError(flag, f"{value!r} is not a URL: did you mean redis://{host}{port}/0?")
+
+
 def tls(args: argparse.Namespace) -> Tls | None:
     """TLS settings from the ``--tls-*`` flags (None when none is given)."""
     from redlease.core.connect import validate_tls
@@ -168,6 +192,8 @@ def target(args: argparse.Namespace) -> Target:
 
     if not args.redis:
         raise ConfigError("--redis", "at least one URL is required (or REDLEASE_REDIS)")
+    for url in args.redis:
+        url_shaped(url, "--redis")
     return validate_target(
         args.redis,
         cluster=args.cluster,
@@ -241,7 +267,10 @@ def lock_ref(args: argparse.Namespace, namespace: str | None) -> LockRef | None:
     if args.pinned_node:
         from redlease.core.connect import validate_url
 
-        pinned = [validate_url(u, sa.PINNED_NODE, credentials=False) for u in args.pinned_node]
+        pinned = [
+            validate_url(url_shaped(u, sa.PINNED_NODE), sa.PINNED_NODE, credentials=False)
+            for u in args.pinned_node
+        ]
         ref = replace(ref, pinned_nodes=frozenset(pinned))
     if args.allowed_master:
         from redlease.core.connect import Consent

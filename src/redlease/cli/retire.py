@@ -31,7 +31,8 @@ def retire_lock(name: str, target: Target, *, yes: bool) -> int:
         raise ConfigError(
             "--yes",
             f"retiring {name!r} deletes its fence counter: a later lock of the same name starts "
-            "its fencing tokens from 1 again; add --yes if the name is gone for good",
+            "its fencing tokens again from the Redis server's clock (above the old ones only "
+            "while that clock does not step back); add --yes if the name is gone for good",
         )
     per_node, done = asyncio.run(_retire(name, target))
     for node, what in per_node.items():

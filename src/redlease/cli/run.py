@@ -5,6 +5,7 @@ connects (127 / 126, as `env`)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
@@ -16,16 +17,20 @@ from redlease.cli.command import Command, Flag
 from redlease.cli.login import sidecar_login, this_pod
 from redlease.core.durations import positive_duration
 from redlease.errors import ConfigError
+from redlease.kube import sidecar_args as sa
 
 if TYPE_CHECKING:
     from redlease.kube.auth import ClusterAuth
     from redlease.sidecar.config import ElectionConfig, LockRef
 
-# Exit statuses of `redlease run` itself (README, docs/sidecar.md); COMMAND's are passed on.
+# Exit statuses of `redlease run` itself (README's table, docs/sidecar.md; tests/cli/test_readme.py
+# keeps the README in step); COMMAND's are passed on.
+BAD_INPUT = 2  # a flag, env var or COMMAND line that does not parse
+UNAVAILABLE = 69  # EX_UNAVAILABLE: Redis not reached / no quorum; COMMAND did not run
 NOT_ACQUIRED = 75  # --try / --timeout: the lease was held by another; COMMAND did not run
 LEASE_LOST = 76  # the lease ended while COMMAND ran: it was stopped, whatever it exited with
-NOT_FOUND = 127
 NOT_EXECUTABLE = 126
+NOT_FOUND = 127
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,7 @@ class RunConfig:
     kube: ClusterAuth | None = None  # None: no Kubernetes API (not in a cluster)
     keep_credentials: bool = False
     wait: float | None = None  # give up after waiting this long (0: --try); None: wait on
+    conflict_exit: int = NOT_ACQUIRED  # the exit status when another holds it (flock -E)
 
 
 def command_problem(command: tuple[str, ...], path: str | None) -> tuple[int, str] | None:
@@ -76,6 +82,22 @@ OWN = (
         group="give-up",
     ),
     Flag(
+        ("--conflict-exit-code",),
+        f"exit status when --try or --timeout finds the lease held by another (flock -E; 0 "
+        f"lets a CronJob skip quietly) (default: {NOT_ACQUIRED})",
+        NOT_ACQUIRED,
+        flags.exit_status,
+        metavar="N",
+    ),
+    Flag(
+        (sa.HOLDERS,),
+        "N may run at once, each holding one slot of a counting semaphore over the lock "
+        "(consul lock -n; 1 to 64; with --lock-ref, spec.holders decides)",
+        1,
+        flags.count,
+        metavar="N",
+    ),
+    Flag(
         ("--keep-credentials-env",),
         "pass REDLEASE_PASSWORD/USERNAME/REDIS on to COMMAND (default: removed)",
         kind="switch",
@@ -89,19 +111,29 @@ def _command_words(parser: argparse.ArgumentParser) -> None:
 
 def run_config(args: argparse.Namespace, command: tuple[str, ...]) -> RunConfig:
     """``redlease run``'s configuration from its parsed flags, its pod and its API login."""
+    from redlease.sidecar.config import check_holders
+
     pod = this_pod()
     holder = flags.identity(args)
     login = sidecar_login(args.kube_api, pod, holder)
     ref = flags.lock_ref(args, pod.namespace)
+    election = None
+    if ref is None:
+        election = flags.election_config(args)
+        holders = check_holders(args.holders, election.keys, sa.HOLDERS)
+        election = dataclasses.replace(election, holders=holders)
+    else:  # the DistributedLock's spec.holders decides; the flag is checked all the same
+        check_holders(args.holders, (), sa.HOLDERS)
     return RunConfig(
         identity=holder,
-        election=None if ref is not None else flags.election_config(args),
+        election=election,
         command=command,
         grace=args.grace,
         lock_ref=ref,
         kube=login,
         keep_credentials=args.keep_credentials_env,
         wait=0.0 if args.try_once else args.timeout,
+        conflict_exit=args.conflict_exit_code,
     )
 
 
@@ -128,12 +160,15 @@ COMMAND = Command(
     name="run",
     summary="run COMMAND only while holding the lease",
     description="Run COMMAND only while holding the lease; stop it (SIGTERM, then SIGKILL) when "
-    "the lease is lost. Exit status: COMMAND's; 75 when --try or --timeout gave up (COMMAND "
-    "not run); 76 when the lease was lost while COMMAND ran; 127 / 126 when COMMAND is not "
-    "found / not executable (checked before the lease is taken).",
+    "the lease is lost. Exit status: COMMAND's; 75 (or --conflict-exit-code) when --try or "
+    "--timeout found the lease held by another (COMMAND not run); 69 when Redis could not be "
+    "reached or no quorum answered (COMMAND not run); 76 when the lease was lost while COMMAND "
+    "ran; 127 / 126 when COMMAND is not found / not executable (checked before the lease is "
+    "taken); 2 for bad input.",
     example="redlease run --lock nightly --redis redis://redis:6379/0 --try -- ./export.sh",
     flags=(*flags.CONNECTION, *flags.ELECTION, *flags.LOCK_REF, *OWN, *flags.LOG),
     run=main,
     credentials=True,
     positionals=_command_words,
+    exit_at_once=True,
 )

@@ -24,8 +24,7 @@ from typing import Any
 
 import structlog
 
-from redlease.cli.run import LEASE_LOST, NOT_ACQUIRED, NOT_EXECUTABLE, NOT_FOUND, RunConfig
-from redlease.errors import LockUnavailable
+from redlease.cli.run import LEASE_LOST, NOT_EXECUTABLE, NOT_FOUND, UNAVAILABLE, RunConfig
 from redlease.kube.auth import required
 from redlease.kube.client import KubeClient
 from redlease.sidecar.config import ElectionConfig
@@ -61,10 +60,15 @@ class _Hooks(Hooks):
         self.lost = asyncio.Event()
         self.refusals = asyncio.Event()  # an attempt found the lock held
         self.failures = asyncio.Event()  # an attempt failed (outage)
+        self.last: str | None = None  # the last attempt's outcome: "refused" or "failed"
         self.error_kind = ""
         self.token: int | None = None
         self.holder: str | None = None
         self.told = False
+        self.news = asyncio.Event()  # anything happened: an attempt ended, a view was read
+
+    def changed(self) -> None:
+        self.news.set()
 
     def transition(self, transition: Transition) -> None:
         if transition.kind == "elected":
@@ -77,12 +81,19 @@ class _Hooks(Hooks):
             if self.told and self.holder is not None:
                 self._tell()
 
+    def check_durability(self) -> bool:
+        return False  # a normal run logs nothing above info; nothing in flight at its exit
+
     def acquire_timeout(self, planned: float) -> float | None:
         if self.lost.is_set() or self.elected.is_set():
             return None  # one term per run: never take the lease again while stopping
         return 0.0 if self.wait == 0 else planned
 
-    def refused(self) -> None:
+    def refused(self, holder: str | None = None) -> None:
+        self.last = "refused"
+        self.news.set()
+        if holder is not None:
+            self.holder = holder
         self.refusals.set()
         if not self.told and self.wait != 0:
             self.told = True
@@ -91,7 +102,9 @@ class _Hooks(Hooks):
     def error(self, kind: str) -> None:
         self.error_kind = kind
         if not self.elected.is_set():
+            self.last = "failed"
             self.failures.set()
+            self.news.set()
 
     def _tell(self) -> None:
         log.info(
@@ -100,6 +113,20 @@ class _Hooks(Hooks):
             holder=self.holder or "unknown",
             timeout="none" if self.wait is None else self.wait,
         )
+
+
+def gave_up(last: str | None, reachable: bool | None) -> bool:
+    """Whether a run that was not elected gave up for an outage (pure): its last attempt failed,
+    or none ended and the latest lock view did not reach a quorum (or none was read). Otherwise
+    the lease was held by another."""
+    if last is not None:
+        return last == "failed"
+    return not reachable
+
+
+def _say(line: str) -> None:
+    """The one line a CronJob's log needs when COMMAND did not run."""
+    print(f"redlease: {line}", file=sys.stderr, flush=True)  # noqa: T201
 
 
 def exit_code(returncode: int) -> int:
@@ -185,18 +212,25 @@ async def _run(
         if not await _elected(hooks, config.wait, term_wait, election):
             if term_wait.done():
                 return 128 + signal.SIGTERM
-            if config.wait == 0 and not hooks.refusals.is_set():
-                raise LockUnavailable(
-                    election_cfg.lock,
-                    f"--try: Redis not reached ({hooks.error_kind}), COMMAND not run",
-                )
-            print(  # noqa: T201 - the one line a CronJob's log needs
-                f"redlease: lease {election_cfg.lock!r} is held by "
-                f"{hooks.holder or 'another holder'}: COMMAND not run",
-                file=sys.stderr,
-                flush=True,
+            # a --timeout shorter than the first attempt or read: learn which it was first
+            await _first_word(hooks, elector, max(1.0, election_cfg.timing.retry_period) + 1.0)
+            observed = elector.election.observed
+            reachable = None if observed is None else observed.view.nodes.reachable
+            if gave_up(hooks.last, reachable):
+                errors = {} if observed is None else observed.view.errors
+                seen = "; ".join(f"{node}: {error}" for node, error in errors.items())
+                why = elector.last_outage or seen or hooks.error_kind or "no quorum answered"
+                why = why.removeprefix(f"lock {election_cfg.lock!r}: ")
+                _say(f"lease {election_cfg.lock!r}: Redis not reached ({why}): COMMAND not run")
+                return UNAVAILABLE
+            holder = hooks.holder
+            if holder is None and observed is not None:
+                holder = observed.view.holder
+            _say(
+                f"lease {election_cfg.lock!r} is held by {holder or 'another holder'}: "
+                "COMMAND not run"
             )
-            return NOT_ACQUIRED
+            return config.conflict_exit
         env = child_environment(os.environ, config.keep_credentials)
         env["REDLEASE_FENCING_TOKEN"] = str(hooks.token)
         try:
@@ -217,7 +251,7 @@ async def _run(
         lost = asyncio.ensure_future(hooks.lost.wait())
         await _first(exited, lost, term_wait)
         lost.cancel()
-        if exited.done():
+        if exited.done() and not hooks.lost.is_set():
             code = exit_code(exited.result())
             log.info("command exited", lock=elector.config.lock, code=code)
             return code
@@ -239,6 +273,16 @@ async def _run(
         elector.stop()
         with contextlib.suppress(asyncio.CancelledError):
             await election
+
+
+async def _first_word(hooks: _Hooks, elector: Elector, limit: float) -> None:
+    """Wait until an attempt ended or a lock view was read (at most ``limit`` seconds, the
+    observer's read timeout and a margin): held and outage are told apart by what was seen."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(limit):
+            while hooks.last is None and elector.election.observed is None:
+                hooks.news.clear()
+                await hooks.news.wait()
 
 
 async def _elected(

@@ -23,7 +23,7 @@ from typing import Any
 
 from redlease.cli import flags
 from redlease.cli.command import Command, Flag
-from redlease.cli.longpoll import follow, get, status_url
+from redlease.cli.longpoll import Unreadable, follow, get, status_url
 from redlease.core import view as lockview
 from redlease.core.connect import Target, connect_target
 from redlease.core.observe import read_view
@@ -45,6 +45,8 @@ def describe(view: LockView) -> dict[str, Any]:
         "candidates": list(view.candidates),
         "waiters": view.waiters,
     }
+    if never_used(view):
+        doc["never_used"] = True
     if view.errors:
         doc["unhealthy"] = dict(view.errors)
     actions = {n: o.action for n, o in view.outside.items() if o.action}
@@ -53,12 +55,30 @@ def describe(view: LockView) -> dict[str, Any]:
     return doc
 
 
+def never_used(view: LockView) -> bool:
+    """True when a quorum answered and no lease was ever granted under this name (pure): no
+    fence counter, no history, nobody holding, waiting or campaigning; most often a misspelt
+    lock name, which would otherwise read as an ordinary "(free)"."""
+    return (
+        view.nodes.reachable
+        and view.unknown is None
+        and not view.held
+        and view.last_fence == 0
+        and view.transitions == 0
+        and view.last_transition_ms is None
+        and not view.candidates
+        and view.waiters == 0
+    )
+
+
 def render(doc: dict[str, Any]) -> str:
     """A status document for people: a direct read's (:func:`describe`) or a sidecar's."""
     nodes = doc.get("nodes") or {"healthy": 0, "total": 0, "quorum": 0}
     ttl = doc.get("expires_in_ms")
     keys = doc.get("keys") or [doc.get("lock")]
     holder = doc.get("holder") or ("(unknown)" if doc.get("holder_unknown") else "(free)")
+    if doc.get("never_used"):
+        holder = "(free: never used: no fence counter or history under this name; check it)"
     candidates = doc.get("candidates")
     rows: list[tuple[str, Any]] = [("lock", doc.get("lock") if len(keys) == 1 else ", ".join(keys))]
     if "identity" in doc:  # a sidecar's document: who answered
@@ -135,7 +155,8 @@ def show_sidecar(url: str, *, as_json: bool = False) -> int:
     """Print a sidecar's status document; exit 1 when it cannot be read."""
     doc = get(url)
     if not isinstance(doc, dict):
-        print(f"redlease: cannot read {url}", file=sys.stderr)
+        why = doc.reason if isinstance(doc, Unreadable) else "not a status document"
+        print(f"redlease: cannot read {url}: {why}", file=sys.stderr)
         return 1
     print(json.dumps(doc, indent=2) if as_json else render(doc))
     return 0
@@ -144,14 +165,16 @@ def show_sidecar(url: str, *, as_json: bool = False) -> int:
 def watch(url: str, *, as_json: bool = False) -> int:
     """Print the sidecar's status document now and after each change (one JSON line each with
     ``as_json``), until interrupted; say once while it cannot be read."""
-    unreadable = False
+    why: str | None = None
     for doc in follow(url):
         if not isinstance(doc, dict):
-            if not unreadable:
-                print(f"redlease: cannot read {url}; retrying", file=sys.stderr, flush=True)
-            unreadable = True
+            reason = doc.reason if isinstance(doc, Unreadable) else "not a status document"
+            if reason != why:
+                print(f"redlease: cannot read {url}: {reason}; retrying", file=sys.stderr,
+                      flush=True)  # fmt: skip
+            why = reason
             continue
-        unreadable = False
+        why = None
         print(json.dumps(doc, sort_keys=True) if as_json else render(doc) + "\n", flush=True)
     return 0  # follow() without a deadline never ends
 

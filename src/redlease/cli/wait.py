@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from redlease.cli.command import Command, Flag
-from redlease.cli.longpoll import follow, status_url
+from redlease.cli.longpoll import Unreadable, follow, status_url
 from redlease.core.durations import positive_duration
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args as sa
@@ -62,10 +62,18 @@ def is_leader(doc: Any, now: float | None = None) -> bool:
 
 
 def read(path: Path) -> Any:
+    """The state file's document, or an :class:`Unreadable` saying why there is none."""
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    except FileNotFoundError:
+        if not path.parent.is_dir():
+            where = path.parent
+            return Unreadable(f"directory {where} does not exist (the sidecar's --state-dir?)")
+        return Unreadable("no such file yet (the sidecar writes it once it runs)")
+    except OSError as exc:
+        return Unreadable(exc.strerror or str(exc))
+    except ValueError:
+        return Unreadable("not JSON (a redlease sidecar's state file?)")
 
 
 def documents(source: Source, deadline: float | None, interval: float) -> Iterator[Any]:
@@ -83,14 +91,12 @@ def documents(source: Source, deadline: float | None, interval: float) -> Iterat
 
 
 def wait_for_leader(source: Source, *, timeout: float | None, interval: float) -> int:
+    """Exit status of waiting until ``source`` says this pod leads: what it waits for is said
+    once, and why it cannot see it once per new reason (then it retries, quietly)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     told = False
+    why: str | None = None
     for doc in documents(source, deadline, interval):
-        if not told and not is_leader(doc):
-            told = True
-            limit = "no timeout" if timeout is None else f"timeout {timeout:g}s"
-            sys.stderr.write(f"redlease: waiting until {source} says this pod leads ({limit})\n")
-            sys.stderr.flush()
         if is_leader(doc):
             print(
                 f"leader: {doc.get('identity')} holds {doc.get('lock')!r} "
@@ -98,9 +104,26 @@ def wait_for_leader(source: Source, *, timeout: float | None, interval: float) -
                 flush=True,
             )
             return 0
+        if not told:
+            told = True
+            limit = "no timeout" if timeout is None else f"timeout {timeout:g}s"
+            _say(f"waiting until {source} says this pod leads ({limit})")
+        if isinstance(doc, Unreadable):
+            if doc.reason != why:
+                _say(f"cannot read {source}: {doc.reason}; retrying every {interval:g}s")
+            why = doc.reason
+        elif why is not None:
+            why = None
+            _say(f"{source} is readable again")
     assert timeout is not None
-    sys.stderr.write(f"redlease: not leader within {timeout:g}s ({source})\n")
+    because = f": {why}" if why else ""
+    _say(f"not leader within {timeout:g}s ({source}{because})")
     return 1
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(f"redlease: {line}\n")
+    sys.stderr.flush()
 
 
 def main(args: argparse.Namespace) -> int:

@@ -63,8 +63,15 @@ class Hooks:
         choice); ``None``: make no attempt now (`redlease run` while stopping its command)."""
         return planned
 
-    def refused(self) -> None:
-        """An acquisition found the lock held by someone else (contention, not an outage)."""
+    def refused(self, holder: str | None = None) -> None:
+        """An acquisition found the lock held by someone else (contention, not an outage);
+        ``holder``: who, when the backend could say."""
+
+    def check_durability(self) -> bool:
+        """Whether to check once, on a single node, that it keeps leases across a restart (and
+        warn if not). `redlease run` says no: a job's one term is no place for a warning about
+        the sidecar's long life, and the check must not still be in flight when it exits."""
+        return True
 
     def claim_until(self) -> float | None:
         """Unix time up to which a claim of this process's leadership that it published (and
@@ -142,6 +149,7 @@ class Elector:
         self._halt = asyncio.Event()  # the running campaign ends (stop, or a new lock or nodes)
         self._end_reason = "shutting down"  # the step-down reason when the campaign ends
         self._planned: set[str] = set()  # step-downs this elector asked for (not losses)
+        self.last_outage = ""  # what the latest failed Redis operation said
         self._pending: ElectionConfig | None = None  # a new lock or node set, for the next run
         self._drain_wake: asyncio.TimerHandle | None = None
         self._look = asyncio.Event()  # read the lock now: a grant came in that it may not show
@@ -150,6 +158,7 @@ class Elector:
         self._born = time.monotonic()
         self._outage_logged = False
         self._durability_checked = False
+        self._observing = True  # the observer loop runs until run() ends
         self._notices = Notices()
         self._conflict = False  # the latest read showed our identity under another owner
 
@@ -228,6 +237,7 @@ class Elector:
         """The campaign; returns after :meth:`stop` (lease released, candidate withdrawn)."""
         self._task = asyncio.current_task()
         self.client = self._connect()
+        self._observing = True
         observer = asyncio.create_task(self._observe_loop(), name="redlease-observe")
         try:
             while not self._stop.is_set():
@@ -237,6 +247,10 @@ class Elector:
                 if not self._stop.is_set():
                     await self._campaign()
         finally:
+            # the loop also ends by itself: a cancellation that redis-py or wait_for swallowed
+            # (it happens at a read's edge) would otherwise keep it reading until the timeout
+            self._observing = False
+            self._look.set()
             observer.cancel()
             await asyncio.wait({observer}, timeout=1.0)
             await self._withdraw()
@@ -411,7 +425,7 @@ class Elector:
             log.debug("release after step-down failed", lock=self.config.lock, error=str(outcome))
 
     async def held(self, holder: str | None) -> None:
-        self.hooks.refused()
+        self.hooks.refused(holder)
 
     def renewed(self, granted: Granted[Lease], started: float) -> None:
         """A renewal came back (the campaign decides whether it was in time)."""
@@ -461,8 +475,8 @@ class Elector:
     async def _observe_loop(self) -> None:
         """Every retry period, and at once after a grant (the view may predate it): heartbeat
         and read every node, build the lock view, hand it to the election. This is the only
-        writer of node health (the view's ``nodes.healthy``)."""
-        while True:
+        writer of node health (the view's ``nodes.healthy``); ends with the campaign."""
+        while self._observing:
             cfg = self.config
             started = time.monotonic()
             hb_ms = int(max(cfg.timing.ttl, 3 * cfg.timing.retry_period) * 1000)
@@ -475,6 +489,8 @@ class Elector:
                 functools.partial(heartbeat_flow, heartbeat, cfg.identity, hb_ms),
                 limit=cfg.holders,
             )
+            if not self._observing:
+                return
             if self.config is cfg:
                 if not self._durability_checked and view.healthy_nodes:
                     self._durability_checked = True
@@ -493,7 +509,11 @@ class Elector:
     async def _warn_if_not_durable(self, view: LockView) -> None:
         """Once, on a single node (a RedLock set has the restart rule): say what a restart of
         it would lose."""
-        if view.nodes.total != 1 or getattr(self.client, "clients", None):
+        if (
+            view.nodes.total != 1
+            or getattr(self.client, "clients", None)
+            or not self.hooks.check_durability()
+        ):
             return
         loss = restart_loss(await read_config(self.client, 1.0))
         if loss is not None:
@@ -521,10 +541,10 @@ class Elector:
             log.info("became leader", **fields)
         elif transition.kind == "observed":
             log.info("leader changed", holder=transition.holder, **fields)
-        else:
-            log.warning(
-                "stopped leading" if transition.kind == "lost" else "stepped down", **fields
-            )
+        elif transition.kind == "lost":
+            log.warning("stopped leading", **fields)
+        else:  # a step-down is always one this elector asked for (SIGTERM, hand-off, pause)
+            log.info("stepped down", **fields)
         self.hooks.transition(transition)
         self.hooks.changed()
         if transition.kind == "lost":
@@ -554,6 +574,7 @@ class Elector:
                 log.info("redis node does not count yet", lock=view.lock, node=node, why=out.why)
 
     def _outage(self, exc: BaseException, *, count: bool = True) -> None:
+        self.last_outage = str(exc)
         self.hooks.error(type(exc).__name__)
         delay = self.election.failed_attempt(time.monotonic()) if count else 0.0
         if not self._outage_logged:

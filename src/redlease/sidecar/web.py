@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from aiohttp import web
 
+from redlease.core.durations import parse_duration
 from redlease.kube.httpguard import GuardedServer, guard_of
 from redlease.kube.httpguard import serve as guarded
 from redlease.sidecar.changes import MAX_WAIT
@@ -43,7 +43,8 @@ class BadParameter(ValueError):
 
 
 def long_poll(query: Mapping[str, str]) -> tuple[float, str | None] | None:
-    """``(wait, since)`` of ``/status?wait=SECONDS&since=VERSION`` (pure): ``wait`` capped at
+    """``(wait, since)`` of ``/status?wait=DURATION&since=VERSION`` (pure): ``wait`` (seconds or
+    ``3s``, ``500ms``: :func:`~redlease.core.durations.parse_duration`) capped at
     :data:`~redlease.sidecar.changes.MAX_WAIT`; ``since`` ``None`` means "the version now" (wait
     for the next change). ``None``: no ``wait``, answer at once."""
     since = query.get("since")
@@ -53,11 +54,11 @@ def long_poll(query: Mapping[str, str]) -> tuple[float, str | None] | None:
     if raw is None:
         return None
     try:
-        wait = float(raw)
+        wait = parse_duration(raw)  # the one grammar of every duration: 30, 0.5, 3s, 500ms
     except ValueError:
-        wait = math.nan
-    if not math.isfinite(wait) or wait < 0:
-        raise BadParameter("wait", f"seconds to wait, a number >= 0 (at most {MAX_WAIT:g} used)")
+        raise BadParameter(
+            "wait", f"a duration >= 0 such as 30, 0.5, 3s or 500ms (at most {MAX_WAIT:g}s used)"
+        ) from None
     return min(wait, MAX_WAIT), since
 
 
