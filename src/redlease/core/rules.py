@@ -439,6 +439,8 @@ class Outside:
     kind: str
     why: str
     action: str = ""  # what an operator must do (kind OPERATOR), or ""
+    # seconds until it rejoins by itself (kind REJOINING; 0: at the next lock operation)
+    rejoin_in: float | None = None
 
 
 def standing(
@@ -483,7 +485,7 @@ def standing(
         left = rejoin_in(p, now, restart_delay)
         if not strict or members >= sources:
             when = f"in {left:.0f}s" if left > 0 else "at the next lock operation"
-            out.append(Outside(REJOINING, f"{lost}; rejoins by itself {when}"))
+            out.append(Outside(REJOINING, f"{lost}; rejoins by itself {when}", "", max(0.0, left)))
         elif members + unreached >= sources:
             out.append(
                 Outside(WAITING, f"{lost}; rejoins once {sources} nodes with their data answer")

@@ -24,9 +24,7 @@ RESTART_DELAY = 1.0
 
 def nodeset(servers: list[RedisServer], strict: bool = False) -> NodeSet:
     clients = [s.client(socket_timeout=5) for s in servers]
-    return NodeSet(
-        clients, node_timeout=0.5, restart_delay=RESTART_DELAY, strict_restart=strict
-    )
+    return NodeSet(clients, node_timeout=0.5, restart_delay=RESTART_DELAY, strict_restart=strict)
 
 
 def view_of(servers: list[RedisServer], name: str, strict: bool = False) -> LockView:

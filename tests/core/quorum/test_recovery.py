@@ -203,7 +203,9 @@ def test_every_node_restored_from_an_older_backup_issues_no_token_again(
     before = tokens_before(lock, 2)
     for s in durable_nodes:
         shutil.copytree(
-            s.workdir, s.workdir.parent / f"{s.workdir.name}-old", ignore=shutil.ignore_patterns("*.log")
+            s.workdir,
+            s.workdir.parent / f"{s.workdir.name}-old",
+            ignore=shutil.ignore_patterns("*.log"),
         )
     before += tokens_before(lock, 3)
     for s in durable_nodes:

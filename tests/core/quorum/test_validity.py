@@ -236,9 +236,9 @@ def test_standing_foreign_marker_is_not_trusted_even_with_aof() -> None:
     why = standing([_node("a", "a"), restored, _node("c", "c")], 2, 60.0, now=0.0)[1]
     assert why is not None and why.kind == REJOINING
     assert "earlier server run b1" in why.why
-    stuck = standing(
-        [_node("a", "a"), restored, _node("c2", "c1")], 2, 60.0, now=0.0, strict=True
-    )[1]
+    stuck = standing([_node("a", "a"), restored, _node("c2", "c1")], 2, 60.0, now=0.0, strict=True)[
+        1
+    ]
     assert stuck is not None and stuck.kind == OPERATOR
     assert "HSET redlease:node run_id b2" in stuck.action
     assert recovery(restored, 60.0) == stuck.action
