@@ -86,9 +86,12 @@ def main() -> int:
     if args.markdown:
         Path(args.markdown).write_text(markdown(results))
     bad = [r["name"] for r in results if r.get("expected_safe") and not r.get("safe", True)]
-    bad += [r["name"] for r in results if r.get("stuck")]  # a set that did not come back
+    stuck = [r["name"] for r in results if r.get("stuck")]  # a set that did not come back
     if bad:
         print(f"UNSAFE: {', '.join(bad)} (histories kept beside {report})")
+    if stuck:
+        print(f"DID NOT LEAD AGAIN after a restart: {', '.join(stuck)}")
+    if bad or stuck:
         return 1
     print(f"all {len(results)} scenarios as expected; report in {args.report}")
     return 0

@@ -221,7 +221,7 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
     (:func:`_bootstrap`), and so is a fresh node whose server is on a birth list
     (:func:`~redlease.core.rules.born_members`): both are race-free among any number of
     clients. Any other fresh node counts again only after it has been up for ``restart_delay``
-    and its fence counters were raised (:func:`_reseed`): by default to the maximum the
+    and its fence counters were raised (below, then marked): by default to the maximum the
     reachable intact nodes hold and the seed its server clock gives, however few intact nodes
     answer; in the strict restart mode to the maximum found on
     :func:`~redlease.core.rules.reseed_sources` intact nodes, and not at all with fewer. While
