@@ -80,12 +80,18 @@ def main() -> int:
         faults = ", ".join(f"{k} {v}" for k, v in res["faults"].items()) or "none"
         print(f"   faults: {faults}")
         print("   " + "  ".join(f"{label} {res[key]}" for key, label in COLUMNS))
+        if "led_again_s" in res:
+            print(f"   led again after a restart (s): {res['led_again_s']}  stuck {res['stuck']}")
     report.write_text(json.dumps({"quick": args.quick, "scenarios": results}, indent=2))
     if args.markdown:
         Path(args.markdown).write_text(markdown(results))
     bad = [r["name"] for r in results if r.get("expected_safe") and not r.get("safe", True)]
+    stuck = [r["name"] for r in results if r.get("stuck")]  # a set that did not come back
     if bad:
         print(f"UNSAFE: {', '.join(bad)} (histories kept beside {report})")
+    if stuck:
+        print(f"DID NOT LEAD AGAIN after a restart: {', '.join(stuck)}")
+    if bad or stuck:
         return 1
     print(f"all {len(results)} scenarios as expected; report in {args.report}")
     return 0

@@ -23,13 +23,20 @@ import redis
 import redlease
 from chaos.clock import now
 from chaos.resource import Resource
-from redlease.core.connect import connect
+from redlease.core.connect import connect, connect_target, validate_target
 
 
 def main(cfg: dict[str, Any]) -> None:
     logging.basicConfig(level=logging.ERROR)  # outages are expected here; the history has them
     who = cfg["id"]
-    lock_client = connect(cfg["urls"], socket_timeout=cfg.get("socket_timeout", 0.5))
+    socket_timeout = cfg.get("socket_timeout", 0.5)
+    if cfg.get("restart_delay"):  # a short restart_delay: restarted nodes rejoin quickly
+        target = validate_target(cfg["urls"])
+        lock_client = connect_target(
+            target, socket_timeout=socket_timeout, restart_delay=cfg["restart_delay"]
+        )
+    else:
+        lock_client = connect(cfg["urls"], socket_timeout=socket_timeout)
     limit = cfg.get("limit", 1)
     if limit > 1:  # a counting semaphore: up to ``limit`` clients hold at once
         lock: redlease.Lock | redlease.Semaphore = redlease.Semaphore(

@@ -31,7 +31,6 @@ import redis
 from chaos.checker import Claim, Sample, Verdict, check
 from chaos.clock import now
 from chaos.resource import Resource
-from redlease.core.quorum._probe import MARKER_KEY
 from redlease.devtools.localredis import RedisServer, die_with_parent, free_port
 from redlease.devtools.netfault import DelayProxy
 from redlease.sidecar.statefile import until_epoch
@@ -62,6 +61,9 @@ class Run:
     volumes: dict[str, Path] = field(default_factory=dict)
     claims: list[Claim] = field(default_factory=list)
     next_id: int = 0
+    restart_delay: float = 0.0  # the clients' node set restart_delay (0: the library's)
+    led_again: list[float] = field(default_factory=list)  # seconds from a restart to a new lease
+    stuck: int = 0  # restarts after which nobody led again within restart_delay + a margin
 
     def spawn_client(self, **overrides: Any) -> str:
         who = f"c{self.next_id}"
@@ -78,6 +80,7 @@ class Run:
             "writes": 3,
             "work": 0.01,
             "give_up": self.give_up,
+            "restart_delay": self.restart_delay,
             "history": str(self.workdir / f"{who}.jsonl"),
             **overrides,
         }
@@ -290,6 +293,7 @@ class Scenario:
     sidecars: bool = False  # the clients are leader-election sidecars, sampled on /status
     tmpfs: bool = False  # each sidecar's state directory is a tmpfs of its own (needs root)
     limit: int = 1  # clients hold a counting semaphore of this limit (1: a mutex)
+    restart_delay: float = 0.0  # the clients' node set restart_delay (0: the library's)
 
 
 def _pauses(run: Run, quick: bool) -> None:
@@ -345,6 +349,80 @@ def _slow_node(run: Run, quick: bool) -> None:
     pause_holder(run, run.ttl * 2.5)
 
 
+def fence_max(run: Run) -> int:
+    """The highest fence counter of the lock on any node that answers."""
+    top = 0
+    for node in run.nodes:
+        try:
+            c = node.client(socket_timeout=0.5)
+            value = c.get("redlease:{chaos}:fence")
+            c.close()
+        except redis.RedisError:
+            continue
+        top = max(top, int(value or 0))
+    return top
+
+
+def lease_above(run: Run, token: int) -> bool:
+    """A lease with a token above ``token`` is on a quorum of the nodes (a new holder leads)."""
+    seen = 0
+    for node in run.nodes:
+        try:
+            c = node.client(socket_timeout=0.5)
+            value = c.hget("redlease:{chaos}", "fence")
+            c.close()
+        except redis.RedisError:
+            continue
+        seen += value is not None and int(value) > token
+    return seen > len(run.nodes) // 2
+
+
+def wait_led_again(run: Run, token: int, since: float) -> None:
+    """Record how long after ``since`` a lease above ``token`` stood on a quorum; count the
+    restart as stuck if none did within restart_delay + 5 s (a retry period and a margin for
+    a busy machine)."""
+    end = since + run.restart_delay + 5.0
+    while now() < end:
+        if lease_above(run, token):
+            run.led_again.append(round(now() - since, 2))
+            return
+        time.sleep(0.02)
+    run.stuck += 1
+
+
+def majority_restart(run: Run, nodes: list[int], empty: bool = False) -> None:
+    """SIGKILL ``nodes`` (a majority), restart them from their AOF (or ``empty``: their AOF
+    deleted), and wait until a new holder leads: by itself, no operator's step (issue 36).
+    The highest token is read before the kill (with a majority down no new one is granted;
+    a dead node costs a client its connect retries)."""
+    token = fence_max(run)
+    for i in nodes:
+        run.nodes[i].kill()
+        run.count("node_killed")
+        if empty:
+            for item in ("appendonlydir", "appendonly.aof", "dump.rdb"):
+                path = run.nodes[i].workdir / item
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+    time.sleep(0.3)
+    since = now()
+    for i in nodes:
+        run.nodes[i].start()
+        run.count("node_restarted_empty" if empty else "node_restarted")
+    wait_led_again(run, token, since)
+
+
+def _majority_restarts(run: Run, quick: bool) -> None:
+    time.sleep(0.3)
+    majority_restart(run, [0, 1, 2])  # 3 of 5 from AOF: 2 intact nodes, 3 needed to re-seed
+    time.sleep(1.0)
+    majority_restart(run, [0, 1, 2, 3, 4])  # all 5 at once, from AOF
+    time.sleep(1.0)
+    majority_restart(run, [2, 3, 4], empty=True)  # 3 of 5 without their data
+
+
 def _quorum_losses(run: Run, quick: bool) -> None:
     time.sleep(0.5)
     for i in (0, 1):  # 2 of 5 down: still a quorum
@@ -360,22 +438,10 @@ def _quorum_losses(run: Run, quick: bool) -> None:
     for i in (0, 1, 2):
         run.nodes[i].start()
         run.count("node_restarted")
-    # 2 of 5 kept their data: too few to re-seed the 3 restarted ones, which wait for an
-    # operator. Each restarted from its own AOF, so the operator vouches for it (docs/quorum.md,
-    # "Bringing nodes back").
-    for i in (0, 1, 2):
-        vouch_for(run.nodes[i])
-    time.sleep(0.5)
+    # 2 of 5 kept their data: the 3 restarted ones rejoin by themselves after restart_delay
+    # (re-seeded from the 2 intact nodes and their clocks; before issue 36 an operator vouched)
+    time.sleep(run.restart_delay + 0.5)
     pause_holder(run, run.ttl * 2.5)
-
-
-def vouch_for(node: RedisServer) -> None:
-    """The operator's step for a node restarted from its own AOF: mark it for its new server."""
-    client = node.client()
-    try:
-        client.hset(MARKER_KEY, "run_id", client.info("server")["run_id"])
-    finally:
-        client.close()
 
 
 def _sidecar_faults(run: Run, quick: bool) -> None:
@@ -476,6 +542,16 @@ SCENARIOS = [
         _quorum_losses,
         nodes=5,
         quick=False,
+        restart_delay=1.0,
+    ),
+    Scenario(
+        "majority-restarts",
+        "5-node quorum: 3 nodes restarted from AOF, then all 5 from AOF, then 3 restarted "
+        "empty; the set leads again by itself within restart_delay + 5 s each time",
+        _majority_restarts,
+        nodes=5,
+        quick=False,
+        restart_delay=1.0,
     ),
 ]
 
@@ -533,7 +609,7 @@ def run_scenario(
     nodes: list[RedisServer] = []
     run = Run(
         sc.name, nodes, resource, workdir, sc.ttl, seconds, fenced=sc.fenced,
-        give_up=sc.give_up, tmpfs=sc.tmpfs, limit=sc.limit,
+        give_up=sc.give_up, tmpfs=sc.tmpfs, limit=sc.limit, restart_delay=sc.restart_delay,
     )  # fmt: skip
     started = now()
     stop = threading.Event()
@@ -592,6 +668,9 @@ def run_scenario(
         "faults": run.faults,
         **verdict.as_dict(),
     }
+    if run.led_again or run.stuck:
+        result["led_again_s"] = run.led_again
+        result["stuck"] = run.stuck
     if sc.sidecars:
         result["clients"] = run.next_id
         result["leaderships"] = len({s[4] for s in run.samples if s[3] and s[4]})

@@ -27,6 +27,8 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("minimal", spec(), OK),
     ("redlock-3", spec(nodes=THREE), OK),
     ("redlock-quorum-3", spec(nodes=THREE, quorum=3), OK),
+    ("redlock-strict-restart", spec(nodes=THREE, strictRestart=True), OK),
+    ("strict-restart-off-one-node", spec(strictRestart=False), OK),
     ("redlock-5", spec(nodes=[{"url": f"redis://r{i}:6379"} for i in range(5)], quorum=3), OK),
     ("cluster-seeds", spec(nodes=THREE[:2], cluster=True), OK),
     ("sentinel", spec(nodes=[{"url": "redis+sentinel://s1:26379,s2:26379/mymaster"}]), OK),
@@ -96,6 +98,13 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("quorum-above-nodes", spec(nodes=THREE, quorum=4), "spec.quorum"),
     ("quorum-minority", spec(nodes=THREE, quorum=1), "spec.quorum"),
     ("quorum-on-cluster", spec(cluster=True, quorum=1), "spec.quorum"),
+    ("strict-restart-one-node", spec(strictRestart=True), "spec.strictRestart"),
+    (
+        "strict-restart-cluster",
+        spec(nodes=THREE, cluster=True, strictRestart=True),
+        "spec.strictRestart",
+    ),
+    ("strict-restart-string", spec(nodes=THREE, strictRestart="true"), "spec.strictRestart"),
     (
         "cluster-via-sentinel",
         spec(nodes=[{"url": "redis+sentinel://s:26379/m"}], cluster=True),
@@ -159,6 +168,8 @@ def test_parser_defaults_follow_client_go_ratios() -> None:
     s = parse_spec(spec(nodes=THREE))
     assert (s.timing.ttl, s.timing.renew_deadline, s.timing.retry_period) == (15, 10, 2)
     assert s.quorum == 2 and s.total_nodes == 3
+    assert not s.target.strict_restart
+    assert parse_spec(spec(nodes=THREE, strictRestart=True)).target.strict_restart
     assert s.node_names == ("r0:6379", "r1:6379", "r2:6379")
     c = parse_spec(spec(nodes=THREE[:2], cluster=True))
     assert c.quorum == 1 and c.total_nodes == 1 and c.node_names[0].startswith("cluster ")

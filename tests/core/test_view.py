@@ -145,7 +145,7 @@ def probe(run_id: str, marker: str | None, uptime: float = 100.0) -> Probe:
 def test_nodes_restarted_empty_answer_but_do_not_count() -> None:
     answers = nodes(st(), st(), st())  # the two empty nodes and the intact one all say "free"
     marks = {"n0": probe("a", "a"), "n1": probe("b2", None), "n2": probe("c2", None)}
-    v = lock_view(["job"], answers, 2, probes=marks)
+    v = lock_view(["job"], answers, 2, probes=marks, strict_restart=True)
     assert v.nodes.as_dict() == {"total": 3, "healthy": 1, "quorum": 2}
     assert not v.nodes.reachable
     assert v.holder is None and v.unknown is not None  # unknown, not "free"
@@ -156,6 +156,12 @@ def test_nodes_restarted_empty_answer_but_do_not_count() -> None:
     assert doc["nodes"]["healthy"] == 1 and doc["holder_unknown"] == v.unknown
     assert set(doc["nodes_not_counting"]) == {"n1", "n2"}
     assert "cannot rejoin by itself" in doc["nodes_not_counting"]["n1"]
+    # by default (issue 36) the same nodes rejoin by themselves, and every surface says when
+    default = lockview.document(lock_view(["job"], answers, 2, probes=marks, restart_delay=30))
+    assert default["nodes"]["healthy"] == 1 and default["holder_unknown"]
+    assert default["nodes_not_counting"]["n1"] == (
+        "restarted without its data; rejoins by itself at the next lock operation"
+    )
 
 
 def test_a_lease_only_on_nodes_that_do_not_count_is_never_named() -> None:
@@ -164,7 +170,7 @@ def test_a_lease_only_on_nodes_that_do_not_count_is_never_named() -> None:
     marks = {"n0": probe("a", "a"), "n1": probe("b", "b"), "n2": probe("c2", None, uptime=1)}
     v = lock_view(["job"], answers, 2, probes=marks, restart_delay=30.0)
     assert v.holder is None and v.unknown is None and v.nodes.healthy == 2
-    assert v.outside["n2"].kind == REJOINING and "in 29s" in v.outside["n2"].why
+    assert v.outside["n2"].kind == REJOINING and "in 30s" in v.outside["n2"].why
     # the holder on the two intact nodes is named; the third is still out
     held = lock_view(["job"], nodes(st("a", 5, 900), st("a", 5, 800), st()), 2, probes=marks)
     assert (held.holder, held.fencing_token, held.nodes.healthy) == ("a", 5, 2)
@@ -173,7 +179,7 @@ def test_a_lease_only_on_nodes_that_do_not_count_is_never_named() -> None:
 def test_notices_log_each_node_once_and_operator_cases_again_later() -> None:
     notices = Notices(every=300.0)
     marks = {"n0": probe("a", "a"), "n1": probe("b2", None), "n2": probe("c2", None)}
-    stuck = lock_view(["job"], nodes(st(), st(), st()), 2, probes=marks)
+    stuck = lock_view(["job"], nodes(st(), st(), st()), 2, probes=marks, strict_restart=True)
     due, back = notices.due(stuck, now=0.0)
     assert [n for n, _ in due] == ["n1", "n2"] and back == []
     assert notices.due(stuck, now=10.0) == ([], [])  # not once per read
@@ -181,7 +187,7 @@ def test_notices_log_each_node_once_and_operator_cases_again_later() -> None:
     assert [n for n, _ in again] == ["n1", "n2"]
     # n2 vouched for: n1 now rejoins by itself (a new kind: one line), n2 counts again
     marks = {**marks, "n2": probe("c2", "c2")}
-    rejoining = lock_view(["job"], nodes(st(), st(), st()), 2, probes=marks)
+    rejoining = lock_view(["job"], nodes(st(), st(), st()), 2, probes=marks, strict_restart=True)
     due, back = notices.due(rejoining, now=301.0)
     assert [(n, o.kind) for n, o in due] == [("n1", REJOINING)] and back == ["n2"]
     assert notices.due(rejoining, now=10_000.0) == ([], [])  # rejoining is never repeated

@@ -39,10 +39,12 @@ from redlease.devtools.sidecarprocs import ROOT, Sidecar, env
 TTL, DEADLINE, RETRY = 5.0, 3.0, 1.0
 
 
-def cli_status_doc(lock: str, urls: list[str], holders: int = 1) -> tuple[int, dict[str, Any]]:
+def cli_status_doc(
+    lock: str, urls: list[str], holders: int = 1, extra: tuple[str, ...] = ()
+) -> tuple[int, dict[str, Any]]:
     """`redlease status --json`: (exit code, document, or {"stderr": ...} if none)."""
     args = [sys.executable, "-m", "redlease", "status", "--lock", lock, "--json"]
-    args += ["--holders", str(holders)]
+    args += ["--holders", str(holders), *extra]
     for url in urls:
         args += ["--redis", url]
     out = subprocess.run(args, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=30)
@@ -67,6 +69,8 @@ def metrics_view(sc: Sidecar) -> dict[str, float]:
         for sample in family.samples:
             if sample.name == "redlease_nodes":
                 out[sample.labels["state"]] = sample.value
+            elif sample.name == "redlease_node_rejoins_in_seconds":
+                out[f"rejoins_in {sample.labels['node']}"] = sample.value
             elif sample.name == "redlease_fencing_token":
                 out["token"] = sample.value
             elif sample.name in (
@@ -194,17 +198,28 @@ async def test_a_stale_holder_on_a_minority_is_named_by_no_surface(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("redis_nodes", [3], indirect=True)
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
 async def test_nodes_restarted_empty_do_not_count_on_any_surface(
-    cluster: Cluster, redis_nodes: list[RedisServer]
+    cluster: Cluster, redis_nodes: list[RedisServer], strict: bool
 ) -> None:
-    """2 of 3 nodes restarted empty: no leader (they cannot be re-seeded), and every surface
-    says 1 of 3 healthy, the holder unknown (not free), and names both nodes; `connected`
-    readiness is 503; the sidecars' logs say what the operator must do, once per node."""
+    """2 of 3 nodes restarted empty: no leader meanwhile, and every surface says 1 of 3
+    healthy, the holder unknown (not free), and names both nodes; `connected` readiness is
+    503. By default every surface says when they rejoin by themselves ("rejoins by itself in
+    N s", restart_delay 60 s; the metric counts down), and the logs say so once per node. In
+    the strict restart mode (``--strict-restart``, ``spec.strictRestart``) they cannot be
+    re-seeded, and the logs say what the operator must do, once per node."""
     urls = [s.url for s in redis_nodes]
     lock = f"empty-{uuid.uuid4().hex[:8]}"
-    await cluster.create("empty", {"keys": [lock], "nodes": [{"url": u} for u in urls]})
+    mode = ("--strict-restart",) if strict else ()
+    spec: dict[str, Any] = {"keys": [lock], "nodes": [{"url": u} for u in urls]}
+    if strict:
+        spec["strictRestart"] = True
+    await cluster.create("empty", spec)
     timing = dict(ttl=TTL, renew_deadline=DEADLINE, retry_period=RETRY)
-    scs = [Sidecar(i, lock, urls, **timing).start() for i in ("pod-a", "pod-b")]  # type: ignore[arg-type]
+    scs = [
+        Sidecar(i, lock, urls, **timing, extra=mode).start()  # type: ignore[arg-type]
+        for i in ("pod-a", "pod-b")
+    ]
     lost = {s.address for s in redis_nodes[1:]}
     try:
         for sc in scs:
@@ -225,7 +240,7 @@ async def test_nodes_restarted_empty_do_not_count_on_any_surface(
                     return None
                 seen[f"{sc.identity}/status"] = doc
                 seen[f"{sc.identity}/file"] = json.loads(sc.state_file.read_text())
-            code, cli = cli_status_doc(lock, urls)
+            code, cli = cli_status_doc(lock, urls, extra=mode)
             seen["redlease status"] = cli
             for doc in seen.values():
                 if (
@@ -234,15 +249,20 @@ async def test_nodes_restarted_empty_do_not_count_on_any_surface(
                     or doc["holder"] is not None
                     or not doc["holder_unknown"]
                     or set(doc["nodes_not_counting"]) != lost
+                    or not all(wanted in w for w in doc["nodes_not_counting"].values())
                 ):
                     return None
             st = cluster.status("empty")
             if st.get("healthyNodes") != 1 or set(st.get("unhealthyNodes", ())) != lost:
                 return None
+            said = " ".join(c.get("message", "") for c in st.get("conditions", ()))
+            if not all(f"{node}: restarted without its data; {wanted}" in said for node in lost):
+                return None
             seen["DistributedLock"] = st
             seen["cli exit"] = code
             return seen
 
+        wanted = "cannot rejoin by itself" if strict else "rejoins by itself in"
         seen = await until(everywhere, timeout=30, what="1/3 healthy everywhere")
         assert seen["cli exit"] == 1
         assert seen["DistributedLock"]["phase"] == "Unavailable"
@@ -250,24 +270,26 @@ async def test_nodes_restarted_empty_do_not_count_on_any_surface(
         for sc in scs:
             m = metrics_view(sc)
             assert (m["healthy"], m["not_counting"], m["quorum"]) == (1, 2, 2)
+            for node in lost:  # seconds to go, or -1: not by itself
+                assert (
+                    (m[f"rejoins_in {node}"] > 0) if not strict else m[f"rejoins_in {node}"] == -1
+                )
             code, body = sc.get("/readyz")
             assert code == 503 and body == {"ready": False, "leader": False}
-        # they stay out (nothing brings them back by itself); the log says so once per node
+        # they stay out meanwhile (strict: nothing brings them back by itself); the log says so
+        # once per node
         end = time.monotonic() + 3 * RETRY
         while time.monotonic() < end:
             assert all((sc.status() or {}).get("nodes", {}).get("healthy") == 1 for sc in scs)
             await asyncio.sleep(RETRY / 2)
         for sc in scs:
             log = sc.log()
+            said = "needs an operator" if strict else "does not count yet"
             for address in lost:
-                lines = [
-                    line
-                    for line in log.splitlines()
-                    if "needs an operator" in line and address in line
-                ]
+                lines = [line for line in log.splitlines() if said in line and address in line]
                 assert len(lines) == 1, lines  # rate-limited: not once per read
-                assert "DEL redlease:node" in lines[0]
-            assert "rejoining" not in log
+                assert ("DEL redlease:node" in lines[0]) == strict
+            assert ("needs an operator" in log) == strict
     finally:
         for sc in scs:
             sc.stop()

@@ -102,6 +102,30 @@ def run_cli(argv: list[str]) -> int:
             {},
             "--replicas: cannot be combined with --lock-ref",
         ),
+        ([*BASE, "--strict-restart"], {}, "--strict-restart: applies to a RedLock set"),
+        (BASE, {"REDLEASE_STRICT_RESTART": "maybe"}, "REDLEASE_STRICT_RESTART"),
+        (
+            ["sidecar", "--lock-ref", "x", "--strict-restart", "--kube-api", "https://k"],
+            {},
+            "--strict-restart: cannot be combined with --lock-ref",
+        ),
+        (
+            [
+                "sidecar",
+                "--lock",
+                "x",
+                "--redis",
+                "redis://h:1",
+                "--redis",
+                "redis://h:2",
+                "--redis",
+                "redis://h:3",
+                "--cluster",
+                "--strict-restart",
+            ],
+            {},
+            "--strict-restart: applies to a RedLock set",
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(
@@ -130,6 +154,28 @@ def test_env_vars_fill_flags_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> N
     assert args.ttl == 9.0 and args.paused is True
     assert args.redis == ["redis://a:1/0", "redis://b:2/0", "redis://c:3/0"]
     assert args.http == "127.0.0.1:4040" and args.state_dir == "/var/run/redlease"
+
+
+@pytest.mark.parametrize("command", ["sidecar", "run", "status"])
+def test_strict_restart_from_flag_and_env(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--strict-restart`` (or REDLEASE_STRICT_RESTART) reaches the node set the command
+    connects (the lock view reads its reasons in the same mode); off by default."""
+    from redlease import cli
+    from redlease.cli import flags
+    from redlease.core.connect import connect_target
+
+    three = [x for i in range(3) for x in ("--redis", f"redis://127.0.0.1:{i + 1}/0")]
+    tail = ["--", "true"] if command == "run" else []
+    args = cli.parse_args([command, "--lock", "x", *three, *tail])
+    assert not flags.target(args).strict_restart
+    ns = connect_target(flags.target(args))
+    assert ns.strict_restart is False
+    args = cli.parse_args([command, "--lock", "x", *three, "--strict-restart", *tail])
+    assert flags.target(args).strict_restart
+    assert connect_target(flags.target(args)).strict_restart is True
+    monkeypatch.setenv("REDLEASE_STRICT_RESTART", "true")
+    args = cli.parse_args([command, "--lock", "x", *three, *tail])
+    assert connect_target(flags.target(args)).strict_restart is True
 
 
 @pytest.mark.parametrize("command", ["sidecar", "run"])

@@ -60,6 +60,12 @@ CONNECTION = (
     ),
     Flag(("--cluster",), "the URL is a Redis Cluster seed", kind="switch"),
     Flag(("--quorum",), "nodes that must agree (default: majority)", parse=int),
+    Flag(
+        ("--strict-restart",),
+        "RedLock: a node that lost its data rejoins only when N-q+1 nodes kept theirs, else "
+        "an operator must act (default: by itself after restart_delay, clock-seeded)",
+        kind="switch",
+    ),
     Flag(("--username",), "Redis ACL user"),
     Flag(("--password",), "Redis password (prefer REDLEASE_PASSWORD)"),
     Flag((sa.TLS_CA_FILE_FLAG,), "CA bundle to verify rediss:// nodes", metavar="PEM"),
@@ -198,6 +204,7 @@ def target(args: argparse.Namespace) -> Target:
         args.redis,
         cluster=args.cluster,
         quorum=args.quorum,
+        strict_restart=bool(args.strict_restart),
         username=args.username,
         password=args.password,
         tls=tls(args) or Tls(),
@@ -263,6 +270,9 @@ def lock_ref(args: argparse.Namespace, namespace: str | None) -> LockRef | None:
     if args.replicas:
         raise ConfigError("--replicas", "cannot be combined with --lock-ref (the "
                           "DistributedLock gives spec.replicas)")  # fmt: skip
+    if args.strict_restart:
+        raise ConfigError("--strict-restart", "cannot be combined with --lock-ref (the "
+                          "DistributedLock gives spec.strictRestart)")  # fmt: skip
     ref = replace(parse_lock_ref(args.lock_ref, namespace), replica_timeout=replication(args)[1])
     if args.pinned_node:
         from redlease.core.connect import validate_url

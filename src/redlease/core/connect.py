@@ -451,7 +451,8 @@ class Target:
 
     ``urls``: one URL (a Redis or a Sentinel-managed master), several independent nodes (a
     RedLock set) or, with ``cluster``, the seeds of one Redis Cluster. ``quorum`` is the
-    effective quorum (a majority unless set).
+    effective quorum (a majority unless set). ``strict_restart``: the RedLock set's opt-in
+    strict restart mode (:class:`~redlease.core.quorum.NodeSet`'s ``strict_restart``).
     """
 
     urls: tuple[str, ...]
@@ -461,6 +462,7 @@ class Target:
     password: str | None = field(default=None, repr=False)
     tls: Tls = Tls()
     consent: Consent | None = None  # where the credentials may go (None: anywhere)
+    strict_restart: bool = False
 
     @property
     def total(self) -> int:
@@ -514,6 +516,8 @@ def validate_target(
     field: str = "--redis",
     url_field: str = "",
     quorum_field: str = "--quorum",
+    strict_restart: bool = False,
+    strict_field: str = "--strict-restart",
 ) -> Target:
     """The node-set rules, for flags and for specs alike (errors name ``field``).
 
@@ -521,7 +525,7 @@ def validate_target(
     so one node down stops everything: use 1, or 3 or more); 3 or more: a RedLock set whose
     quorum is a majority unless a larger one is given; ``cluster``: the seeds of one Redis
     Cluster (no quorum, no Sentinel). ``url_field`` names one URL in errors (``{i}`` is its
-    index; default: ``field``).
+    index; default: ``field``). ``strict_restart`` applies to a RedLock set only.
     """
     if not urls:
         raise ConfigError(field, "at least one Redis URL is required")
@@ -551,7 +555,22 @@ def validate_target(
                 quorum_field, f"must be a majority of the {n} node(s): {majority(n)} to {n}"
             )
         effective = quorum if quorum is not None else majority(n)
-    return Target(tuple(urls), cluster, effective, username or None, password or None, tls)
+    if not isinstance(strict_restart, bool):
+        raise ConfigError(strict_field, f"must be true or false, got {strict_restart!r}")
+    if strict_restart and (cluster or len(urls) < 3):
+        raise ConfigError(
+            strict_field, "applies to a RedLock set of 3 or more nodes (it is the restart rule "
+            "of their fence counters)"
+        )  # fmt: skip
+    return Target(
+        tuple(urls),
+        cluster,
+        effective,
+        username or None,
+        password or None,
+        tls,
+        strict_restart=strict_restart,
+    )
 
 
 # --- clients ---------------------------------------------------------------------------------
@@ -624,7 +643,8 @@ def connect_target(
     ]
     if len(clients) == 1:
         return clients[0]
-    return NodeSet(clients, quorum=target.quorum, **nodeset_options)
+    options = {"strict_restart": target.strict_restart, **nodeset_options}
+    return NodeSet(clients, quorum=target.quorum, **options)
 
 
 def connect(

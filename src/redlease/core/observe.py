@@ -112,6 +112,7 @@ async def read_view(
         quorum,
         probes={n: p for n, (_, p) in zip(names, answers, strict=True)} if probe else None,
         restart_delay=getattr(client, "restart_delay", RESTART_DELAY),
+        strict_restart=getattr(client, "strict_restart", False),
     )
 
 

@@ -354,18 +354,29 @@ def may_rejoin(probe: Probe, now: float, restart_delay: float) -> bool:
     return rejoin_in(probe, now, restart_delay) <= 0
 
 
+UPTIME_GRAIN = 1.0  # INFO's uptime_in_seconds: whole wall seconds now minus whole seconds at start
+
+
 def rejoin_in(probe: Probe, now: float, restart_delay: float) -> float:
-    """Seconds until a fresh node has been up for ``restart_delay`` (<= 0: it may rejoin)."""
-    return restart_delay - (probe.uptime + (now - probe.at))
+    """Seconds until a fresh node has been up for ``restart_delay`` (<= 0: it may rejoin).
+
+    The server reports its uptime as the difference of two whole wall-clock seconds: one
+    second reported may be a few milliseconds up, so a second of it is not counted."""
+    up = max(0.0, probe.uptime - UPTIME_GRAIN)
+    return restart_delay - (up + (now - probe.at))
 
 
 def brand_new(probes: Sequence[Probe | None]) -> bool:
-    """Every node answered and none counts: the set is new (or every node lost its data).
+    """Every node answered and none carries a marker: the set is new (or every node lost its
+    data, or an operator deleted the markers to start a new history).
 
+    A marker naming an earlier server run is not new: its node kept (or was restored with)
+    data of this set, leases and fence counters that may be behind, so a set whose every node
+    restarted that way comes back by the restart rule (:func:`standing`), not as a new set.
     Only a view of one instant may start a history (see docs/quorum.md): the caller reads the
     markers again over the same connections before it marks the nodes.
     """
-    return all(membership(p) == "fresh" for p in probes)
+    return all(p is not None and p.marker is None for p in probes)
 
 
 def birth_list(probes: Sequence[Probe | None]) -> frozenset[str]:
@@ -398,10 +409,24 @@ def born_members(probes: Sequence[Probe | None]) -> tuple[int, ...]:
     )
 
 
+def clock_seed(time_reply: Sequence[object]) -> int:
+    """The fence seed a server's clock gives: a ``TIME`` reply in microseconds, the unit of
+    a clock-seeded token (``grant`` in core/scripts.py). Re-seeding a restarted node raises
+    its counters at least this high, so its next token is above every token issued before
+    it restarted, as long as the servers' clocks do not step back and agree within
+    ``restart_delay`` (docs/quorum.md, "Why tokens still increase after a re-seed")."""
+    seconds, micros = (int(_text(v)) for v in time_reply[:2])
+    return seconds * 1_000_000 + micros
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 # --- nodes that do not count -------------------------------------------------------------------
 
 RESTART_DELAY = 60.0  # default seconds a node that lost its data stays out (>= the longest TTL)
-REJOINING = "rejoining"  # rejoins by itself (after restart_delay, re-seeded from intact nodes)
+REJOINING = "rejoining"  # rejoins by itself (after restart_delay, re-seeded: see standing)
 WAITING = "waiting"  # rejoins by itself once enough intact nodes answer again
 OPERATOR = "operator"  # cannot rejoin by itself: only an operator's hand brings it back
 
@@ -414,17 +439,26 @@ class Outside:
     kind: str
     why: str
     action: str = ""  # what an operator must do (kind OPERATOR), or ""
+    # seconds until it rejoins by itself (kind REJOINING; 0: at the next lock operation)
+    rejoin_in: float | None = None
 
 
 def standing(
-    probes: Sequence[Probe | None], quorum: int, restart_delay: float, now: float
+    probes: Sequence[Probe | None],
+    quorum: int,
+    restart_delay: float,
+    now: float,
+    strict: bool = False,
 ) -> list[Outside | None]:
     """For each node: None if it counts (or was not reached: unreachable is reported apart),
     else why not. The same rule as the quorum flows apply before every operation: a fresh node
     counts at once when the whole set is brand new or its server is on a birth list (it is
-    marked at first contact); any other fresh node rejoins after ``restart_delay`` once
-    :func:`reseed_sources` intact nodes can restore its fence counters, and with fewer intact
-    nodes than that it cannot rejoin by itself."""
+    marked at first contact); any other fresh node rejoins by itself after ``restart_delay``,
+    its fence counters raised to the maximum the reachable intact nodes hold and the seed its
+    server clock gives (:func:`clock_seed`; docs/quorum.md, "The restart rule"). With
+    ``strict`` (the opt-in strict restart mode, for those who will not rest fencing on clocks)
+    it rejoins only once :func:`reseed_sources` intact nodes can restore its fence counters,
+    and with fewer intact nodes than that it cannot rejoin by itself."""
     n = len(probes)
     new_set = brand_new(probes)
     born = births(probes)
@@ -449,9 +483,9 @@ def standing(
             "restored from a backup)"
         )
         left = rejoin_in(p, now, restart_delay)
-        if members >= sources:
+        if not strict or members >= sources:
             when = f"in {left:.0f}s" if left > 0 else "at the next lock operation"
-            out.append(Outside(REJOINING, f"{lost}; rejoins by itself {when}"))
+            out.append(Outside(REJOINING, f"{lost}; rejoins by itself {when}", "", max(0.0, left)))
         elif members + unreached >= sources:
             out.append(
                 Outside(WAITING, f"{lost}; rejoins once {sources} nodes with their data answer")

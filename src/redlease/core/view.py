@@ -170,16 +170,18 @@ def lock_view(
     *,
     probes: Mapping[str, Probe | None] | None = None,
     restart_delay: float = RESTART_DELAY,
+    strict_restart: bool = False,
 ) -> LockView:
     """The view of a lock over ``keys`` from each node's answer (in node order).
 
     ``answers`` maps a secret-free node name to that node's per-key states, or to the exception
     that kept it from answering. ``probes`` (RedLock sets only) maps a node name to what its
     server and marker said in the same round: a node that does not count
-    (:func:`redlease.core.rules.standing`) is left out of ``healthy`` and of the quorum rule.
+    (:func:`redlease.core.rules.standing`, in the node set's restart mode) is left out of
+    ``healthy`` and of the quorum rule.
     """
     keys = tuple(keys)
-    outside = _outside(answers, probes, quorum, restart_delay) if probes else {}
+    outside = _outside(answers, probes, quorum, restart_delay, strict_restart) if probes else {}
     ok = {n: a for n, a in answers.items() if not isinstance(a, BaseException) and n not in outside}
     errors = {n: _reason(a) for n, a in answers.items() if isinstance(a, BaseException)}
     health = NodeHealth(total=len(answers), healthy=len(ok), quorum=quorum)
@@ -236,12 +238,13 @@ def _outside(
     probes: Mapping[str, Probe | None],
     quorum: int,
     restart_delay: float,
+    strict_restart: bool,
 ) -> dict[str, Outside]:
     """The nodes that answered but do not count (``probes``: read in the same round)."""
     names = list(answers)
     seen = [None if isinstance(answers[n], BaseException) else probes.get(n) for n in names]
     now = max((p.at for p in seen if p is not None), default=0.0)
-    why = standing(seen, quorum, restart_delay, now)
+    why = standing(seen, quorum, restart_delay, now, strict_restart)
     return {n: w for n, w in zip(names, why, strict=True) if w is not None}
 
 

@@ -104,6 +104,7 @@ SPEC_FIELDS: Fields = {
     "holders": None,
     "paused": None,
     "preferredHolder": None,
+    "strictRestart": None,
 }
 OBJECT_FIELDS: Fields = {
     "apiVersion": None,
@@ -524,6 +525,8 @@ def parse_spec(spec: object) -> LockSpec:
         field="spec.nodes",
         url_field="spec.nodes[{i}].url",
         quorum_field="spec.quorum",
+        strict_restart=_boolean(spec, "strictRestart", "spec.strictRestart"),
+        strict_field="spec.strictRestart",
     )
     replicas = _integer(spec, "replicas", 0, MAX_REPLICAS) or 0
     preferred = spec.get("preferredHolder")

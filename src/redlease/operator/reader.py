@@ -179,7 +179,8 @@ class NodeReader:
             seen = {name: probes.get(t) for name, t in named} if len(named) > 1 else None
             # a semaphore's holders are named on the quorum its clients hold them on
             quorum = semaphore_quorum(spec.total_nodes, spec.quorum, spec.holders)
-            view = lock_view(spec.redis_keys, per_node, quorum, probes=seen)
+            strict = spec.target.strict_restart
+            view = lock_view(spec.redis_keys, per_node, quorum, probes=seen, strict_restart=strict)
             views.append((view, started))
         return views
 

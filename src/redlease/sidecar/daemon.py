@@ -140,6 +140,7 @@ class Sidecar(Hooks):
         if self.state_file is not None:
             self._publish(self.state_file, doc)
         self.metrics_.update(doc)
+        self.metrics_.not_counting(self.elector.election.view().outside)
         self.metrics_.timing(self.elector.config.timing)
         if self.labeller is not None:
             self.labeller.set(bool(doc["leader"]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import (
@@ -14,6 +15,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from redlease.core.rules import Outside
 from redlease.core.timing import Timing
 from redlease.sidecar.election import Transition
 from redlease.sidecar.statefile import failure_kind
@@ -81,6 +83,14 @@ class Metrics:
             "Redis nodes of the lock: total, healthy (answered the latest read and count), "
             "not_counting (answered but lost their data) and quorum",
             [*labels, "state"],
+            registry=self.registry,
+        )
+        self.rejoins_in = Gauge(
+            "redlease_node_rejoins_in_seconds",
+            "A node that answered but does not count (nodes_not_counting): seconds until it "
+            "rejoins by itself (0: at the next lock operation); -1: it waits for intact nodes "
+            "or needs an operator (the strict restart mode)",
+            [*labels, "node"],
             registry=self.registry,
         )
         self.holder_known = Gauge(
@@ -151,6 +161,14 @@ class Metrics:
         outside = doc.get("nodes_not_counting")
         self.nodes.labels(self.lock, "not_counting").set(len(outside or ()))  # type: ignore[arg-type]
         self.holder_known.labels(self.lock).set(0 if doc.get("holder_unknown") else 1)
+
+    def not_counting(self, outside: Mapping[str, Outside]) -> None:
+        """One ``redlease_node_rejoins_in_seconds`` series per node that does not count now
+        (the lock view's reasons: one place); nodes that count again lose theirs."""
+        self.rejoins_in.clear()
+        for node, out in outside.items():
+            left = -1.0 if out.rejoin_in is None else out.rejoin_in
+            self.rejoins_in.labels(self.lock, node).set(round(left, 1))
 
     def waiting(self, count: int) -> None:
         self.waiting_.labels(self.lock).set(count)

@@ -22,16 +22,21 @@ from redlease.quorum import NodeSet
 RESTART_DELAY = 1.0
 
 
-def nodeset(servers: list[RedisServer]) -> NodeSet:
+def nodeset(servers: list[RedisServer], strict: bool = False) -> NodeSet:
     clients = [s.client(socket_timeout=5) for s in servers]
-    return NodeSet(clients, node_timeout=0.5, restart_delay=RESTART_DELAY)
+    return NodeSet(clients, node_timeout=0.5, restart_delay=RESTART_DELAY, strict_restart=strict)
 
 
-def view_of(servers: list[RedisServer], name: str) -> LockView:
+def view_of(servers: list[RedisServer], name: str, strict: bool = False) -> LockView:
     """What `redlease status` and the sidecar's observer read: every node, and its marker."""
 
     async def read() -> LockView:
-        ns = NodeSet.from_urls([s.url for s in servers], asyncio=True, restart_delay=RESTART_DELAY)
+        ns = NodeSet.from_urls(
+            [s.url for s in servers],
+            asyncio=True,
+            restart_delay=RESTART_DELAY,
+            strict_restart=strict,
+        )
         try:
             return await read_view(ns, [name], ns.quorum, 3.0)
         finally:
@@ -70,8 +75,9 @@ def refusal(lock: redlease.Lock) -> str:
 def test_two_of_three_restarted_empty_are_named_and_need_an_operator(
     redis_nodes: list[RedisServer], lock_name: str
 ) -> None:
+    """The strict restart mode (by default they rejoin by themselves: test_recovery.py)."""
     _, b, c = redis_nodes
-    ns = nodeset(redis_nodes)
+    ns = nodeset(redis_nodes, strict=True)
     lock = redlease.Lock(ns, lock_name, ttl=RESTART_DELAY)
     lock.acquire()
     lock.release()
@@ -85,7 +91,7 @@ def test_two_of_three_restarted_empty_are_named_and_need_an_operator(
     assert ns.health() == {"total": 3, "healthy": 1, "quorum": 2}
     assert set(ns.not_counting()) == {b.address, c.address}
 
-    view = view_of(redis_nodes, lock_name)
+    view = view_of(redis_nodes, lock_name, strict=True)
     doc = document(view)
     assert doc["nodes"] == {"total": 3, "healthy": 1, "quorum": 2}
     assert doc["holder"] is None and doc["holder_unknown"]  # unknown, never "free"
@@ -97,7 +103,7 @@ def test_two_of_three_restarted_empty_are_named_and_need_an_operator(
     wait_until(lambda: min(uptime(b), uptime(c)) > RESTART_DELAY, timeout=10, step=0.05)
     with pytest.raises(QuorumUnavailable):
         lock.acquire(blocking=False)
-    assert view_of(redis_nodes, lock_name).nodes.healthy == 1
+    assert view_of(redis_nodes, lock_name, strict=True).nodes.healthy == 1
 
     # the operator's hand (docs/quorum.md): a new history, marked at first contact
     for server in redis_nodes:
@@ -188,7 +194,11 @@ async def test_asyncio_node_set_names_nodes_that_do_not_count(
     redis_nodes: list[RedisServer], lock_name: str
 ) -> None:
     ns = NodeSet.from_urls(
-        [s.url for s in redis_nodes], asyncio=True, restart_delay=RESTART_DELAY, node_timeout=0.5
+        [s.url for s in redis_nodes],
+        asyncio=True,
+        restart_delay=RESTART_DELAY,
+        node_timeout=0.5,
+        strict_restart=True,
     )
     lock = redlease.aio.Lock(ns, lock_name, ttl=RESTART_DELAY)
     await lock.acquire()

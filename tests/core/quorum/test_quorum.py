@@ -136,7 +136,7 @@ async def test_asyncio_primitives(redis_nodes: list[RedisServer], lock_name: str
 def test_five_nodes_two_killed_three_killed_recovery(
     durable_nodes: list[RedisServer], lock_name: str
 ) -> None:
-    ns = nodeset(durable_nodes, node_timeout=0.2)
+    ns = nodeset(durable_nodes, node_timeout=0.2, strict_restart=True)  # default: test_recovery
     lock = redlease.Lock(ns, lock_name, ttl=5)
     lock.acquire()
     lock.release()
@@ -342,7 +342,9 @@ def test_restart_empty_fencing(
     cut = Proxy(c.port).start()
     proxies.append(cut)
     clients = [a.client(), b.client(), redis.Redis(port=cut.port)]
-    ns = NodeSet(clients, node_timeout=0.1, restart_delay=1.0)
+    # the strict restart mode: B waits for A to be re-seeded (by default B and C would rejoin
+    # with the clock's seed: test_recovery.py)
+    ns = NodeSet(clients, node_timeout=0.1, restart_delay=1.0, strict_restart=True)
     lock = redlease.Lock(ns, lock_name, ttl=0.5)
     first = lock.acquire().fencing_token
     lock.release()

@@ -35,6 +35,7 @@ from redlease.core.replies import Outcome, decode_acquire, decode_extend, decode
 from redlease.core.requests import Call, Replicate, Request
 from redlease.core.rules import (
     LATE,
+    REJOINING,
     AcquireDecision,
     Down,
     Late,
@@ -46,6 +47,7 @@ from redlease.core.rules import (
     births,
     born_members,
     brand_new,
+    clock_seed,
     decide_acquire,
     extend_verdict,
     jitter,
@@ -141,6 +143,9 @@ class Settings:
     wait_on: tuple[int, ...] = ()
     rule: str = ""  # why ``quorum`` is above the node set's (a semaphore: rules.semaphore_rule)
     set_quorum: int = 0  # the node set's own quorum (0: ``quorum``), for membership and re-seeding
+    # the opt-in strict restart mode: a fresh node rejoins only when ``N - q + 1`` intact nodes
+    # can re-seed it (else an operator's hand); by default the server clock's seed stands in
+    strict_restart: bool = False
 
     @property
     def members_quorum(self) -> int:
@@ -216,10 +221,12 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
     (:func:`_bootstrap`), and so is a fresh node whose server is on a birth list
     (:func:`~redlease.core.rules.born_members`): both are race-free among any number of
     clients. Any other fresh node counts again only after it has been up for ``restart_delay``
-    and its fence counters were raised to the maximum found on
-    :func:`~redlease.core.rules.reseed_sources` intact nodes. While too few nodes count to
-    serve a quorum, the markers are read again first (an operator may have vouched for a node
-    or reset the set: docs/quorum.md, "Bringing nodes back").
+    and its fence counters were raised (below, then marked): by default to the maximum the
+    reachable intact nodes hold and the seed its server clock gives, however few intact nodes
+    answer; in the strict restart mode to the maximum found on
+    :func:`~redlease.core.rules.reseed_sources` intact nodes, and not at all with fewer. While
+    too few nodes count to serve a quorum, the markers are read again first (an operator may
+    have vouched for a node or reset the set: docs/quorum.md, "Bringing nodes back").
     """
     if all(type(p) is Probe and membership(p) == "member" for p in replies):
         if cfg.outside:  # the common case, kept cheap: every node counts
@@ -243,7 +250,7 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
     members = tuple(i for i, s in enumerate(states) if s == "member")
     fresh = [i for i, s in enumerate(states) if s == "fresh"]
     now = cfg.clock()
-    why = standing(probes, cfg.members_quorum, cfg.restart_delay, now)
+    why = standing(probes, cfg.members_quorum, cfg.restart_delay, now, cfg.strict_restart)
     cfg.outside = {
         i: reasons[i] if s == "unknown" else (w.why if (w := why[i]) else "not marked")
         for i, s in enumerate(states)
@@ -251,31 +258,45 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
     }
     if not fresh:
         return members
-    due = [
+    due = [  # the nodes the rule lets rejoin by themselves, once up for restart_delay
         i
         for i in fresh
-        if may_rejoin(probes[i], now, cfg.restart_delay)  # type: ignore[arg-type]
+        if (w := why[i]) is not None
+        and w.kind == REJOINING
+        and may_rejoin(probes[i], now, cfg.restart_delay)  # type: ignore[arg-type]
         and cfg.reseed_state.get(cfg.names[i], 0.0) <= now
     ]
-    if not due or len(members) < reseed_sources(cfg.n, cfg.members_quorum):
+    if not due:
         return members
     for i in due:
         cfg.reseed_state[cfg.names[i]] = now + 0.5  # at most twice a second per node
-    maxima = yield from _collect_fences(cfg, members)
+    seeds: dict[int, int] = {}
+    if cfg.strict_restart:
+        maxima = yield from _collect_fences(cfg, members, reseed_sources(cfg.n, cfg.members_quorum))
+    else:
+        # every counter the intact nodes and the restarted nodes themselves hold (a node
+        # restored from a backup keeps counters that are behind: they are raised too), and
+        # each restarted node's own clock: the fewer intact nodes, the more the clock carries
+        maxima = yield from _collect_fences(cfg, (*members, *due), 0)
+        times = yield FanOut({i: Command(("TIME",)) for i in due}, max(1.0, cfg.node_timeout))
+        seeds = {i: clock_seed(r.value) for i, r in times.items() if _is_time(r)}
+        due = [i for i in due if i in seeds]
     if maxima is None:
         return members
     added = []
     for i in due:
         probe = probes[i]
         assert probe is not None
+        floor = seeds.get(i, 0)
         raises: Batch = tuple(
             Call(
                 scripts.RAISE_FENCE,
                 (key, key[: -len(":fence")]),
-                (value, ""),
-                intent=RaiseFence(value),
+                (target, ""),
+                intent=RaiseFence(target),
             )
             for key, value in sorted(maxima.items())
+            if (target := max(value, floor))
         )
         batch = (*raises, Command(_probe.mark(probe.run_id)))
         done = yield FanOut({i: batch}, max(1.0, cfg.node_timeout))
@@ -348,8 +369,13 @@ def _mark(
     return probes
 
 
-def _collect_fences(cfg: Settings, members: Sequence[int]) -> QFlow:
-    """Max fence counter per lock over enough intact nodes (None if too few answered)."""
+def _is_time(result: Result | None) -> bool:
+    """A ``TIME`` reply: seconds and microseconds."""
+    return isinstance(result, Reply) and isinstance(result.value, list | tuple)
+
+
+def _collect_fences(cfg: Settings, members: Sequence[int], need: int) -> QFlow:
+    """Max fence counter per lock over ``members`` (None if fewer than ``need`` answered)."""
     cursors: dict[int, str] = dict.fromkeys(members, "0")
     keys: dict[int, set[str]] = {i: set() for i in members}
     started = False
@@ -371,7 +397,7 @@ def _collect_fences(cfg: Settings, members: Sequence[int]) -> QFlow:
             if _text(cursor) != "0":
                 nxt[i] = _text(cursor)
         cursors = nxt
-    if len(keys) < reseed_sources(cfg.n, cfg.members_quorum):
+    if len(keys) < need:
         return None
     maxima: dict[str, int] = {}
     calls2 = {i: Command(("MGET", *sorted(ks))) for i, ks in keys.items() if ks}

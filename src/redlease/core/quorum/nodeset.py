@@ -35,7 +35,7 @@ from redlease.core.rules import (
 )
 from redlease.errors import ConfigError
 
-NODESET_OPTIONS = ("quorum", "node_timeout", "restart_delay", "dead_after")
+NODESET_OPTIONS = ("quorum", "node_timeout", "restart_delay", "dead_after", "strict_restart")
 
 
 class NodeSet:
@@ -46,6 +46,9 @@ class NodeSet:
     how long a fan-out waits for each node. ``restart_delay``: how long a node that lost its
     data stays out of quorums (set it to at least your longest TTL; see docs/quorum.md).
     ``dead_after``: a connection with a request unanswered this long is dropped.
+    ``strict_restart``: a node that lost its data rejoins only when ``N - q + 1`` intact nodes
+    can restore its fence counters, else an operator must act; by default it rejoins by itself
+    after ``restart_delay`` with counters seeded from the clock too (docs/quorum.md).
     """
 
     is_redlease_nodeset = True
@@ -58,6 +61,7 @@ class NodeSet:
         node_timeout: float = 0.25,
         restart_delay: float = RESTART_DELAY,
         dead_after: float = 10.0,
+        strict_restart: bool = False,
     ) -> None:
         clients = list(clients)
         self.quorum = check_quorum(len(clients), quorum)
@@ -72,6 +76,8 @@ class NodeSet:
                 or (field != "restart_delay" and value == 0)
             ):
                 raise ConfigError(field, f"must be a positive number of seconds, got {value!r}")
+        if not isinstance(strict_restart, bool):
+            raise ConfigError("strict_restart", f"must be true or false, got {strict_restart!r}")
         flavours = {_is_async(c) for c in clients}
         if len(flavours) > 1:
             raise ConfigError("nodes", "mix of blocking and asyncio clients in one node set")
@@ -80,6 +86,7 @@ class NodeSet:
         self.node_timeout = float(node_timeout)
         self.restart_delay = float(restart_delay)
         self.dead_after = float(dead_after)
+        self.strict_restart = strict_restart
         self.names = [node_name(c) for c in clients]
         if len(set(self.names)) != len(self.names):
             raise ConfigError("nodes", f"the same node is listed twice: {', '.join(self.names)}")
@@ -113,6 +120,7 @@ class NodeSet:
             fresh=fresh,
             rng=random.Random(),
             reseed_state=self.reseed_state,
+            strict_restart=self.strict_restart,
         )
 
     def node_for(self, handle: Any) -> Any:
@@ -168,7 +176,9 @@ class NodeSet:
         probes = [ch.probe for ch in self._channels or []]
         if not probes:
             return {}
-        why = standing(probes, self.quorum, self.restart_delay, time.monotonic())
+        why = standing(
+            probes, self.quorum, self.restart_delay, time.monotonic(), self.strict_restart
+        )
         return {n: w.why for n, w in zip(self.names, why, strict=True) if w is not None}
 
     def close(self) -> None:
