@@ -7,9 +7,11 @@ One real sidecar (``--api-locks jobs/``) on a local redis-server. 20 holders eac
 acquires (``wait_ms`` 60 s, on the held names) and 256 stalled bodies (headers and 12 bytes of a
 4,096-byte body) in flight, opening a new one whenever one is answered or closed; a refused
 acquire (503) is sent again after its ``Retry-After`` (``hammer``: at once, ignoring it).
-Meanwhile ``/healthz`` is probed every 20 ms on a fresh connection (connect included) and every
-holder extends its lease once a second; at the end every holder releases. Prints the probes'
-p50 / p99 / max (ms) and failures, and how many extends and releases were answered 200.
+Meanwhile ``/healthz`` is probed every 20 ms on a fresh connection (connect included), on the
+flooded ``--http`` port and on the probe-only ``--probes`` listener (what an injected pod's
+kubelet probes), and every holder extends its lease once a second; at the end every holder
+releases. Prints the probes' p50 / p99 / max (ms) and failures per port, and how many extends and
+releases were answered 200.
 """
 
 from __future__ import annotations
@@ -120,9 +122,17 @@ def flood(port: int, stop: Any, hammer: bool, out: Any) -> None:
     out.put((f.opened, f.answers))
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def main(seconds: float = 20.0, hammer: bool = False) -> None:
     server = RedisServer().start()
-    sc = Sidecar("bench", "bench-lockapi", [server.url], extra=["--api-locks", "jobs/"])
+    probe_port = free_port()
+    sc = Sidecar("bench", "bench-lockapi", [server.url],
+                 extra=["--api-locks", "jobs/", "--probes", f"127.0.0.1:{probe_port}"])  # fmt: skip
     sc.start().wait_up()
     try:
         leases = [acquire(sc.port, f"jobs/h{i}") for i in range(HOLDERS)]
@@ -131,8 +141,8 @@ def main(seconds: float = 20.0, hammer: bool = False) -> None:
         flooding = multiprocessing.Process(target=flood, args=(sc.port, stop, hammer, out))
         flooding.start()
         time.sleep(2.0)  # the flood fills the port
-        probes: list[float] = []
-        failed = 0
+        probes: dict[int, list[float]] = {sc.port: [], probe_port: []}
+        failed = dict.fromkeys(probes, 0)
         end = time.monotonic() + seconds
         counts = [0, 0]  # extends, of them answered 200
 
@@ -148,10 +158,12 @@ def main(seconds: float = 20.0, hammer: bool = False) -> None:
         extender.start()
         while time.monotonic() < end:
             t0 = time.monotonic()
-            if call(sc.port, "/healthz", method="GET") == 200:
-                probes.append((time.monotonic() - t0) * 1000)
-            else:
-                failed += 1
+            for port, took in probes.items():
+                t1 = time.monotonic()
+                if call(port, "/healthz", method="GET") == 200:
+                    took.append((time.monotonic() - t1) * 1000)
+                else:
+                    failed[port] += 1
             time.sleep(max(0.0, t0 + 0.02 - time.monotonic()))
         extender.join()
         released = sum(
@@ -163,9 +175,11 @@ def main(seconds: float = 20.0, hammer: bool = False) -> None:
         flooding.join(10)
         print(f"flood: {opened['wait']} blocking acquires and {opened['stall']} stalled bodies "
               f"opened; answers {dict(sorted(answers.items()))}")  # fmt: skip
-        print(f"/healthz: {len(probes)} answered, {failed} failed; p50 "
-              f"{stats.percentile(probes, 50):.1f} ms, p99 {stats.percentile(probes, 99):.1f} ms,"
-              f" max {max(probes):.1f} ms")  # fmt: skip
+        for port, took in probes.items():
+            where = "--http" if port == sc.port else "--probes"
+            print(f"/healthz on {where}: {len(took)} answered, {failed[port]} failed; p50 "
+                  f"{stats.percentile(took, 50):.1f} ms, p99 {stats.percentile(took, 99):.1f} ms,"
+                  f" max {max(took):.1f} ms")  # fmt: skip
         print(
             f"holders: {counts[1]}/{counts[0]} extends and {released}/{HOLDERS} releases "
             "answered 200"
