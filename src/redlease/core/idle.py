@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import os
 import select
+import weakref
 from typing import Any
 
 import redis
 import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-KEEP = 2  # connections kept per pool: enough for a lock's request and a waiter's BLPOP
+# connections kept per pool: a request per slot of the gate (redlease.core.gate) and a
+# waiters' BLPOP, so that those made here (:func:`connect`) are made once, not per request
+KEEP = 5
+_OWN: weakref.WeakSet[Any] = weakref.WeakSet()  # the connections made here, not by a pool
 _ATTR = "_redlease_idle"
 
 
@@ -57,8 +63,13 @@ def _quiet(sock: Any) -> bool:
         return False
 
 
-def take(pool: Any) -> Any:
-    """A connection for one request: a kept one if it is clean, else the pool's checkout."""
+def take(pool: Any, timeout: float | None = None) -> Any:
+    """A connection for one request: a kept one if it is clean, else the pool's checkout.
+
+    With ``timeout``, a plain pool's new connection is made here (:func:`connect`) instead of
+    by the pool: connected and greeted within ``timeout``, in one attempt. redis-py's pool
+    connects with the client's retries (redis-py 8: 10, with back-off) and socket timeouts
+    (5 s): 53 s for one acquire against a paused server."""
     kept = _kept(pool, redis.ConnectionPool)
     while kept:
         try:
@@ -67,9 +78,38 @@ def take(pool: Any) -> Any:
             break
         if _clean(conn):
             return conn
-        conn.disconnect()
-        pool.release(conn)
+        _dispose(pool, conn)
+    if timeout is not None and kept is not None:
+        return connect(pool, timeout)
     return pool.get_connection()
+
+
+def connect(pool: Any, timeout: float) -> Any:
+    """A new connection made with ``pool``'s settings (its connection class and arguments:
+    TLS, credentials) but not lent by it, connected in one attempt with every socket wait of
+    the connect and the handshake at most ``timeout``; then the client's own socket timeout
+    again. Owned by this module: kept (:func:`give`) or closed, never given to the pool."""
+    conn = pool.connection_class(**pool.connection_kwargs)
+    _OWN.add(conn)
+    saved = conn.retry, conn.socket_connect_timeout, conn.socket_timeout
+    conn.retry = Retry(NoBackoff(), 0)
+    conn.socket_connect_timeout = min(saved[1] or timeout, timeout)
+    conn.socket_timeout = min(saved[2] or timeout, timeout)
+    try:
+        conn.connect()
+    finally:
+        conn.retry, conn.socket_connect_timeout, conn.socket_timeout = saved
+    sock = getattr(conn, "_sock", None)
+    if sock is not None:
+        sock.settimeout(saved[2])
+    return conn
+
+
+def _dispose(pool: Any, conn: Any) -> None:
+    """Close ``conn``; the pool takes back a connection it lent."""
+    conn.disconnect()
+    if conn not in _OWN:
+        pool.release(conn)
 
 
 def drop(pool: Any) -> None:
@@ -80,8 +120,7 @@ def drop(pool: Any) -> None:
             conn = kept.pop()
         except IndexError:
             break
-        conn.disconnect()
-        pool.release(conn)
+        _dispose(pool, conn)
 
 
 def give(pool: Any, conn: Any) -> None:
@@ -89,6 +128,8 @@ def give(pool: Any, conn: Any) -> None:
     kept = _kept(pool, redis.ConnectionPool)
     if kept is not None and len(kept) < KEEP and getattr(conn, "_sock", None) is not None:
         kept.append(conn)
+    elif conn in _OWN:
+        conn.disconnect()
     else:
         pool.release(conn)
 
