@@ -485,7 +485,7 @@ async def drive(
     req, result = (first, None) if first is not None else resume(flow)
     while req is not None:
         try:
-            reply = await node.execute(bounded(req, budget, time.monotonic()))
+            reply = await node.execute(bounded(req, budget, time.monotonic(), node.socket_timeout))
         except LockError as exc:
             req, result = resume(flow, error=exc)
         else:

@@ -405,7 +405,7 @@ def drive(
     req, result = resume(flow)
     while req is not None:
         try:
-            reply = node.execute(bounded(req, budget, time.monotonic()))
+            reply = node.execute(bounded(req, budget, time.monotonic(), node.socket_timeout))
         except LockError as exc:
             req, result = resume(flow, error=exc)
         else:

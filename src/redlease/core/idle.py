@@ -10,8 +10,9 @@ a closed peer (a restarted server) goes back through the pool, which reconnects 
 Only plain pools (the default of ``redis.Redis``, a cluster node's pool): a Sentinel pool
 decides on return whether a connection still points at the master, and a blocking pool is
 bounded, so both keep their own checkout. At most :data:`KEEP` connections per pool and
-process (the state of a forked child starts empty); the pool's ``disconnect()`` still reaches
-them, and a disconnected one goes back to the pool.
+process (the state of a forked child starts empty). The pool's ``disconnect()`` reaches those
+it lent; those made here for a bounded request (:func:`connect`) it does not know: they are
+closed when passed over, dropped (:func:`drop`) or garbage-collected.
 """
 
 from __future__ import annotations
@@ -79,9 +80,20 @@ def take(pool: Any, timeout: float | None = None) -> Any:
         if _clean(conn):
             return conn
         _dispose(pool, conn)
-    if timeout is not None and kept is not None:
+    if timeout is not None and kept is not None and not _limited(pool):
         return connect(pool, timeout)
     return pool.get_connection()
+
+
+def _limited(pool: Any) -> bool:
+    """Whether ``pool`` was given a ``max_connections`` below redis-py's default: that limit is
+    the caller's to keep (:class:`~redlease.errors.ConnectionLimit`), so the pool's checkout is
+    used, and its connect is bounded by the client's own settings only."""
+    limit = getattr(pool, "max_connections", None)
+    return isinstance(limit, int) and limit < _DEFAULT_LIMIT
+
+
+_DEFAULT_LIMIT: int = redis.ConnectionPool().max_connections  # 100 in redis-py 8.2
 
 
 def connect(pool: Any, timeout: float) -> Any:

@@ -110,17 +110,20 @@ class GaveUp:
 Request = Call | Wait | Replicate
 
 
-def bounded(req: Request, budget: Budget | None, now: float) -> Request:
+def bounded(
+    req: Request, budget: Budget | None, now: float, socket_timeout: float | None = None
+) -> Request:
     """``req`` with its wait for a reply bounded by ``budget`` (see
-    :class:`~redlease.core.timing.Budget`); a :class:`Wait` keeps its own (its flow's pacing
-    ends it at the deadline). The one place the drivers take a request's limit from."""
+    :class:`~redlease.core.timing.Budget`; a shorter ``socket_timeout`` of the client still
+    counts); a :class:`Wait` keeps its own (its flow's pacing ends it at the deadline). The one
+    place the drivers take a request's limit from."""
     if budget is None:
         return req
     if isinstance(req, Call):
-        req.timeout = budget.bound(req.timeout, now)
+        req.timeout = budget.bound(req.timeout, now, socket_timeout)
         return req
     if isinstance(req, Replicate):
-        return replace(req, timeout=budget.bound(req.timeout, now))
+        return replace(req, timeout=budget.bound(req.timeout, now, socket_timeout))
     return req
 
 

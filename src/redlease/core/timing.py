@@ -110,9 +110,13 @@ class Budget:
     cap: float
     deadline: float | None = None
 
-    def bound(self, requested: float | None, now: float) -> float:
+    def bound(
+        self, requested: float | None, now: float, socket_timeout: float | None = None
+    ) -> float:
         """The longest wait for one request's reply at ``now``; ``requested``: the request's own
-        limit (a renewer's budget), if any."""
+        limit (a renewer's budget), if any, else the client's ``socket_timeout`` if shorter."""
+        if requested is None:
+            requested = socket_timeout
         wait = self.cap if requested is None else min(requested, self.cap)
         if self.deadline is not None:
             wait = min(wait, self.deadline - now)
