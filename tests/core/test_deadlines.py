@@ -139,6 +139,16 @@ def test_a_refused_connection_answers_fast() -> None:
         assert took <= 0.5  # one connect attempt, not redis-py's 10 with back-off (7 s)
 
 
+async def test_asyncio_a_refused_connection_answers_fast() -> None:
+    client = aioredis.Redis(port=free_port())
+    lock = redlease.aio.Lock(client, "x", ttl=5)
+    for call in (lambda: lock.acquire(timeout=1), lock.acquire, lock.state):
+        took, error = await _atimed(call)
+        assert isinstance(error, LockUnavailable), error
+        assert took <= 0.5
+    await client.aclose()
+
+
 def test_a_blackholed_server_is_bounded(redis_server: RedisServer) -> None:
     proxy = DelayProxy(redis_server.port).start()
     try:

@@ -421,17 +421,17 @@ async def _checkout(home: Any, timeout: float | None = None) -> Any:
     ``timeout`` (None: unbounded): redis-py connects with the client's retries (redis-py 8: 10,
     with back-off) and socket timeouts, which must not multiply an operation's deadline."""
     if timeout is None:
-        return await _connected(home)
+        return await _connected(home, None)
     try:
         async with asyncio.timeout(timeout):
-            return await _connected(home)
+            return await _connected(home, timeout)
     except TimeoutError:
         raise _redis.no_reply(timeout) from None
 
 
-async def _connected(home: Any) -> Any:
+async def _connected(home: Any, timeout: float | None) -> Any:
     if hasattr(home, "get_connection"):
-        return await idle.atake(home)
+        return await idle.atake(home, timeout)
     conn = home.acquire_connection()
     lent.lend(home, conn)
     try:
@@ -456,6 +456,9 @@ async def _give(home: Any, conn: Any) -> None:
 
 async def _give_back(home: Any, conn: Any) -> None:
     """Return ``conn`` to its pool (async ``release``) or cluster node (sync ``release``)."""
+    if hasattr(home, "get_connection"):
+        await idle.arelease(home, conn)
+        return
     await lent.take_back(home, conn)
     released = home.release(conn)
     if inspect.isawaitable(released):

@@ -24,6 +24,7 @@ from typing import Any
 
 import redis
 import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -146,7 +147,7 @@ def give(pool: Any, conn: Any) -> None:
         pool.release(conn)
 
 
-async def atake(pool: Any) -> Any:
+async def atake(pool: Any, timeout: float | None = None) -> Any:
     """:func:`take` for a ``redis.asyncio`` pool."""
     kept = _kept(pool, redis.asyncio.ConnectionPool)
     while kept:
@@ -156,9 +157,34 @@ async def atake(pool: Any) -> Any:
             break
         if await aclean(conn):
             return conn
-        await conn.disconnect()
-        await pool.release(conn)
+        await arelease(pool, conn, close=True)
+    if timeout is not None and kept is not None and not _limited(pool):
+        return await aconnect(pool, timeout)
     return await pool.get_connection()
+
+
+async def aconnect(pool: Any, timeout: float) -> Any:
+    """:func:`connect` for a ``redis.asyncio`` pool."""
+    conn = pool.connection_class(**pool.connection_kwargs)
+    _OWN.add(conn)
+    saved = conn.retry, conn.socket_connect_timeout, conn.socket_timeout
+    conn.retry = AsyncRetry(NoBackoff(), 0)
+    conn.socket_connect_timeout = min(saved[1] or timeout, timeout)
+    conn.socket_timeout = min(saved[2] or timeout, timeout)
+    try:
+        await conn.connect()
+    finally:
+        conn.retry, conn.socket_connect_timeout, conn.socket_timeout = saved
+    return conn
+
+
+async def arelease(pool: Any, conn: Any, *, close: bool = False) -> None:
+    """Give ``conn`` back: to ``pool`` if it lent it (closed first with ``close``), else
+    closed (one made here)."""
+    if close or conn in _OWN:
+        await conn.disconnect()
+    if conn not in _OWN:
+        await pool.release(conn)
 
 
 async def aclean(conn: Any) -> bool:
@@ -183,4 +209,4 @@ async def agive(pool: Any, conn: Any) -> None:
     if kept is not None and len(kept) < KEEP and conn.is_connected:
         kept.append(conn)
     else:
-        await pool.release(conn)
+        await arelease(pool, conn)
