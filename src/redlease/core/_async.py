@@ -17,7 +17,7 @@ from redlease.core import client as _redis
 from redlease.core import gate, idle, lent, waiting, wire
 from redlease.core.primitives import give_up_together
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, bounded, resume
-from redlease.core.timing import REPLY_GRACE, Budget
+from redlease.core.timing import GIVE_UP_WAIT, REPLY_GRACE, Budget
 from redlease.errors import LockError
 
 T = TypeVar("T")
@@ -222,7 +222,7 @@ class AsyncNode(_redis.NodeBase):
     async def give_up(self, waits: list[Wait]) -> waiting.LeaseOwner | None:
         """Who holds the lease of ``waits`` (waiters due together) now, read by one GIVE_UP that
         takes them off the queue when another owner holds it."""
-        return waiting.owner_of(await self.execute(give_up_together(waits, REPLY_GRACE)))
+        return waiting.owner_of(await self.execute(give_up_together(waits, GIVE_UP_WAIT)))
 
     async def run_all(self, calls: list[Call]) -> None:
         """Run ``calls`` (scripts on the node of the first one's key, no owner's request

@@ -16,7 +16,7 @@ from redlease.core import client as _redis
 from redlease.core import gate, idle, waiting, wire
 from redlease.core.primitives import give_up_together
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, bounded, resume
-from redlease.core.timing import REPLY_GRACE, Budget
+from redlease.core.timing import GIVE_UP_WAIT, Budget
 from redlease.errors import LockError
 
 
@@ -234,7 +234,7 @@ class SyncNode(_redis.NodeBase):
     def give_up(self, waits: list[Wait]) -> waiting.LeaseOwner | None:
         """Who holds the lease of ``waits`` (waiters due together) now, read by one GIVE_UP that
         takes them off the queue when another owner holds it."""
-        return waiting.owner_of(self.execute(give_up_together(waits, REPLY_GRACE)))
+        return waiting.owner_of(self.execute(give_up_together(waits, GIVE_UP_WAIT)))
 
     def blpop(self, keys: tuple[str, ...], timeout: float) -> Any:
         """BLPOP for ``timeout`` seconds: [key, value], or None if nothing arrived in time.

@@ -97,6 +97,9 @@ def local_deadline(sent_at: float, ttl: float) -> float:
 # outage, not a wait. docs/safety.md, "Deadlines own the I/O", has the measured times.
 REPLY_GRACE = 0.2
 CLEANUP_GRACE = 0.2
+# the GIVE_UP a listener sends for every waiter due at once (one script for them all): their
+# whole allowance past the deadline, as their own last attempts and undo would have had
+GIVE_UP_WAIT = REPLY_GRACE + CLEANUP_GRACE
 MIN_WAIT = 0.001  # a request sent at (or after) its operation's deadline still gets this long
 
 
