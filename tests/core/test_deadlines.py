@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 import redlease
 import redlease.aio
@@ -175,3 +176,35 @@ def test_redlock_acquire_timeout_bounds_the_call(redis_nodes: list[RedisServer],
     finally:
         for s in redis_nodes[:down]:
             s.resume()
+
+
+def test_cluster_acquire_timeout_bounds_the_call(redis_cluster: Any) -> None:
+    """A Redis Cluster client with redis-py's defaults; the master of the lock's slot paused."""
+    client = redis_cluster.client()
+    lock = redlease.Lock(client, "dl-cluster", ttl=5)
+    lock.state()
+    master = redis_cluster.master_of(lock.keys.lease)
+    master.pause()
+    try:
+        took, error = _timed(lambda: lock.acquire(timeout=1))
+    finally:
+        master.resume()
+        client.close()
+    assert isinstance(error, LockUnavailable), error
+    assert took <= 1.5
+
+
+async def test_asyncio_cluster_acquire_timeout_bounds_the_call(redis_cluster: Any) -> None:
+    host, port = redis_cluster.startup_nodes[0]
+    client = AsyncRedisCluster(host=host, port=port)
+    lock = redlease.aio.Lock(client, "dl-acluster", ttl=5)
+    await lock.state()
+    master = redis_cluster.master_of(lock.keys.lease)
+    master.pause()
+    try:
+        took, error = await _atimed(lambda: lock.acquire(timeout=1))
+    finally:
+        master.resume()
+        await client.aclose()
+    assert isinstance(error, LockUnavailable), error
+    assert took <= 1.5
