@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 
@@ -15,7 +16,8 @@ from redlease.core import _log as log
 from redlease.core import client as _redis
 from redlease.core import gate, idle, lent, waiting, wire
 from redlease.core.primitives import give_up_together
-from redlease.core.requests import Call, Flow, Replicate, Request, Wait, resume
+from redlease.core.requests import Call, Flow, Replicate, Request, Wait, bounded, resume
+from redlease.core.timing import GIVE_UP_WAIT, REPLY_GRACE, Budget
 from redlease.errors import LockError
 
 T = TypeVar("T")
@@ -51,7 +53,7 @@ class AsyncNode(_redis.NodeBase):
         if home is None:  # the cluster's slot map is not ready: through the client's routing
             node = self.client.get_node_from_key(req.key)
             return await self.client.execute_command(*args, target_nodes=node)
-        reply = await self._exchange(home, args)
+        reply = await self._exchange(home, args, timeout=req.timeout)
         if isinstance(reply, rex.ResponseError):
             raise reply
         return reply
@@ -126,14 +128,15 @@ class AsyncNode(_redis.NodeBase):
         self, home: Any, args: tuple[Any, ...], owner: str = "", timeout: float | None = None
     ) -> Any:
         """Send ``args`` (behind ``owner``'s unanswered requests) and read its reply (an error
-        reply is returned); wait at most ``timeout`` (None: the client's socket timeout)."""
+        reply is returned); wait at most ``timeout`` (None: the client's socket timeout) for
+        each reply, and for a connection (connect, handshake and redis-py's retries)."""
         pinned = self.pins.take(owner, home) if owner else None
         slot = None
         if pinned is None:
             slot = await gate.aenter(home, self.socket_timeout if timeout is None else timeout)
         try:
             try:
-                conn = pinned.conn if pinned else await _checkout(home)
+                conn = pinned.conn if pinned else await _checkout(home, timeout)
             except rex.RedisError as exc:
                 raise _redis.unsent(exc)  # noqa: B904 - the cause is kept by unsent()
             unread = pinned.unread if pinned else 0
@@ -175,7 +178,7 @@ class AsyncNode(_redis.NodeBase):
         home = await self._home(keys[0])
         if home is None:
             return None  # the cluster's slot map is not ready: the next attempt re-routes
-        conn = await _checkout(home)
+        conn = await _checkout(home, timeout + 1.0)
         reply: Any = None
         dropped = False
         try:
@@ -219,7 +222,7 @@ class AsyncNode(_redis.NodeBase):
     async def give_up(self, waits: list[Wait]) -> waiting.LeaseOwner | None:
         """Who holds the lease of ``waits`` (waiters due together) now, read by one GIVE_UP that
         takes them off the queue when another owner holds it."""
-        return waiting.owner_of(await self.execute(give_up_together(waits)))
+        return waiting.owner_of(await self.execute(give_up_together(waits, GIVE_UP_WAIT)))
 
     async def run_all(self, calls: list[Call]) -> None:
         """Run ``calls`` (scripts on the node of the first one's key, no owner's request
@@ -413,10 +416,22 @@ async def _read(conn: Any) -> Any:
     return reply
 
 
-async def _checkout(home: Any) -> Any:
-    """A connected connection from a pool (``get_connection``) or a cluster node."""
+async def _checkout(home: Any, timeout: float | None = None) -> Any:
+    """A connected connection from a pool (``get_connection``) or a cluster node, within
+    ``timeout`` (None: unbounded): redis-py connects with the client's retries (redis-py 8: 10,
+    with back-off) and socket timeouts, which must not multiply an operation's deadline."""
+    if timeout is None:
+        return await _connected(home, None)
+    try:
+        async with asyncio.timeout(timeout):
+            return await _connected(home, timeout)
+    except TimeoutError:
+        raise _redis.no_reply(timeout) from None
+
+
+async def _connected(home: Any, timeout: float | None) -> Any:
     if hasattr(home, "get_connection"):
-        return await idle.atake(home)
+        return await idle.atake(home, timeout)
     conn = home.acquire_connection()
     lent.lend(home, conn)
     try:
@@ -441,6 +456,9 @@ async def _give(home: Any, conn: Any) -> None:
 
 async def _give_back(home: Any, conn: Any) -> None:
     """Return ``conn`` to its pool (async ``release``) or cluster node (sync ``release``)."""
+    if hasattr(home, "get_connection"):
+        await idle.arelease(home, conn)
+        return
     await lent.take_back(home, conn)
     released = home.release(conn)
     if inspect.isawaitable(released):
@@ -460,15 +478,17 @@ async def drive(
     flow: Flow,
     answered: list[bool] | None = None,
     first: Request | None = None,
+    budget: Budget | None = None,
 ) -> Any:
     """Run ``flow`` to completion, executing each request it yields on ``node``; a request's
     error (a :class:`LockError`) is thrown into the flow, which may handle it; ``answered``
     gets an entry once Redis answered a request of it. ``first``: the request ``flow`` has
-    yielded already."""
+    yielded already. ``budget`` bounds every request's wait
+    (:func:`~redlease.core.requests.bounded`)."""
     req, result = (first, None) if first is not None else resume(flow)
     while req is not None:
         try:
-            reply = await node.execute(req)
+            reply = await node.execute(bounded(req, budget, time.monotonic(), node.socket_timeout))
         except LockError as exc:
             req, result = resume(flow, error=exc)
         else:
@@ -501,18 +521,27 @@ async def run_to_completion(coro: Awaitable[T], limit: float | None = None) -> T
     return result
 
 
-async def guarded(node: _redis.Executor, flow: Flow, cleanup: Callable[[], Flow]) -> Any:
-    """Run ``flow``; if it fails or is cancelled, run ``cleanup()`` (shielded) before re-raising."""
+async def guarded(
+    node: _redis.Executor,
+    flow: Flow,
+    cleanup: Callable[[], Flow],
+    budget: Budget | None = None,
+    undo_budget: Callable[[], Budget] | None = None,
+) -> Any:
+    """Run ``flow`` within ``budget``; if it fails or is cancelled, run ``cleanup()``
+    (shielded, within ``undo_budget()``) before re-raising."""
     answered: list[bool] = []
     try:
-        return await drive(node, flow, answered)
+        return await drive(node, flow, answered, budget=budget)
     except BaseException:
         undo = cleanup()
         first, _ = resume(undo)
         if first is None:  # nothing to undo: no lease, no registration left
             raise
+        limits = None if undo_budget is None else undo_budget()
+        limit = 10.0 if limits is None or limits.deadline is None else limits.cap + REPLY_GRACE
         try:
-            await run_to_completion(drive(node, undo, first=first), limit=10.0)
+            await run_to_completion(drive(node, undo, first=first, budget=limits), limit=limit)
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # noqa: BLE001 - the original error matters more

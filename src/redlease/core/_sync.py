@@ -15,7 +15,8 @@ from redlease.core import _log as log
 from redlease.core import client as _redis
 from redlease.core import gate, idle, waiting, wire
 from redlease.core.primitives import give_up_together
-from redlease.core.requests import Call, Flow, Replicate, Request, Wait, resume
+from redlease.core.requests import Call, Flow, Replicate, Request, Wait, bounded, resume
+from redlease.core.timing import GIVE_UP_WAIT, Budget
 from redlease.errors import LockError
 
 
@@ -51,7 +52,7 @@ class SyncNode(_redis.NodeBase):
         if pool is None:  # the cluster's slot map is not ready: through the client's routing
             node = self.client.get_node_from_key(req.key)
             return self.client.execute_command(*args, target_nodes=node)
-        reply = self._exchange(pool, args)
+        reply = self._exchange(pool, args, timeout=req.timeout)
         if isinstance(reply, rex.ResponseError):
             raise reply
         return reply
@@ -122,13 +123,14 @@ class SyncNode(_redis.NodeBase):
         self, pool: Any, args: tuple[Any, ...], owner: str = "", timeout: float | None = None
     ) -> Any:
         """Send ``args`` (behind ``owner``'s unanswered requests) and read its reply (an error
-        reply is returned); wait at most ``timeout`` (None: the client's socket timeout)."""
+        reply is returned); wait at most ``timeout`` (None: the client's socket timeout) for
+        each reply, a new connection's connect and handshake included (in one attempt)."""
         pinned = self.pins.take(owner, pool) if owner else None
         wait = self.socket_timeout if timeout is None else timeout
         slot = None if pinned else gate.enter(pool, wait)
         try:
             try:
-                conn = pinned.conn if pinned else idle.take(pool)
+                conn = pinned.conn if pinned else idle.take(pool, timeout)
             except rex.RedisError as exc:
                 raise _redis.unsent(exc)  # noqa: B904 - the cause is kept by unsent()
             unread = pinned.unread if pinned else 0
@@ -232,7 +234,7 @@ class SyncNode(_redis.NodeBase):
     def give_up(self, waits: list[Wait]) -> waiting.LeaseOwner | None:
         """Who holds the lease of ``waits`` (waiters due together) now, read by one GIVE_UP that
         takes them off the queue when another owner holds it."""
-        return waiting.owner_of(self.execute(give_up_together(waits)))
+        return waiting.owner_of(self.execute(give_up_together(waits, GIVE_UP_WAIT)))
 
     def blpop(self, keys: tuple[str, ...], timeout: float) -> Any:
         """BLPOP for ``timeout`` seconds: [key, value], or None if nothing arrived in time.
@@ -246,7 +248,7 @@ class SyncNode(_redis.NodeBase):
         if pool is None:
             return None  # the cluster's slot map is not ready: the next attempt re-routes
         try:
-            conn = idle.take(pool)
+            conn = idle.take(pool, timeout + 1.0)
         except rex.RedisError as exc:
             if self.cluster and _redis.stale_map(exc):
                 self._refresh(pool, exc)
@@ -390,14 +392,20 @@ def _wait(node: SyncNode, req: Wait) -> Any:
     return listener.wait(waiter)
 
 
-def drive(node: _redis.Executor, flow: Flow, answered: list[bool] | None = None) -> Any:
+def drive(
+    node: _redis.Executor,
+    flow: Flow,
+    answered: list[bool] | None = None,
+    budget: Budget | None = None,
+) -> Any:
     """Run ``flow`` to completion, executing each request it yields on ``node``; a request's
     error (a :class:`LockError`) is thrown into the flow, which may handle it; ``answered``
-    gets an entry once Redis answered a request of it."""
+    gets an entry once Redis answered a request of it. ``budget`` bounds every request's wait
+    (:func:`~redlease.core.requests.bounded`)."""
     req, result = resume(flow)
     while req is not None:
         try:
-            reply = node.execute(req)
+            reply = node.execute(bounded(req, budget, time.monotonic(), node.socket_timeout))
         except LockError as exc:
             req, result = resume(flow, error=exc)
         else:
@@ -407,14 +415,21 @@ def drive(node: _redis.Executor, flow: Flow, answered: list[bool] | None = None)
     return result
 
 
-def guarded(node: _redis.Executor, flow: Flow, cleanup: Callable[[], Flow]) -> Any:
-    """Run ``flow``; if it fails or is interrupted, run ``cleanup()`` before re-raising."""
+def guarded(
+    node: _redis.Executor,
+    flow: Flow,
+    cleanup: Callable[[], Flow],
+    budget: Budget | None = None,
+    undo_budget: Callable[[], Budget] | None = None,
+) -> Any:
+    """Run ``flow`` within ``budget``; if it fails or is interrupted, run ``cleanup()`` (within
+    ``undo_budget()``) before re-raising."""
     answered: list[bool] = []
     try:
-        return drive(node, flow, answered)
+        return drive(node, flow, answered, budget)
     except BaseException:
         try:
-            drive(node, cleanup())
+            drive(node, cleanup(), budget=None if undo_budget is None else undo_budget())
         except Exception as exc:  # noqa: BLE001 - the original error matters more
             log.cleanup_failed(node.lock, node.name, exc, reached=bool(answered))
         raise

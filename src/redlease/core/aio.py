@@ -21,6 +21,7 @@ from redlease.core.handles import HandleCore, ReadWritePair
 from redlease.core.lease import Lease, RenewerBase
 from redlease.core.multi import MultiCore
 from redlease.core.state import LockState
+from redlease.core.timing import REPLY_GRACE
 from redlease.errors import LeaseLost, NotOwned
 
 LostCallback = Callable[[LeaseLost], None]
@@ -44,7 +45,9 @@ class _AsyncHandle(HandleCore):
         flow, cleanup, token = self.begin_acquire(
             owner, blocking, timeout, self._node.socket_timeout
         )
-        grant = await _async.guarded(self._node, flow, cleanup)
+        grant = await _async.guarded(
+            self._node, flow, cleanup, self.budget(timeout), self.cleanup_budget
+        )
         return self.finish_acquire(owner, token, grant)
 
     async def release(self, *, owner: Any = None) -> None:
@@ -55,12 +58,16 @@ class _AsyncHandle(HandleCore):
         a shielded task before the cancellation propagates.
         """
         flow, held = self.begin_release(owner)
+        budget = self.budget(held=held)
         try:
-            await _async.drive(self._node, flow)
+            await _async.drive(self._node, flow, budget=budget)
         except asyncio.CancelledError:
             retry = self.release_flow(held.token, True)
+            again = self.budget(held=held)
             with contextlib.suppress(NotOwned):  # the first attempt may have gone through
-                await _async.run_to_completion(_async.drive(self._node, retry), limit=10.0)
+                await _async.run_to_completion(
+                    _async.drive(self._node, retry, budget=again), limit=again.cap + REPLY_GRACE
+                )
             self.forget(owner, held)
             raise
         except NotOwned:
@@ -74,14 +81,14 @@ class _AsyncHandle(HandleCore):
         """See :meth:`redlease.Lock.extend`."""
         flow, held = self.begin_extend(owner, ttl, timeout)
         try:
-            result = await _async.drive(self._node, flow)
+            result = await _async.drive(self._node, flow, budget=self.budget(timeout, held))
         except NotOwned:
             self.forget(owner, held)
             raise
         return self.finish_extend(held, result, ttl)
 
     async def state(self) -> LockState:
-        return await _async.drive(self._node, self.state_flow())  # type: ignore[no-any-return]
+        return await _async.drive(self._node, self.state_flow(), budget=self.budget())  # type: ignore[no-any-return]
 
     async def __aenter__(self) -> Lease:
         return await self.acquire()
@@ -152,7 +159,7 @@ class MultiLock(MultiCore, _AsyncHandle):
 
     async def states(self) -> dict[str, LockState]:
         """The live state of each lock name."""
-        return await _async.drive(self._node, self.states_flow())  # type: ignore[no-any-return]
+        return await _async.drive(self._node, self.states_flow(), budget=self.budget())  # type: ignore[no-any-return]
 
 
 class ReentrantLock(_AsyncHandle):

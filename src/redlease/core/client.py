@@ -223,11 +223,15 @@ def _address(kwargs: dict[str, Any]) -> str:
 
 
 def socket_timeout(client: Any) -> float | None:
-    """The client's socket timeout, which bounds how long one BLPOP may block."""
+    """The client's socket timeout, which bounds how long one BLPOP may block (a cluster
+    client's: its nodes', from its connection arguments)."""
     try:
         value = client.connection_pool.connection_kwargs.get("socket_timeout")
     except AttributeError:
-        value = getattr(client, "socket_timeout", None)
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None)
+        kwargs = getattr(client, "connection_kwargs", kwargs)
+        value = kwargs.get("socket_timeout") if isinstance(kwargs, dict) else None
+        value = value or getattr(client, "socket_timeout", None)
     return float(value) if value else None
 
 

@@ -24,7 +24,7 @@ from redlease.core.primitives import Options, Primitive
 from redlease.core.requests import Flow
 from redlease.core.rules import check_limit
 from redlease.core.state import read_state_flow
-from redlease.core.timing import TTL_RANGE
+from redlease.core.timing import REPLY_GRACE, TTL_RANGE, Budget, cleanup_budget, operation_budget
 from redlease.errors import ConfigError, NotOwned
 
 
@@ -224,6 +224,18 @@ class HandleCore:
         """The concrete owner for ``owner`` in the calling thread/task (for background renewers,
         which run elsewhere but must act for the caller)."""
         return self._owner_key(owner)
+
+    def budget(self, timeout: float | None = None, held: Held | None = None) -> Budget:
+        """How long an operation's I/O may take (see :class:`~redlease.core.timing.Budget`): a
+        caller's ``timeout`` plus a grace, and each reply at most the TTL; on a ``held`` lease
+        (extend, release) never long after its local deadline."""
+        now = time.monotonic()
+        until = None if held is None else max(held.lease.deadline, now) + REPLY_GRACE
+        return operation_budget(self.prim.options.ttl, now, timeout, until)
+
+    def cleanup_budget(self) -> Budget:
+        """How long the undo after a failed or interrupted acquire may take."""
+        return cleanup_budget(self.prim.options.ttl, time.monotonic())
 
     def begin_acquire(
         self, owner: Any, blocking: bool, timeout: float | None, socket_timeout: float | None

@@ -10,20 +10,28 @@ a closed peer (a restarted server) goes back through the pool, which reconnects 
 Only plain pools (the default of ``redis.Redis``, a cluster node's pool): a Sentinel pool
 decides on return whether a connection still points at the master, and a blocking pool is
 bounded, so both keep their own checkout. At most :data:`KEEP` connections per pool and
-process (the state of a forked child starts empty); the pool's ``disconnect()`` still reaches
-them, and a disconnected one goes back to the pool.
+process (the state of a forked child starts empty). The pool's ``disconnect()`` reaches those
+it lent; those made here for a bounded request (:func:`connect`) it does not know: they are
+closed when passed over, dropped (:func:`drop`) or garbage-collected.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import weakref
 from typing import Any
 
 import redis
 import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-KEEP = 2  # connections kept per pool: enough for a lock's request and a waiter's BLPOP
+# connections kept per pool: a request per slot of the gate (redlease.core.gate) and a
+# waiters' BLPOP, so that those made here (:func:`connect`) are made once, not per request
+KEEP = 5
+_OWN: weakref.WeakSet[Any] = weakref.WeakSet()  # the connections made here, not by a pool
 _ATTR = "_redlease_idle"
 
 
@@ -57,8 +65,13 @@ def _quiet(sock: Any) -> bool:
         return False
 
 
-def take(pool: Any) -> Any:
-    """A connection for one request: a kept one if it is clean, else the pool's checkout."""
+def take(pool: Any, timeout: float | None = None) -> Any:
+    """A connection for one request: a kept one if it is clean, else the pool's checkout.
+
+    With ``timeout``, a plain pool's new connection is made here (:func:`connect`) instead of
+    by the pool: connected and greeted within ``timeout``, in one attempt. redis-py's pool
+    connects with the client's retries (redis-py 8: 10, with back-off) and socket timeouts
+    (5 s): 53 s for one acquire against a paused server."""
     kept = _kept(pool, redis.ConnectionPool)
     while kept:
         try:
@@ -67,9 +80,49 @@ def take(pool: Any) -> Any:
             break
         if _clean(conn):
             return conn
-        conn.disconnect()
-        pool.release(conn)
+        _dispose(pool, conn)
+    if timeout is not None and kept is not None and not _limited(pool):
+        return connect(pool, timeout)
     return pool.get_connection()
+
+
+def _limited(pool: Any) -> bool:
+    """Whether ``pool`` was given a ``max_connections`` below redis-py's default: that limit is
+    the caller's to keep (:class:`~redlease.errors.ConnectionLimit`), so the pool's checkout is
+    used, and its connect is bounded by the client's own settings only."""
+    limit = getattr(pool, "max_connections", None)
+    return isinstance(limit, int) and limit < _DEFAULT_LIMIT
+
+
+_DEFAULT_LIMIT: int = redis.ConnectionPool().max_connections  # 100 in redis-py 8.2
+
+
+def connect(pool: Any, timeout: float) -> Any:
+    """A new connection made with ``pool``'s settings (its connection class and arguments:
+    TLS, credentials) but not lent by it, connected in one attempt with every socket wait of
+    the connect and the handshake at most ``timeout``; then the client's own socket timeout
+    again. Owned by this module: kept (:func:`give`) or closed, never given to the pool."""
+    conn = pool.connection_class(**pool.connection_kwargs)
+    _OWN.add(conn)
+    saved = conn.retry, conn.socket_connect_timeout, conn.socket_timeout
+    conn.retry = Retry(NoBackoff(), 0)
+    conn.socket_connect_timeout = min(saved[1] or timeout, timeout)
+    conn.socket_timeout = min(saved[2] or timeout, timeout)
+    try:
+        conn.connect()
+    finally:
+        conn.retry, conn.socket_connect_timeout, conn.socket_timeout = saved
+    sock = getattr(conn, "_sock", None)
+    if sock is not None:
+        sock.settimeout(saved[2])
+    return conn
+
+
+def _dispose(pool: Any, conn: Any) -> None:
+    """Close ``conn``; the pool takes back a connection it lent."""
+    conn.disconnect()
+    if conn not in _OWN:
+        pool.release(conn)
 
 
 def drop(pool: Any) -> None:
@@ -80,8 +133,7 @@ def drop(pool: Any) -> None:
             conn = kept.pop()
         except IndexError:
             break
-        conn.disconnect()
-        pool.release(conn)
+        _dispose(pool, conn)
 
 
 def give(pool: Any, conn: Any) -> None:
@@ -89,11 +141,13 @@ def give(pool: Any, conn: Any) -> None:
     kept = _kept(pool, redis.ConnectionPool)
     if kept is not None and len(kept) < KEEP and getattr(conn, "_sock", None) is not None:
         kept.append(conn)
+    elif conn in _OWN:
+        conn.disconnect()
     else:
         pool.release(conn)
 
 
-async def atake(pool: Any) -> Any:
+async def atake(pool: Any, timeout: float | None = None) -> Any:
     """:func:`take` for a ``redis.asyncio`` pool."""
     kept = _kept(pool, redis.asyncio.ConnectionPool)
     while kept:
@@ -103,9 +157,34 @@ async def atake(pool: Any) -> Any:
             break
         if await aclean(conn):
             return conn
-        await conn.disconnect()
-        await pool.release(conn)
+        await arelease(pool, conn, close=True)
+    if timeout is not None and kept is not None and not _limited(pool):
+        return await aconnect(pool, timeout)
     return await pool.get_connection()
+
+
+async def aconnect(pool: Any, timeout: float) -> Any:
+    """:func:`connect` for a ``redis.asyncio`` pool."""
+    conn = pool.connection_class(**pool.connection_kwargs)
+    _OWN.add(conn)
+    saved = conn.retry, conn.socket_connect_timeout, conn.socket_timeout
+    conn.retry = AsyncRetry(NoBackoff(), 0)
+    conn.socket_connect_timeout = min(saved[1] or timeout, timeout)
+    conn.socket_timeout = min(saved[2] or timeout, timeout)
+    try:
+        await conn.connect()
+    finally:
+        conn.retry, conn.socket_connect_timeout, conn.socket_timeout = saved
+    return conn
+
+
+async def arelease(pool: Any, conn: Any, *, close: bool = False) -> None:
+    """Give ``conn`` back: to ``pool`` if it lent it (closed first with ``close``), else
+    closed (one made here)."""
+    if close or conn in _OWN:
+        await conn.disconnect()
+    if conn not in _OWN:
+        await pool.release(conn)
 
 
 async def aclean(conn: Any) -> bool:
@@ -130,4 +209,4 @@ async def agive(pool: Any, conn: Any) -> None:
     if kept is not None and len(kept) < KEEP and conn.is_connected:
         kept.append(conn)
     else:
-        await pool.release(conn)
+        await arelease(pool, conn)

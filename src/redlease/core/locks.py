@@ -47,14 +47,14 @@ class _SyncHandle(HandleCore):
         flow, cleanup, token = self.begin_acquire(
             owner, blocking, timeout, self._node.socket_timeout
         )
-        grant = _sync.guarded(self._node, flow, cleanup)
+        grant = _sync.guarded(self._node, flow, cleanup, self.budget(timeout), self.cleanup_budget)
         return self.finish_acquire(owner, token, grant)
 
     def release(self, *, owner: Any = None) -> None:
         """Release (one level of) the hold. Raises :class:`NotOwned` if the lease was lost."""
         flow, held = self.begin_release(owner)
         try:
-            _sync.drive(self._node, flow)
+            _sync.drive(self._node, flow, budget=self.budget(held=held))
         except NotOwned:
             self.forget(owner, held)
             raise
@@ -69,7 +69,7 @@ class _SyncHandle(HandleCore):
         """
         flow, held = self.begin_extend(owner, ttl, timeout)
         try:
-            result = _sync.drive(self._node, flow)
+            result = _sync.drive(self._node, flow, budget=self.budget(timeout, held))
         except NotOwned:
             self.forget(owner, held)
             raise
@@ -77,7 +77,7 @@ class _SyncHandle(HandleCore):
 
     def state(self) -> LockState:
         """Read the lock's live state from Redis (holder, fencing token, TTL left, ...)."""
-        return _sync.drive(self._node, self.state_flow())  # type: ignore[no-any-return]
+        return _sync.drive(self._node, self.state_flow(), budget=self.budget())  # type: ignore[no-any-return]
 
     def __enter__(self) -> Lease:
         return self.acquire()
@@ -151,7 +151,7 @@ class MultiLock(MultiCore, _SyncHandle):
 
     def states(self) -> dict[str, LockState]:
         """The live state of each lock name."""
-        return _sync.drive(self._node, self.states_flow())  # type: ignore[no-any-return]
+        return _sync.drive(self._node, self.states_flow(), budget=self.budget())  # type: ignore[no-any-return]
 
 
 class ReentrantLock(_SyncHandle):

@@ -299,10 +299,12 @@ class Primitive:
         )
 
 
-def give_up_together(waits: Sequence[Wait]) -> Call:
+def give_up_together(waits: Sequence[Wait], timeout: float | None = None) -> Call:
     """One GIVE_UP for the ``waits`` of one lock's waiters due at once (those with a
     :attr:`~redlease.core.requests.Wait.give_up`, :meth:`Primitive.give_up`): the first one's
-    keys and handoff time, every waiter's owner token."""
+    keys and handoff time, every waiter's owner token. ``timeout``: the longest wait for its
+    reply (it is sent at the waiters' deadline: their last attempt's grace)."""
     calls = [w.give_up for w in waits if w.give_up is not None]
     first = calls[0]
-    return Call(first.script, first.keys, (first.args[0], *(c.args[1] for c in calls)))
+    args = (first.args[0], *(c.args[1] for c in calls))
+    return Call(first.script, first.keys, args, timeout=timeout)

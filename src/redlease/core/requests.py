@@ -9,12 +9,13 @@ requests and feed the replies back with :func:`resume`. Nothing here touches a s
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from redlease.core import scripts
 from redlease.core.intents import Intent
 from redlease.core.replies import as_str
+from redlease.core.timing import Budget
 
 
 # not frozen: one is made for every request, and a frozen dataclass's __init__ costs 4x
@@ -88,11 +89,13 @@ class Wait:
 
 @dataclass(frozen=True, slots=True)
 class Replicate:
-    """``WAIT replicas timeout_ms`` on the node of ``key``; the reply is the replica count."""
+    """``WAIT replicas timeout_ms`` on the node of ``key``; the reply is the replica count.
+    ``timeout``: the longest to wait for the reply (None: the client's socket timeout)."""
 
     key: str
     replicas: int
     timeout_ms: int
+    timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,25 @@ class GaveUp:
 
 
 Request = Call | Wait | Replicate
+
+
+def bounded(
+    req: Request, budget: Budget | None, now: float, socket_timeout: float | None = None
+) -> Request:
+    """``req`` with its wait for a reply bounded by ``budget`` (see
+    :class:`~redlease.core.timing.Budget`; a shorter ``socket_timeout`` of the client still
+    counts); a :class:`Wait` keeps its own (its flow's pacing ends it at the deadline). The one
+    place the drivers take a request's limit from."""
+    if budget is None:
+        return req
+    if isinstance(req, Call):
+        req.timeout = budget.bound(req.timeout, now, socket_timeout)
+        return req
+    if isinstance(req, Replicate):
+        return replace(req, timeout=budget.bound(req.timeout, now, socket_timeout))
+    return req
+
+
 Flow = Generator[Request, Any, Any]
 
 

@@ -84,3 +84,60 @@ def local_deadline(sent_at: float, ttl: float) -> float:
     after that), minus the drift allowance.
     """
     return sent_at + ttl - drift(ttl)
+
+
+# --- deadlines own the I/O -------------------------------------------------------------------
+# An operation given ``timeout`` seconds returns within ``timeout + REPLY_GRACE +
+# CLEANUP_GRACE`` whatever the client's socket and retry settings (redis-py 8's default
+# client: 5 s socket timeouts, 10 retries with back-off): its last attempt, made at the
+# deadline, waits ``REPLY_GRACE`` for its reply (connecting included), and the undo of a failed
+# acquire ``CLEANUP_GRACE`` (written behind the unanswered request on the same connection, so a
+# paused server that resumes still runs it, in order). Without a caller timeout every reply is
+# awaited at most the TTL: a call that cannot finish before the lease would expire is an
+# outage, not a wait. docs/safety.md, "Deadlines own the I/O", has the measured times.
+REPLY_GRACE = 0.2
+CLEANUP_GRACE = 0.2
+# the GIVE_UP a listener sends for every waiter due at once (one script for them all): their
+# whole allowance past the deadline, as their own last attempts and undo would have had
+GIVE_UP_WAIT = REPLY_GRACE + CLEANUP_GRACE
+MIN_WAIT = 0.001  # a request sent at (or after) its operation's deadline still gets this long
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """How long the I/O of one library operation may take: each reply is awaited at most
+    ``cap`` seconds (connecting, handshake and all), and nothing waits past ``deadline`` (a
+    monotonic time; None: only ``cap``). The drivers give every request of the operation
+    :meth:`bound` and never retry on their own, so redis-py's retries cannot multiply it."""
+
+    cap: float
+    deadline: float | None = None
+
+    def bound(
+        self, requested: float | None, now: float, socket_timeout: float | None = None
+    ) -> float:
+        """The longest wait for one request's reply at ``now``; ``requested``: the request's own
+        limit (a renewer's budget), if any, else the client's ``socket_timeout`` if shorter."""
+        if requested is None:
+            requested = socket_timeout
+        wait = self.cap if requested is None else min(requested, self.cap)
+        if self.deadline is not None:
+            wait = min(wait, self.deadline - now)
+        return max(wait, MIN_WAIT)
+
+
+def operation_budget(
+    ttl: float, now: float, timeout: float | None = None, until: float | None = None
+) -> Budget:
+    """The :class:`Budget` of an operation on a lease of ``ttl`` seconds started at ``now``:
+    with a caller ``timeout``, it ends ``REPLY_GRACE`` after it; ``until``: a monotonic time it
+    ends at anyway (a held lease's local deadline: an extend or release after it is useless)."""
+    deadline = None if timeout is None else now + timeout + REPLY_GRACE
+    if until is not None:
+        deadline = until if deadline is None else min(deadline, until)
+    return Budget(cap=ttl, deadline=deadline)
+
+
+def cleanup_budget(ttl: float, now: float) -> Budget:
+    """The :class:`Budget` of the undo after a failed or interrupted acquire."""
+    return Budget(cap=min(ttl, CLEANUP_GRACE), deadline=now + CLEANUP_GRACE)
