@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 import helm_python as helm
 import pytest
 
-from redlease.devtools.kubeemulator import AS_ADMIN, NAMESPACE, RESOURCE, running_cluster
+from redlease.devtools.kubeemulator import AS_ADMIN, NAMESPACE, running_cluster
 from redlease.devtools.kubeemulator import until as harness_until
 from redlease.devtools.localredis import RedisServer, free_port
 from redlease.devtools.manifests import load_all
@@ -124,6 +124,23 @@ def _probe(container: dict[str, Any], args: list[str], kind: str) -> bool:
     return kubelet_probe(probe)[0]
 
 
+def local_node(url: str, port: int) -> str:
+    """The node URL with only its host:port moved to the local redis-server."""
+    return urlunsplit(urlsplit(url)._replace(netloc=f"127.0.0.1:{port}"))
+
+
+def start_pod(
+    name: str, namespace: str, args: list[str], kube_api: str, logs: Path
+) -> subprocess.Popen[bytes]:
+    """The sidecar container of pod ``name``, started as the kubelet would (the image's
+    ENTRYPOINT is redlease; POD_NAME and POD_NAMESPACE from the downward API)."""
+    environ = env(POD_NAME=name, POD_NAMESPACE=namespace, REDLEASE_KUBE_API=kube_api)
+    with (logs / f"{name}.log").open("wb") as log:
+        return subprocess.Popen(  # noqa: S603
+            [sys.executable, "-m", "redlease", *args], env=environ, stdout=log, stderr=log, cwd=ROOT
+        )
+
+
 @pytest.mark.slow
 async def test_readme_quickstart_on_the_emulator_finds_the_lock_held(tmp_path: Path) -> None:
     qs = parse()
@@ -135,9 +152,8 @@ async def test_readme_quickstart_on_the_emulator_finds_the_lock_held(tmp_path: P
     try:
         async with running_cluster() as cluster:
             # the example lock, its node's host:port (only) moved to the local redis-server
-            body = {**lock, "spec": {**lock["spec"], "nodes": [
-                {**n, "url": urlunsplit(urlsplit(n["url"])._replace(
-                    netloc=f"127.0.0.1:{server.port}"))} for n in lock["spec"]["nodes"]]}}  # fmt: skip
+            nodes = [{**n, "url": local_node(n["url"], server.port)} for n in lock["spec"]["nodes"]]
+            body = {**lock, "spec": {**lock["spec"], "nodes": nodes}}
             path = f"/apis/redlease.dev/v1alpha1/namespaces/{namespace}/distributedlocks"
             async with cluster.api.post(path, json=body, headers=AS_ADMIN) as resp:
                 assert resp.status == 201, await resp.text()
@@ -148,11 +164,7 @@ async def test_readme_quickstart_on_the_emulator_finds_the_lock_held(tmp_path: P
                 name = f"{deploy['metadata']['name']}-5d8f7-{i}"
                 state = Path(tempfile.mkdtemp(prefix="qs-", dir=tmp_path))
                 args_of[name] = _pod_args(container, state)
-                environ = env(POD_NAME=name, POD_NAMESPACE=namespace, REDLEASE_KUBE_API=cluster.url)
-                with (tmp_path / f"{name}.log").open("wb") as log:
-                    procs[name] = subprocess.Popen(  # noqa: S603
-                        [sys.executable, "-m", "redlease", *args_of[name]],
-                        env=environ, stdout=log, stderr=log, cwd=ROOT)  # fmt: skip
+                procs[name] = start_pod(name, namespace, args_of[name], cluster.url, tmp_path)
 
             def status() -> dict[str, Any]:
                 return {"status": cluster.status(lock["metadata"]["name"])}
@@ -170,7 +182,7 @@ async def test_readme_quickstart_on_the_emulator_finds_the_lock_held(tmp_path: P
             assert first in procs, (first, list(procs))
             # the leader's pod is deleted (SIGTERM); another pod holds it
             procs[first].terminate()
-            procs[first].wait(30)
+            await asyncio.to_thread(procs[first].wait, 30)
             second = await until(lambda: (h := leader(status())) != first and h, "failover")
             assert second in procs and second != first
     finally:
@@ -202,7 +214,10 @@ def test_e2e_plan_runs_the_readme_then_tears_down() -> None:
 
 def test_e2e_without_a_cluster_says_so_in_one_line_and_exits_0(tmp_path: Path) -> None:
     """No kubectl on PATH, and a kubectl whose cluster-info fails: one line, exit 0."""
-    for kubectl in (None, "#!/bin/sh\necho 'The connection to the server was refused' >&2\nexit 1\n"):
+    for kubectl in (
+        None,
+        "#!/bin/sh\necho 'The connection to the server was refused' >&2\nexit 1\n",
+    ):
         bindir = tmp_path / ("with" if kubectl else "without")
         bindir.mkdir()
         if kubectl:

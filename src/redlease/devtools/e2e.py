@@ -103,7 +103,10 @@ def main(argv: Sequence[str] | None = None, run: Runner = _run) -> int:
         start = time.monotonic()
         first = wait_leader(namespace, HELD_TIMEOUT, run)
         print(f"leader: {first} ({time.monotonic() - start:.1f} s after the rollout)")
-        _step(Step("readme", ["kubectl", "delete", "pod", "-n", namespace, first, "--wait=false"]), run)
+        _step(
+            Step("readme", ["kubectl", "delete", "pod", "-n", namespace, first, "--wait=false"]),
+            run,
+        )
         start = time.monotonic()
         second = wait_leader(namespace, FAILOVER_TIMEOUT, run, other_than=first)
         print(f"failover: {first} -> {second} in {time.monotonic() - start:.1f} s "
@@ -111,7 +114,9 @@ def main(argv: Sequence[str] | None = None, run: Runner = _run) -> int:
         _step(Step("readme", ["kubectl", "get", "dlock", "-n", namespace]), run)
     except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as exc:
         print(f"make e2e: FAILED: {exc}", file=sys.stderr)
-        _step(Step("diagnose", ["kubectl", "get", "pods,dlock", "-n", namespace, "-o", "wide"]), run)
+        _step(
+            Step("diagnose", ["kubectl", "get", "pods,dlock", "-n", namespace, "-o", "wide"]), run
+        )
         failed = True
     finally:
         if not args.keep:
