@@ -17,6 +17,7 @@ watching the namespace the rendered chart's operator watches.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 import helm_python as helm
 import pytest
 
+from redlease.devtools import e2e
 from redlease.devtools.kubeemulator import AS_ADMIN, NAMESPACE, running_cluster
 from redlease.devtools.kubeemulator import until as harness_until
 from redlease.devtools.localredis import RedisServer, free_port
@@ -231,3 +233,66 @@ def test_e2e_without_a_cluster_says_so_in_one_line_and_exits_0(tmp_path: Path) -
         assert "skipped" in done.stdout
         if kubectl:
             assert "refused" in done.stdout
+
+
+class FakeCluster:
+    """kubectl and helm as a cluster would answer them: the quick start's lock is Held by
+    ``holders[0]`` until that pod is deleted, then by the next one. ``fail`` makes the command
+    starting with it exit 1."""
+
+    def __init__(self, holders: list[str], fail: list[str] | None = None) -> None:
+        self.holders = holders
+        self.fail = fail
+        self.ran: list[list[str]] = []
+
+    def __call__(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        self.ran.append(argv)
+        out = ""
+        if self.fail is not None and argv[: len(self.fail)] == self.fail:
+            return subprocess.CompletedProcess(argv, 1, "", "error: boom\n")
+        if argv[:3] == ["kubectl", "delete", "pod"] and argv[4:6] == ["apps", self.holders[0]]:
+            self.holders.pop(0)
+        if argv[:4] == ["kubectl", "get", "dlock", "quickstart"]:
+            out = json.dumps({"status": {"phase": "Held", "holder": self.holders[0]}})
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+
+def test_e2e_runs_the_plan_deletes_the_leader_and_tears_down(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(e2e.shutil, "which", lambda name: f"/usr/bin/{name}")
+    fake = FakeCluster(["quickstart-a", "quickstart-b"])
+    assert e2e.main([], run=fake) == 0
+    steps = plan()
+    readme = [s.argv for s in steps if s.why == "readme"]
+    teardown = [s.argv for s in steps if s.why == "teardown"]
+    ran = [a for a in fake.ran if a[:4] != ["kubectl", "get", "dlock", "quickstart"]]
+    assert ran[0][:2] == ["kubectl", "cluster-info"]
+    assert ran[1 : 1 + len(readme)] == readme
+    assert ran[1 + len(readme)] == [
+        "kubectl", "delete", "pod", "-n", "apps", "quickstart-a", "--wait=false"]  # fmt: skip
+    assert ran[2 + len(readme)] == ["kubectl", "get", "dlock", "-n", "apps"]
+    assert ran[3 + len(readme) :] == teardown
+    assert "failover: quickstart-a -> quickstart-b in" in capsys.readouterr().out
+
+
+def test_e2e_a_failed_step_still_uninstalls_and_exits_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(e2e.shutil, "which", lambda name: f"/usr/bin/{name}")
+    fake = FakeCluster(["quickstart-a"], fail=["kubectl", "apply"])
+    assert e2e.main([], run=fake) == 1
+    assert not [a for a in fake.ran if a[:3] == ["kubectl", "delete", "pod"]]
+    teardown = [s.argv for s in plan() if s.why == "teardown"]
+    assert fake.ran[-len(teardown) :] == teardown
+    assert "FAILED: exit 1: kubectl apply" in capsys.readouterr().err
+
+
+def test_e2e_with_a_cluster_but_no_helm_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(e2e.shutil, "which", lambda name: None if name == "helm" else name)
+    fake = FakeCluster(["quickstart-a"])
+    assert e2e.main([], run=fake) == 2
+    assert fake.ran == [["kubectl", "cluster-info", "--request-timeout=10s"]]
+    assert "helm" in capsys.readouterr().out
