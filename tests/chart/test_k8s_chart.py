@@ -352,7 +352,7 @@ def test_notes_sample_lock_is_where_the_operator_looks_and_reaches_the_dev_redis
 
     out = chart.render(values, name="rl", namespace="ops", is_install=True)
     notes = str(out["redlease/templates/NOTES.txt"])
-    assert re.findall(r"kubectl apply -n (\S+)", notes) == [lock_ns]
+    assert set(re.findall(r"kubectl apply -n (\S+)", notes)) == {lock_ns}
     assert set(re.findall(r"dlock\S* .*-n (\S+)", notes)) <= {lock_ns}
     (url,) = re.findall(r"url: (redis://\S+)", notes)
     service = next(d for d in render(chart, values) if d["kind"] == "Service"

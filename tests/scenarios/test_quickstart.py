@@ -296,3 +296,24 @@ def test_e2e_with_a_cluster_but_no_helm_says_so(
     assert e2e.main([], run=fake) == 2
     assert fake.ran == [["kubectl", "cluster-info", "--request-timeout=10s"]]
     assert "helm" in capsys.readouterr().out
+
+
+def test_notes_say_what_the_readme_says() -> None:
+    """Installed as the README installs it, NOTES print the README's quick start commands as
+    written (apply, rollout status, get dlock) with nothing to edit; another release prints the
+    node URL and namespace to put in the example instead."""
+    qs = parse()
+    with helm.Chart.load(str(ROOT / qs.chart)) as chart:
+        notes = str(chart.render(qs.values, name=qs.release, namespace=qs.release_namespace,
+                                 is_install=True)["redlease/templates/NOTES.txt"])  # fmt: skip
+        other = str(chart.render(qs.values, name="rl", namespace="ops",
+                                 is_install=True)["redlease/templates/NOTES.txt"])  # fmt: skip
+    lines = [" ".join(line.split("#")[0].split()) for line in notes.splitlines()]
+    for argv in qs.commands:
+        if argv[:2] == ["kubectl", "apply"] or argv[1:3] in (["rollout", "status"],
+                                                             ["get", "dlock"]):  # fmt: skip
+            assert " ".join(argv) in lines, (argv, notes)
+    assert "first):" not in notes
+    assert "its node URL to redis://rl-redlease-dev-redis.ops.svc:6379/0 first" in " ".join(
+        other.split()
+    )
