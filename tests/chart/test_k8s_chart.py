@@ -18,6 +18,7 @@ from redlease.devtools.manifests import (
     restricted_violations,
     validate_builtin,
 )
+from redlease.devtools.quickstart import set_values
 
 OTHER = {
     "replicaCount": 0,
@@ -364,24 +365,6 @@ def test_notes_sample_lock_is_where_the_operator_looks_and_reaches_the_dev_redis
 HINT = re.compile(r"#\s*chart:\s*(\S+)")
 
 
-def _set_values(text: str) -> dict[str, Any]:
-    """Helm's ``--set`` syntax (``a.b=x,c={d,e}``) as values."""
-    values: dict[str, Any] = {}
-    for item in re.findall(r"[^,{]+(?:\{[^}]*\})?", text):
-        key, _, raw = item.strip(",").partition("=")
-        value: Any = raw
-        if raw.startswith("{"):
-            value = [v for v in raw.strip("{}").split(",") if v]
-        elif raw in ("true", "false"):
-            value = raw == "true"
-        *parents, leaf = key.split(".")
-        node = values
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return values
-
-
 def _hints() -> list[tuple[str, str]]:
     root = CHART.parents[1]
     files = [*sorted((root / "examples").glob("*.yaml")), *sorted((root / "docs").glob("*.md")),
@@ -395,7 +378,7 @@ def test_every_chart_hint_renders_as_written(chart: helm.Chart) -> None:
     hints = _hints()
     assert len(hints) >= 3, hints
     for where, text in hints:
-        values = _set_values(text)
+        values = set_values(text)
         docs = render(chart, values)  # refuses e.g. podLabel without podLabelPolicy
         rbac = values.get("sidecarRBAC", {})
         for namespace in rbac.get("namespaces", []):
