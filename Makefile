@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: help venv lint typecheck test test-quick test-latest test-long test-matrix demo chaos chaos-quick clean lock image image-push
+.PHONY: help venv e2e lint typecheck test test-quick test-latest test-long test-matrix demo chaos chaos-quick clean lock image image-push
 
 # The image the chart and the examples run (ghcr.io/redlease/redlease:<version>). Needs a Docker
 # engine (BuildKit); IMAGE=registry/name overrides the repository. `make image-push` pushes it
@@ -25,6 +25,7 @@ help:
 	@echo "make chaos       the safety check under faults (< 5 min); chaos-quick < 1 min"
 	@echo "make bench       redlease against its peers (< 10 min); bench-quick < 1 min"
 	@echo "make bench-scale how cost grows with locks, sidecars, waiters (<= 15 min); -quick < 2 min"
+	@echo "make e2e         the README's Kubernetes quick start on the current kubectl context"
 	@echo "make image       build $(IMAGE):$(VERSION) with Docker; make image-push pushes it"
 
 # The development environment is locked (requirements/dev.txt: exact versions with hashes, the
@@ -91,6 +92,13 @@ chaos: $(STAMP)
 
 chaos-quick: $(STAMP)
 	$(PY) -m chaos --quick --report chaos-report-quick.json
+
+# The README's Kubernetes quick start on the current kubectl context (kind, minikube, a cluster):
+# install, apply the example, one leader, its pod deleted, the failover timed, uninstall. Not part
+# of `make test` (tests/scenarios/test_quickstart.py checks its plan against the emulator); with
+# no reachable cluster one line, exit 0.
+e2e: $(STAMP)
+	$(PY) -m redlease.devtools.e2e
 
 demo: $(DEMO_STAMP)
 	$(PY) -m redlease demo

@@ -18,6 +18,7 @@ from redlease.devtools.manifests import (
     restricted_violations,
     validate_builtin,
 )
+from redlease.devtools.quickstart import set_values
 
 OTHER = {
     "replicaCount": 0,
@@ -352,7 +353,7 @@ def test_notes_sample_lock_is_where_the_operator_looks_and_reaches_the_dev_redis
 
     out = chart.render(values, name="rl", namespace="ops", is_install=True)
     notes = str(out["redlease/templates/NOTES.txt"])
-    assert re.findall(r"kubectl apply -n (\S+)", notes) == [lock_ns]
+    assert set(re.findall(r"kubectl apply -n (\S+)", notes)) == {lock_ns}
     assert set(re.findall(r"dlock\S* .*-n (\S+)", notes)) <= {lock_ns}
     (url,) = re.findall(r"url: (redis://\S+)", notes)
     service = next(d for d in render(chart, values) if d["kind"] == "Service"
@@ -362,24 +363,6 @@ def test_notes_sample_lock_is_where_the_operator_looks_and_reaches_the_dev_redis
 
 
 HINT = re.compile(r"#\s*chart:\s*(\S+)")
-
-
-def _set_values(text: str) -> dict[str, Any]:
-    """Helm's ``--set`` syntax (``a.b=x,c={d,e}``) as values."""
-    values: dict[str, Any] = {}
-    for item in re.findall(r"[^,{]+(?:\{[^}]*\})?", text):
-        key, _, raw = item.strip(",").partition("=")
-        value: Any = raw
-        if raw.startswith("{"):
-            value = [v for v in raw.strip("{}").split(",") if v]
-        elif raw in ("true", "false"):
-            value = raw == "true"
-        *parents, leaf = key.split(".")
-        node = values
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return values
 
 
 def _hints() -> list[tuple[str, str]]:
@@ -395,7 +378,7 @@ def test_every_chart_hint_renders_as_written(chart: helm.Chart) -> None:
     hints = _hints()
     assert len(hints) >= 3, hints
     for where, text in hints:
-        values = _set_values(text)
+        values = set_values(text)
         docs = render(chart, values)  # refuses e.g. podLabel without podLabelPolicy
         rbac = values.get("sidecarRBAC", {})
         for namespace in rbac.get("namespaces", []):
