@@ -27,6 +27,7 @@ from typing import Any
 
 from redlease.core import _log as log
 from redlease.core import aio, locks
+from redlease.core.arguments import check_flavour, checked_keywords
 from redlease.core.campaign import SHUTDOWN, Campaign, Granted, RedisLease
 from redlease.core.election import DEADLINE_PASSED, Election
 from redlease.core.lease import Lease
@@ -154,6 +155,7 @@ class _Facade:
     DEADLINE_PASSED = DEADLINE_PASSED
     lock_class: type[aio.Lock] | type[locks.Lock]
 
+    @checked_keywords
     def __init__(
         self,
         client: Any,
@@ -185,6 +187,7 @@ class _Facade:
             "on_new_leader": on_new_leader,
         }
         check_callbacks(**callbacks)
+        check_flavour(client, self.lock_class.asyncio, "Elector")
         lock = self.lock_class(client, name, ttl=timing.ttl, identity=identity)
         self.core = ElectorCore(lock, timing, callbacks)
         self._setup()
