@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import queue
+import threading
 import time
 from typing import Any
 
@@ -228,3 +230,78 @@ async def test_async_with_block_ends_with_lease_lost(redis_server: RedisServer) 
                 await asyncio.sleep(30)  # cancelled at the next renewal (a third of the TTL)
     finally:
         await client.aclose()
+
+
+TERM = {"ttl": 3.0, "renew_deadline": 2.0, "retry_period": 0.25}
+
+
+async def test_async_elector_runs_work_per_term_and_cancels_it_on_loss(
+    redis_server: RedisServer,
+) -> None:
+    """client-go's OnStartedLeading(ctx): the work of a term is cancelled when the term ends
+    (the lease deleted under it, then stop()), before on_stopped_leading is told."""
+    client = aioredis.Redis(port=redis_server.port)
+    started: asyncio.Queue[Any] = asyncio.Queue()
+    cancelled: asyncio.Queue[Any] = asyncio.Queue()
+    stops: list[str] = []
+
+    async def work(lease: Any) -> None:
+        started.put_nowait(lease)
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.put_nowait((lease, list(stops)))
+            raise
+
+    e = redlease.aio.Elector(client, "term", **TERM, on_stopped_leading=stops.append)
+    runner = asyncio.create_task(e.run(work))
+    try:
+        first = await asyncio.wait_for(started.get(), 15)
+        await client.delete(e.core.lock.keys.lease)  # the term is lost at its next renewal
+        lease, stops_then = await asyncio.wait_for(cancelled.get(), 15)
+        assert lease is first and stops_then == []  # cancelled before on_stopped_leading
+        second = await asyncio.wait_for(started.get(), 15)  # leads again: new work
+        assert second.fencing_token > first.fencing_token
+        await e.stop()
+        await asyncio.wait_for(runner, 15)
+        assert (await asyncio.wait_for(cancelled.get(), 15))[0] is second
+    finally:
+        runner.cancel()
+        await asyncio.wait([runner])
+        await client.aclose()
+
+
+def test_elector_runs_work_in_a_thread_told_when_the_term_ends(
+    redis_server: RedisServer,
+) -> None:
+    client = redis_server.client()
+    terms: queue.Queue[Any] = queue.Queue()
+    ended: queue.Queue[Any] = queue.Queue()
+
+    def work(lease: Any, over: threading.Event) -> None:
+        terms.put(lease)
+        over.wait()  # the work goes on until its term ends
+        ended.put(lease)
+
+    e = redlease.Elector(client, "sterm", **TERM)
+    thread = threading.Thread(target=e.run, args=(work,), daemon=True)
+    thread.start()
+    try:
+        first = terms.get(timeout=15)
+        client.delete(e.core.lock.keys.lease)
+        assert ended.get(timeout=15) is first
+        second = terms.get(timeout=15)
+        assert second.fencing_token > first.fencing_token
+    finally:
+        e.stop()
+        thread.join(15)  # run() returns once the term's work did
+    assert not thread.is_alive() and ended.get_nowait() is second
+
+
+@pytest.mark.parametrize("cls", [redlease.Elector, redlease.aio.Elector])
+def test_elector_work_must_be_callable(cls: Any) -> None:
+    client = _client(redlease.aio.Lock if cls is redlease.aio.Elector else redlease.Lock)
+    with pytest.raises(ConfigError, match="work"):
+        result = cls(client, "x").run(work=42)
+        if inspect.iscoroutine(result):
+            asyncio.run(result)
