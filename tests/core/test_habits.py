@@ -21,6 +21,7 @@ import redlease.aio
 from redlease import ConfigError
 from redlease.core.timing import DEFAULT_TTL
 from redlease.devtools.localredis import RedisServer
+from redlease.devtools.polling import wait_until
 from redlease.quorum import NodeSet
 
 OPTIONS = ("ttl", "identity", "handoff", "replicas", "replica_timeout")
@@ -192,6 +193,48 @@ def test_with_block_longer_than_the_ttl_keeps_the_lease(redis_server: RedisServe
         assert lease.valid and lock.owned()
         assert lock.state().fencing_token == lease.fencing_token
     assert not lock.locked()  # released at exit, no NotOwned
+    assert not [t for t in threading.enumerate() if t.name == "redlease-renew-w"]  # stopped
+
+
+def test_with_block_whose_lease_is_taken_says_so(redis_server: RedisServer) -> None:
+    """Never a silent expiry: a lease deleted under the block turns ``lease.valid`` false at
+    the next renewal and the exit raises NotOwned."""
+    client = redis_server.client()
+    lock = redlease.Lock(client, "taken", ttl=1)
+    with pytest.raises(redlease.NotOwned), lock as lease:  # noqa: PT012 - the block is tested
+        client.delete(lock.keys.lease)
+        wait_until(lambda: not lease.valid, timeout=15)
+    assert not lock.owned()
+
+
+def test_many_threads_with_blocks_exclude_each_other(redis_server: RedisServer) -> None:
+    """Many callers, each with its own handle and renewer: one inside at a time, every block
+    longer than the TTL, no NotOwned, no renewer left running."""
+    inside: list[int] = []
+    overlaps: list[int] = []
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        client = redis_server.client()
+        try:
+            with redlease.Lock(client, "many", ttl=0.5, identity=f"w{i}"):
+                inside.append(i)
+                if len(inside) > 1:
+                    overlaps.append(i)
+                time.sleep(0.6)  # the body's own work, longer than the TTL
+                inside.remove(i)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and not overlaps and not inside
+    assert not [t for t in threading.enumerate() if t.name == "redlease-renew-many"]
 
 
 def test_reentrant_with_blocks_renew_until_the_outer_exit(redis_server: RedisServer) -> None:
