@@ -6,12 +6,15 @@ renamed in the code must be renamed in the README)."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 import shlex
 import tomllib
 
 import pytest
 
+import redlease
+import redlease.aio
 from redlease.cli import _EXTRAS, COMMANDS, build_parser, run
 from redlease.core.primitives import Options
 from redlease.core.timing import DEFAULT_TTL
@@ -51,13 +54,17 @@ def test_the_exit_status_table_is_runs_own() -> None:
 
 
 def test_the_default_ttls_are_the_codes() -> None:
-    found = re.search(r"\*\*Default TTL: (\d+) s\*\*.*?default\s+to \*\*(\d+) s\*\*", README,
-                      re.S)  # fmt: skip
+    found = re.search(r"\*\*Default TTL: (\d+) s\*\* everywhere", README)
     assert found is not None, "the README's default TTL line"
-    elected, locks = (int(g) for g in found.groups())
     ttl_flag = next(f for f in run.COMMAND.flags if f.name == "--ttl")
-    assert elected == DEFAULT_TTL == ttl_flag.default
-    assert locks == Options().ttl
+    crd = (ROOT / "crds" / "distributedlock.yaml").read_text()
+    ttl_seconds = re.search(r"ttlSeconds:(?:\n +\w.*)*?\n +default: (\d+)", crd)
+    assert ttl_seconds is not None, "the CRD's ttlSeconds default"
+    assert int(found.group(1)) == DEFAULT_TTL == ttl_flag.default == int(ttl_seconds.group(1))
+    assert Options().ttl == DEFAULT_TTL
+    for cls in (redlease.Lock, redlease.Semaphore, redlease.MultiLock, redlease.aio.Lock,
+                redlease.Elector, redlease.aio.Elector):  # fmt: skip
+        assert inspect.signature(cls).parameters["ttl"].default == DEFAULT_TTL, cls
 
 
 def test_the_install_lines_name_real_extras() -> None:

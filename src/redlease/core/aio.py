@@ -17,7 +17,7 @@ from typing import Any
 
 from redlease.core import _async
 from redlease.core import _log as log
-from redlease.core.handles import HandleCore, ReadWritePair
+from redlease.core.handles import HandleCore, ReadWritePair, SemaphoreCore
 from redlease.core.lease import Lease, RenewerBase
 from redlease.core.multi import MultiCore
 from redlease.core.state import LockState
@@ -30,9 +30,8 @@ LostCallback = Callable[[LeaseLost], None]
 class _AsyncHandle(HandleCore):
     """Awaitable operations over one asyncio Redis client (or a cluster, or a node set)."""
 
-    def __init__(self, client: Any, name: Any, **options: Any) -> None:
-        super().__init__(name, **options)
-        self._node = self.executor(client, _async.AsyncNode)
+    plain = _async.AsyncNode
+    asyncio = True
 
     @property
     def node(self) -> str:
@@ -42,13 +41,13 @@ class _AsyncHandle(HandleCore):
         self, blocking: bool = True, timeout: float | None = None, *, owner: Any = None
     ) -> Lease:
         """See :meth:`redlease.Lock.acquire`."""
-        flow, cleanup, token = self.begin_acquire(
+        flow, cleanup, token = self._begin_acquire(
             owner, blocking, timeout, self._node.socket_timeout
         )
         grant = await _async.guarded(
             self._node, flow, cleanup, self.budget(timeout), self.cleanup_budget
         )
-        return self.finish_acquire(owner, token, grant)
+        return self._finish_acquire(owner, token, grant)
 
     async def release(self, *, owner: Any = None) -> None:
         """Release (one level of) the hold; completes even if the caller is cancelled.
@@ -57,45 +56,72 @@ class _AsyncHandle(HandleCore):
         cancelled meanwhile, a full release by owner token (idempotent) is run to completion in
         a shielded task before the cancellation propagates.
         """
-        flow, held = self.begin_release(owner)
+        flow, held = self._begin_release(owner)
         budget = self.budget(held=held)
         try:
             await _async.drive(self._node, flow, budget=budget)
         except asyncio.CancelledError:
-            retry = self.release_flow(held.token, True)
+            retry = self._release_flow(held.token, True)
             again = self.budget(held=held)
             with contextlib.suppress(NotOwned):  # the first attempt may have gone through
                 await _async.run_to_completion(
                     _async.drive(self._node, retry, budget=again), limit=again.cap + REPLY_GRACE
                 )
-            self.forget(owner, held)
+            self._forget(owner, held)
             raise
         except NotOwned:
-            self.forget(owner, held)
+            self._forget(owner, held)
             raise
-        self.finish_release(owner, held)
+        self._finish_release(owner, held)
 
     async def extend(
         self, ttl: float | None = None, *, owner: Any = None, timeout: float | None = None
     ) -> Lease:
         """See :meth:`redlease.Lock.extend`."""
-        flow, held = self.begin_extend(owner, ttl, timeout)
+        flow, held = self._begin_extend(owner, ttl, timeout)
         try:
             result = await _async.drive(self._node, flow, budget=self.budget(timeout, held))
         except NotOwned:
-            self.forget(owner, held)
+            self._forget(owner, held)
             raise
-        return self.finish_extend(held, result, ttl)
+        return self._finish_extend(held, result, ttl)
 
     async def state(self) -> LockState:
-        return await _async.drive(self._node, self.state_flow(), budget=self.budget())  # type: ignore[no-any-return]
+        return await _async.drive(self._node, self._state_flow(), budget=self.budget())  # type: ignore[no-any-return]
+
+    async def locked(self) -> bool:
+        """Whether anyone holds the lock now (one read of its state in Redis), as
+        ``asyncio.Lock.locked()``; :meth:`owned` says whether this handle holds it."""
+        return (await self.state()).held
 
     async def __aenter__(self) -> Lease:
-        return await self.acquire()
+        """``async with lock:`` acquires, keeps the lease renewed from a background task while
+        the block runs (an :class:`AsyncRenewer`, as Redisson's watchdog) and releases it at
+        the end. If the lease is lost, the block is cancelled and exits with
+        :class:`LeaseLost` (as :meth:`hold`)."""
+        lease = await self.acquire()
+        key = self._owner_key(None)
+        running = self._watchdogs.get(key)
+        if running is None or running.lost.is_set():
+            self._watchdogs[key] = AsyncRenewer(self, guard=asyncio.current_task()).start()
+        return lease
 
     async def __aexit__(
         self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
     ) -> None:
+        renewer = None
+        if self.count() <= 1:
+            renewer = self._watchdogs.pop(self._owner_key(None), None)
+            if renewer is not None:
+                await renewer.stop()
+        lost = renewer is not None and renewer.cancelled_guard
+        if lost and t is not None and issubclass(t, asyncio.CancelledError):
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            with contextlib.suppress(NotOwned):
+                await self.release()
+            raise LeaseLost(self.name, "lease lost; the guarded block was cancelled") from None
         await self.release()
 
     @asynccontextmanager
@@ -141,13 +167,8 @@ class _AsyncHandle(HandleCore):
                 log.warning("lease already lost at release", lock=self.name)
 
 
-class Semaphore(_AsyncHandle):
+class Semaphore(SemaphoreCore, _AsyncHandle):
     """A counting semaphore; see :class:`redlease.Semaphore`."""
-
-    counting = True
-
-    def __init__(self, client: Any, name: Any, limit: int, **options: Any) -> None:
-        super().__init__(client, name, limit=limit, **options)
 
 
 class Lock(_AsyncHandle):
@@ -159,7 +180,7 @@ class MultiLock(MultiCore, _AsyncHandle):
 
     async def states(self) -> dict[str, LockState]:
         """The live state of each lock name."""
-        return await _async.drive(self._node, self.states_flow(), budget=self.budget())  # type: ignore[no-any-return]
+        return await _async.drive(self._node, self._states_flow(), budget=self.budget())  # type: ignore[no-any-return]
 
 
 class ReentrantLock(_AsyncHandle):
@@ -173,10 +194,12 @@ class ReentrantLock(_AsyncHandle):
 
 class ReadLock(_AsyncHandle):
     kind = "read"
+    public = "ReadWriteLock"
 
 
 class WriteLock(_AsyncHandle):
     kind = "write"
+    public = "ReadWriteLock"
 
 
 class ReadWriteLock(ReadWritePair[ReadLock, WriteLock]):

@@ -27,6 +27,7 @@ from typing import Any
 
 from redlease.core import _log as log
 from redlease.core import aio, locks
+from redlease.core.arguments import check_flavour, checked_keywords
 from redlease.core.campaign import SHUTDOWN, Campaign, Granted, RedisLease
 from redlease.core.election import DEADLINE_PASSED, Election
 from redlease.core.lease import Lease
@@ -65,6 +66,9 @@ class ElectorCore:
         self.callbacks = callbacks
         self.campaign: Campaign[Lease] | None = None
         self.holder: str | None = None  # the holder last reported to on_new_leader
+        # run(work): started for each term with its lease, cancelled when the term ends
+        self.work: Callable[[Lease], Awaitable[Any]] | None = None
+        self._term: asyncio.Task[None] | None = None
 
     @property
     def identity(self) -> str:
@@ -94,7 +98,10 @@ class ElectorCore:
             acquire_timeout=timing.retry_period * 2,
             watcher=self,
         )
-        await self.campaign.run(stop)
+        try:
+            await self.campaign.run(stop)
+        finally:
+            await self._end_work()
 
     async def _peek(self, backend: RedisLease) -> None:
         """Name the holder before the first acquire (it may wait a retry period): one read of
@@ -112,10 +119,30 @@ class ElectorCore:
     async def started(self, granted: Granted[Lease]) -> None:
         await self._observe(self.identity)
         await self._call("on_started_leading", granted.record)
+        if self.work is not None:
+            self._term = asyncio.create_task(
+                self._work(self.work, granted.record), name=f"redlease-term-{self.lock.name}"
+            )
 
     async def stopped(self, reason: str) -> None:
         self.holder = None  # the next holder seen is reported, even this process again
+        await self._end_work()
         await self._call("on_stopped_leading", reason)
+
+    async def _work(self, work: Callable[[Lease], Awaitable[Any]], lease: Lease) -> None:
+        """One term's work; its error is logged (the term goes on: leadership is the
+        campaign's to end, as a callback's error)."""
+        try:
+            await work(lease)
+        except Exception:  # noqa: BLE001 - the user's work must not kill the elector
+            log.exception("work failed while leading", lock=self.lock.name)
+
+    async def _end_work(self) -> None:
+        """Cancel the term's work (client-go's cancelled context) and wait for it to end."""
+        task, self._term = self._term, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
 
     def released(self, outcome: bool | Exception) -> None:
         if isinstance(outcome, Exception):
@@ -154,6 +181,7 @@ class _Facade:
     DEADLINE_PASSED = DEADLINE_PASSED
     lock_class: type[aio.Lock] | type[locks.Lock]
 
+    @checked_keywords
     def __init__(
         self,
         client: Any,
@@ -185,6 +213,7 @@ class _Facade:
             "on_new_leader": on_new_leader,
         }
         check_callbacks(**callbacks)
+        check_flavour(client, self.lock_class.asyncio, "Elector")
         lock = self.lock_class(client, name, ttl=timing.ttl, identity=identity)
         self.core = ElectorCore(lock, timing, callbacks)
         self._setup()
@@ -227,16 +256,29 @@ class AsyncElector(_Facade):
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    async def run(self) -> None:
-        """Campaign until :meth:`stop` (or cancellation); releases the lease on the way out."""
+    async def run(self, work: Callable[[Lease], Awaitable[Any]] | None = None) -> None:
+        """Campaign until :meth:`stop` (or cancellation); releases the lease on the way out.
+
+        ``work``: a coroutine function run as a task for each term (with its lease, whose
+        ``fencing_token`` is the term's) and cancelled when the term ends (lost, deadline
+        passed, stopped) before ``on_stopped_leading`` is called: client-go's
+        ``OnStartedLeading(ctx)``. Work that returns leaves the term running; its error is
+        logged."""
         self._stop.clear()
+        if work is not None and not callable(work):
+            raise ConfigError("work", f"must be a coroutine function, got {work!r}")
+        self.core.work = work
         await self.core.run(self._stop)
 
-    async def start(self) -> AsyncElector:
-        """Run in a background task; returns at once."""
+    async def start(self, work: Callable[[Lease], Awaitable[Any]] | None = None) -> AsyncElector:
+        """Run in a background task (``work``: see :meth:`run`); returns at once."""
         if self._task is not None and not self._task.done():
             raise RedleaseError("elector already started")
-        self._task = asyncio.create_task(self.run(), name=f"redlease-elector-{self.core.lock.name}")
+        if work is not None and not callable(work):
+            raise ConfigError("work", f"must be a coroutine function, got {work!r}")
+        self._task = asyncio.create_task(
+            self.run(work), name=f"redlease-elector-{self.core.lock.name}"
+        )
         return self
 
     async def stop(self) -> None:
@@ -257,6 +299,24 @@ class AsyncElector(_Facade):
         await self.stop()
 
 
+def _in_thread(
+    work: Callable[[Lease, threading.Event], Any],
+) -> Callable[[Lease], Awaitable[None]]:
+    """A blocking elector's ``work`` as the core runs it: in a thread, told to end by an
+    event when the task is cancelled."""
+
+    async def term(lease: Lease) -> None:
+        ended = threading.Event()
+        thread = asyncio.ensure_future(asyncio.to_thread(work, lease, ended))
+        try:
+            await asyncio.shield(thread)
+        finally:
+            ended.set()
+            await asyncio.wait([thread])  # never two terms' work at once
+
+    return term
+
+
 class Elector(_Facade):
     """Leader election on one lock, blocking (``redlease.Elector``).
 
@@ -275,16 +335,31 @@ class Elector(_Facade):
         self._running: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         self._thread: threading.Thread | None = None
 
-    def run(self) -> None:
+    def run(self, work: Callable[[Lease, threading.Event], Any] | None = None) -> None:
         """Campaign in this thread until :meth:`stop` is called (from a callback or another
-        thread) or KeyboardInterrupt; releases the lease on the way out."""
+        thread) or KeyboardInterrupt; releases the lease on the way out.
+
+        ``work(lease, ended)`` runs in a thread of its own for each term (``lease.fencing_token``
+        is the term's); ``ended`` (a :class:`threading.Event`) is set when the term ends (lost,
+        deadline passed, stopped), before ``on_stopped_leading``: client-go's
+        ``OnStartedLeading(ctx)``; ``work`` must then return soon (a thread cannot be
+        cancelled: the next term, and :meth:`run`'s return, wait for it). Work that returns
+        leaves the term running; its error is logged."""
+        self._set_work(work)
         asyncio.run(self._main(None))
 
-    def start(self) -> Elector:
-        """Run in a background thread; returns once it is campaigning."""
+    def _set_work(self, work: Callable[[Lease, threading.Event], Any] | None) -> None:
+        if work is not None and not callable(work):
+            raise ConfigError("work", f"must be callable, got {work!r}")
+        self.core.work = None if work is None else _in_thread(work)
+
+    def start(self, work: Callable[[Lease, threading.Event], Any] | None = None) -> Elector:
+        """Run in a background thread (``work``: see :meth:`run`); returns once it is
+        campaigning."""
         with self._guard:
             if self._thread is not None and self._thread.is_alive():
                 raise RedleaseError("elector already started")
+            self._set_work(work)
             ready = threading.Event()
             self._thread = threading.Thread(
                 target=lambda: asyncio.run(self._main(ready)),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from redlease.core import flows, primitives, waiting
+from redlease.core.arguments import check_flavour, checked_keywords
 from redlease.core.client import Executor
 from redlease.core.clock import ServerTime
 from redlease.core.flows import AcquireState, Grant
@@ -24,7 +25,14 @@ from redlease.core.primitives import Options, Primitive
 from redlease.core.requests import Flow
 from redlease.core.rules import check_limit
 from redlease.core.state import read_state_flow
-from redlease.core.timing import REPLY_GRACE, TTL_RANGE, Budget, cleanup_budget, operation_budget
+from redlease.core.timing import (
+    DEFAULT_TTL,
+    REPLY_GRACE,
+    TTL_RANGE,
+    Budget,
+    cleanup_budget,
+    operation_budget,
+)
 from redlease.errors import ConfigError, NotOwned
 
 
@@ -94,18 +102,51 @@ class HandleCore:
     kind = "mutex"
     counting = False  # takes ``limit`` (a counting semaphore; see redlease.Semaphore)
 
+    plain: Callable[[Any, str], Executor]  # the flavour's node driver (sync or asyncio)
+    asyncio = False  # the flavour: which clients it takes (checked at construction)
+    public = ""  # the public class named when a client of the other flavour is given ('': own)
+
+    @checked_keywords
     def __init__(
         self,
+        client: Any,
         name: Any,
         *,
-        limit: int = 1,
-        ttl: float = 30.0,
+        ttl: float = DEFAULT_TTL,
         identity: str | None = None,
         handoff: float = 0.25,
         replicas: int = 0,
         replica_timeout: float = primitives.DEFAULT_REPLICA_TIMEOUT,
         forget_after: float | None = None,
     ) -> None:
+        """``client``: a Redis client of this API's flavour (blocking or asyncio), a Redis
+        Cluster client or a :class:`redlease.quorum.NodeSet`; ``name``: the lock's name.
+
+        ``ttl``: the lease's time to live in seconds (default 15, as the sidecar, the Elector
+        and the CRD); ``identity``: the holder's name shown by ``status`` (default
+        ``$POD_NAME``, else ``hostname:pid``); ``handoff``: how long a released lock stays
+        reserved for a woken waiter; ``replicas``/``replica_timeout``: WAIT for that many
+        replicas after each grant and extension (fail closed); ``forget_after``: let the fence
+        counter expire that long after the lease (docs/safety.md). A wrong or unknown keyword
+        raises :class:`~redlease.errors.ConfigError` naming it.
+        """
+        self._setup(
+            client, name, 1, ttl, identity, handoff, replicas, replica_timeout, forget_after
+        )
+
+    def _setup(
+        self,
+        client: Any,
+        name: Any,
+        limit: int,
+        ttl: float,
+        identity: str | None,
+        handoff: float,
+        replicas: int,
+        replica_timeout: float,
+        forget_after: float | None,
+    ) -> None:
+        check_flavour(client, self.asyncio, self.public or type(self).__name__)
         options = make_options(
             ttl=ttl,
             identity=identity,
@@ -131,12 +172,14 @@ class HandleCore:
             self.prim = replace(self.prim, limit=limit)
         self.name = self.prim.name
         self._holds: dict[Any, Held] = {}
+        self._watchdogs: dict[Any, Any] = {}  # owner -> the renewer of its ``with`` block
         self.one_clock = True  # one server's clock per lease (not a RedLock set)
+        self._node = self._executor(client, self.plain)
 
     def _primitive(self, name: str, options: Options) -> Primitive:
         return Primitive(LockKeys.for_name(name), options, self.kind)
 
-    def executor(self, client: Any, plain: Callable[[Any, str], Executor]) -> Executor:
+    def _executor(self, client: Any, plain: Callable[[Any, str], Executor]) -> Executor:
         """What this handle runs its flows on: a RedLock node set's quorum executor, or
         ``plain(client, name)`` (one node or a cluster)."""
         if getattr(client, "is_redlease_nodeset", False):  # redlease.core.quorum.NodeSet
@@ -166,27 +209,29 @@ class HandleCore:
     def keys(self) -> LockKeys:
         return self.prim.keys
 
-    def held(self, owner: Any = None) -> Held | None:
+    def _held(self, owner: Any = None) -> Held | None:
         return self._holds.get(self._owner_key(owner))
 
     def lease(self, owner: Any = None) -> Lease | None:
         """The current lease of ``owner`` (None if it holds nothing)."""
-        held = self.held(owner)
+        held = self._held(owner)
         return held.lease if held else None
 
     def owned(self, owner: Any = None) -> bool:
-        """True while ``owner`` holds the lock and its local deadline has not passed."""
-        held = self.held(owner)
+        """True while ``owner`` (default: this handle; a reentrant lock's: the calling thread or
+        task) holds the lock and its local deadline has not passed. Local: no round trip (see
+        ``locked()`` for whether anyone holds it)."""
+        held = self._held(owner)
         return held is not None and held.lease.valid
 
     def count(self, owner: Any = None) -> int:
         """How many times ``owner`` holds the lock (reentrant locks count re-entries)."""
-        held = self.held(owner)
+        held = self._held(owner)
         return held.count if held else 0
 
     # -- which flows ----------------------------------------------------------------------------
 
-    def acquire_flow(
+    def _acquire_flow(
         self, token: str, blocking: bool, timeout: float | None, socket_timeout: float | None
     ) -> tuple[Flow, Callable[[], Flow]]:
         """The acquire flow and the clean-up that undoes it if it fails or is interrupted."""
@@ -201,17 +246,17 @@ class HandleCore:
         )
         return flow, lambda: flows.abort_acquire(self.prim, token, state)
 
-    def release_flow(self, token: str, full: bool) -> Flow:
+    def _release_flow(self, token: str, full: bool) -> Flow:
         return flows.release(self.prim, token, full=full)
 
-    def extend_flow(
+    def _extend_flow(
         self, token: str, ttl: float | None, timeout: float | None, since: ServerTime | None = None
     ) -> Flow:
         return flows.extend(
             self.prim, token, ttl, clock=time.monotonic, timeout=timeout, since=since
         )
 
-    def state_flow(self) -> Flow:
+    def _state_flow(self) -> Flow:
         """Reads the lock's live state (a :class:`~redlease.core.state.LockState`)."""
         return read_state_flow(self.keys, self.prim.limit)
 
@@ -220,7 +265,7 @@ class HandleCore:
     def _owner_key(self, owner: Any) -> Any:
         return None
 
-    def resolve_owner(self, owner: Any) -> Any:
+    def _resolve_owner(self, owner: Any) -> Any:
         """The concrete owner for ``owner`` in the calling thread/task (for background renewers,
         which run elsewhere but must act for the caller)."""
         return self._owner_key(owner)
@@ -237,19 +282,19 @@ class HandleCore:
         """How long the undo after a failed or interrupted acquire may take."""
         return cleanup_budget(self.prim.options.ttl, time.monotonic())
 
-    def begin_acquire(
+    def _begin_acquire(
         self, owner: Any, blocking: bool, timeout: float | None, socket_timeout: float | None
     ) -> tuple[Flow, Callable[[], Flow], str]:
         check_timeout(blocking, timeout)
-        held = self.held(owner)
+        held = self._held(owner)
         token = held.token if held is not None else flows.new_token()
-        flow, cleanup = self.acquire_flow(token, blocking, timeout, socket_timeout)
+        flow, cleanup = self._acquire_flow(token, blocking, timeout, socket_timeout)
         if held is not None and self.kind == "reentrant":
             # never undo an outer hold when a re-entry is interrupted
             return flow, _nothing, token
         return flow, cleanup, token
 
-    def finish_acquire(self, owner: Any, token: str, grant: Grant) -> Lease:
+    def _finish_acquire(self, owner: Any, token: str, grant: Grant) -> Lease:
         key = self._owner_key(owner)
         held = self._holds.get(key)
         if held is not None and held.token == token and grant.reentered:
@@ -266,27 +311,27 @@ class HandleCore:
         self._holds[key] = Held(token, lease)
         return lease
 
-    def begin_release(self, owner: Any) -> tuple[Flow, Held]:
-        held = self.held(owner)
+    def _begin_release(self, owner: Any) -> tuple[Flow, Held]:
+        held = self._held(owner)
         if held is None:
             raise NotOwned(self.name, "release of a lock this owner does not hold")
-        return self.release_flow(held.token, held.count <= 1), held
+        return self._release_flow(held.token, held.count <= 1), held
 
-    def finish_release(self, owner: Any, held: Held) -> None:
+    def _finish_release(self, owner: Any, held: Held) -> None:
         held.count -= 1
         held.lease.count = max(0, held.count)
         if held.count <= 0:
             self._holds.pop(self._owner_key(owner), None)
 
-    def forget(self, owner: Any, held: Held) -> None:
+    def _forget(self, owner: Any, held: Held) -> None:
         """Drop a hold that Redis says is gone (release or extend refused)."""
         held.lease.lost = True
         self._holds.pop(self._owner_key(owner), None)
 
-    def begin_extend(
+    def _begin_extend(
         self, owner: Any, ttl: float | None, timeout: float | None = None
     ) -> tuple[Flow, Held]:
-        held = self.held(owner)
+        held = self._held(owner)
         if held is None:
             raise NotOwned(self.name, "extend of a lock this owner does not hold")
         if ttl is not None and (not isinstance(ttl, int | float) or ttl <= 0):
@@ -294,15 +339,42 @@ class HandleCore:
         if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
             raise ConfigError("timeout", f"must be > 0 seconds, got {timeout!r}")
         since = held.lease.server_time if self.one_clock else None
-        return self.extend_flow(held.token, ttl, timeout, since), held
+        return self._extend_flow(held.token, ttl, timeout, since), held
 
     @staticmethod
-    def finish_extend(held: Held, result: tuple[float, ServerTime], ttl: float | None) -> Lease:
+    def _finish_extend(held: Held, result: tuple[float, ServerTime], ttl: float | None) -> Lease:
         held.lease.deadline, held.lease.server_time = result
         held.lease.sent_at, held.lease.renewed_ms = result[1].sent, result[1].server_ms
         if ttl is not None:
             held.lease.ttl = float(ttl)
         return held.lease
+
+
+class SemaphoreCore(HandleCore):
+    """A counting semaphore's constructor (both flavours): ``limit`` holders at once."""
+
+    counting = True
+    public = "Semaphore"
+
+    @checked_keywords
+    def __init__(
+        self,
+        client: Any,
+        name: Any,
+        limit: int,
+        *,
+        ttl: float = DEFAULT_TTL,
+        identity: str | None = None,
+        handoff: float = 0.25,
+        replicas: int = 0,
+        replica_timeout: float = primitives.DEFAULT_REPLICA_TIMEOUT,
+        forget_after: float | None = None,
+    ) -> None:
+        """``limit``: how many may hold it at once; the other options are
+        :class:`redlease.Lock`'s."""
+        self._setup(
+            client, name, limit, ttl, identity, handoff, replicas, replica_timeout, forget_after
+        )
 
 
 R = TypeVar("R")
@@ -319,11 +391,29 @@ class ReadWritePair(Generic[R, W]):
     reader_class: Callable[..., R]
     writer_class: Callable[..., W]
 
-    def __init__(self, client: Any, name: str, **options: Any) -> None:
+    @checked_keywords
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        ttl: float = DEFAULT_TTL,
+        identity: str | None = None,
+        handoff: float = 0.25,
+        replicas: int = 0,
+        replica_timeout: float = primitives.DEFAULT_REPLICA_TIMEOUT,
+    ) -> None:
+        """The options of both sides (see :class:`redlease.Lock`)."""
         self.client = client
         self.name = name
-        self.options = options
-        self.writer_class(client, name, **options)  # validate now, not at first use
+        self.options: dict[str, Any] = {
+            "ttl": ttl,
+            "identity": identity,
+            "handoff": handoff,
+            "replicas": replicas,
+            "replica_timeout": replica_timeout,
+        }
+        self.writer_class(client, name, **self.options)  # validate now, not at first use
 
     def reader(self) -> R:
         return self.reader_class(self.client, self.name, **self.options)

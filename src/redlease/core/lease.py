@@ -156,6 +156,6 @@ class RenewerBase:
             raise NotOwned(handle.name, "cannot renew a lock this owner does not hold")
         self.handle = handle
         self.lease: Lease = lease
-        self.owner = handle.resolve_owner(owner)
+        self.owner = handle._resolve_owner(owner)
         self.on_lost = on_lost
         self.loop = RenewLoop(handle.name, lease, fraction)

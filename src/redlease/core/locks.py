@@ -15,7 +15,7 @@ from typing import Any
 
 from redlease.core import _log as log
 from redlease.core import _sync
-from redlease.core.handles import HandleCore, ReadWritePair
+from redlease.core.handles import HandleCore, ReadWritePair, SemaphoreCore
 from redlease.core.lease import Lease, RenewerBase
 from redlease.core.multi import MultiCore
 from redlease.core.state import LockState
@@ -27,9 +27,7 @@ LostCallback = Callable[[LeaseLost], None]
 class _SyncHandle(HandleCore):
     """Blocking operations over one Redis client (or a cluster, or a RedLock node set)."""
 
-    def __init__(self, client: Any, name: Any, **options: Any) -> None:
-        super().__init__(name, **options)
-        self._node = self.executor(client, _sync.SyncNode)
+    plain = _sync.SyncNode
 
     @property
     def node(self) -> str:
@@ -44,21 +42,21 @@ class _SyncHandle(HandleCore):
         Raises :class:`LockTimeout`/:class:`LockContention` on contention and
         :class:`LockUnavailable` on an outage. A failed or interrupted acquire leaves no lease.
         """
-        flow, cleanup, token = self.begin_acquire(
+        flow, cleanup, token = self._begin_acquire(
             owner, blocking, timeout, self._node.socket_timeout
         )
         grant = _sync.guarded(self._node, flow, cleanup, self.budget(timeout), self.cleanup_budget)
-        return self.finish_acquire(owner, token, grant)
+        return self._finish_acquire(owner, token, grant)
 
     def release(self, *, owner: Any = None) -> None:
         """Release (one level of) the hold. Raises :class:`NotOwned` if the lease was lost."""
-        flow, held = self.begin_release(owner)
+        flow, held = self._begin_release(owner)
         try:
             _sync.drive(self._node, flow, budget=self.budget(held=held))
         except NotOwned:
-            self.forget(owner, held)
+            self._forget(owner, held)
             raise
-        self.finish_release(owner, held)
+        self._finish_release(owner, held)
 
     def extend(
         self, ttl: float | None = None, *, owner: Any = None, timeout: float | None = None
@@ -67,24 +65,43 @@ class _SyncHandle(HandleCore):
 
         ``timeout`` bounds the wait for Redis (default: the client's socket timeout).
         """
-        flow, held = self.begin_extend(owner, ttl, timeout)
+        flow, held = self._begin_extend(owner, ttl, timeout)
         try:
             result = _sync.drive(self._node, flow, budget=self.budget(timeout, held))
         except NotOwned:
-            self.forget(owner, held)
+            self._forget(owner, held)
             raise
-        return self.finish_extend(held, result, ttl)
+        return self._finish_extend(held, result, ttl)
 
     def state(self) -> LockState:
         """Read the lock's live state from Redis (holder, fencing token, TTL left, ...)."""
-        return _sync.drive(self._node, self.state_flow(), budget=self.budget())  # type: ignore[no-any-return]
+        return _sync.drive(self._node, self._state_flow(), budget=self.budget())  # type: ignore[no-any-return]
+
+    def locked(self) -> bool:
+        """Whether anyone holds the lock now (one read of its state in Redis), as
+        ``threading.Lock.locked()``; :meth:`owned` says whether this handle holds it."""
+        return self.state().held
 
     def __enter__(self) -> Lease:
-        return self.acquire()
+        """``with lock:`` acquires (waiting as long as it takes), keeps the lease renewed from
+        a background thread while the block runs (a :class:`Renewer`, as Redisson's watchdog),
+        and releases it at the end. If renewal fails the lease is marked lost (``lease.valid``
+        turns false, a warning is logged) and the exit raises :class:`NotOwned`; use
+        :meth:`hold` for a timeout or an ``on_lost`` callback."""
+        lease = self.acquire()
+        key = self._owner_key(None)
+        running = self._watchdogs.get(key)
+        if running is None or running.lost.is_set():
+            self._watchdogs[key] = Renewer(self).start()
+        return lease
 
     def __exit__(
         self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if self.count() <= 1:
+            renewer = self._watchdogs.pop(self._owner_key(None), None)
+            if renewer is not None:
+                renewer.stop()
         self.release()
 
     @contextmanager
@@ -117,7 +134,7 @@ class _SyncHandle(HandleCore):
                 log.warning("lease already lost at release", lock=self.name)
 
 
-class Semaphore(_SyncHandle):
+class Semaphore(SemaphoreCore, _SyncHandle):
     """A counting semaphore: at most ``limit`` holders at once, each with its own lease,
     renewal and fencing token (above every token issued before for ``name``); fair, notified
     waiting. One hold per instance (a process wanting two permits uses two handles).
@@ -126,11 +143,6 @@ class Semaphore(_SyncHandle):
     (``acquire``, ``extend``, ``release``, ``hold``, ``state``, :class:`Renewer`); :class:`Lock`
     is its ``limit`` 1 case, the same code. See docs/semaphore.md.
     """
-
-    counting = True
-
-    def __init__(self, client: Any, name: Any, limit: int, **options: Any) -> None:
-        super().__init__(client, name, limit=limit, **options)
 
 
 class Lock(_SyncHandle):
@@ -151,7 +163,7 @@ class MultiLock(MultiCore, _SyncHandle):
 
     def states(self) -> dict[str, LockState]:
         """The live state of each lock name."""
-        return _sync.drive(self._node, self.states_flow(), budget=self.budget())  # type: ignore[no-any-return]
+        return _sync.drive(self._node, self._states_flow(), budget=self.budget())  # type: ignore[no-any-return]
 
 
 class ReentrantLock(_SyncHandle):
@@ -170,12 +182,14 @@ class ReadLock(_SyncHandle):
     """The shared side of a :class:`ReadWriteLock`. One hold per instance."""
 
     kind = "read"
+    public = "ReadWriteLock"
 
 
 class WriteLock(_SyncHandle):
     """The exclusive side of a :class:`ReadWriteLock`. One hold per instance."""
 
     kind = "write"
+    public = "ReadWriteLock"
 
 
 class ReadWriteLock(ReadWritePair[ReadLock, WriteLock]):

@@ -335,9 +335,9 @@ class MultiCore(HandleCore):
         keys = tuple(LockKeys.for_name(n) for n in self.names)
         return Primitive(keys[0], options, self.kind, group=keys)
 
-    def executor(self, client: Any, plain: Callable[[Any, str], Executor]) -> Executor:
+    def _executor(self, client: Any, plain: Callable[[Any, str], Executor]) -> Executor:
         if len(self.parts) == 1:
-            return super().executor(client, plain)
+            return super()._executor(client, plain)
         if getattr(client, "is_redlease_nodeset", False):
             self.ordered = True
             self.parts = tuple(p.on_quorum() for p in self.parts)
@@ -347,11 +347,11 @@ class MultiCore(HandleCore):
         self.ordered = bool(getattr(node, "cluster", False))  # each {NAME} is its own slot
         return node
 
-    def acquire_flow(
+    def _acquire_flow(
         self, token: str, blocking: bool, timeout: float | None, socket_timeout: float | None
     ) -> tuple[Flow, Callable[[], Flow]]:
         if not self.ordered:
-            return super().acquire_flow(token, blocking, timeout, socket_timeout)
+            return super()._acquire_flow(token, blocking, timeout, socket_timeout)
         state = OrderedState()
         flow = acquire(
             self.name,
@@ -364,26 +364,26 @@ class MultiCore(HandleCore):
         )
         return flow, lambda: abort(token, state)
 
-    def release_flow(self, token: str, full: bool) -> Flow:
+    def _release_flow(self, token: str, full: bool) -> Flow:
         if not self.ordered:
-            return super().release_flow(token, full)
+            return super()._release_flow(token, full)
         return release(self.name, self.parts, token)
 
-    def extend_flow(
+    def _extend_flow(
         self, token: str, ttl: float | None, timeout: float | None, since: ServerTime | None = None
     ) -> Flow:
         if len(self.parts) == 1:
-            return super().extend_flow(token, ttl, timeout, since)
+            return super()._extend_flow(token, ttl, timeout, since)
         if self.ordered:  # names on several servers: no one clock to compare
             flow = extend(self.name, self.parts, token, ttl, timeout=timeout)
         else:
-            flow = super().extend_flow(token, ttl, timeout, since)
-        return give_back_if_lost(flow, lambda: self.release_flow(token, True))
+            flow = super()._extend_flow(token, ttl, timeout, since)
+        return give_back_if_lost(flow, lambda: self._release_flow(token, True))
 
-    def state_flow(self) -> Flow:
+    def _state_flow(self) -> Flow:
         states = yield from read_states(self.parts)
         return whole(self.name, self.names, states)
 
-    def states_flow(self) -> Flow:
+    def _states_flow(self) -> Flow:
         """Reads the live state of each lock, by name (``dict[str, LockState]``)."""
         return read_states(self.parts)

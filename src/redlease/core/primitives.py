@@ -22,6 +22,7 @@ from redlease.core.intents import (
 )
 from redlease.core.keys import LockKeys
 from redlease.core.requests import Call, Wait
+from redlease.core.timing import DEFAULT_TTL
 from redlease.errors import ConfigError
 
 DEFAULT_REPLICA_TIMEOUT = 0.1  # seconds a WAIT may take before the write counts as unconfirmed
@@ -51,7 +52,7 @@ def validate_replication(
 class Options:
     """Per-lock settings shared by every primitive (seconds unless named otherwise)."""
 
-    ttl: float = 30.0
+    ttl: float = float(DEFAULT_TTL)
     identity: str = ""
     handoff: float = 0.25  # how long a released lock stays reserved for woken waiters
     max_wait_step: float = 5.0  # longest single BLPOP; a bounded fallback, not a poll

@@ -152,16 +152,16 @@ class OwnedLock(Lock):
         super().__init__(client, name, **options)
         self.token = token
 
-    def begin_acquire(
+    def _begin_acquire(
         self, owner: Any, blocking: bool, timeout: float | None, socket_timeout: float | None
     ) -> tuple[Flow, Callable[[], Flow], str]:
         check_timeout(blocking, timeout)
-        flow, cleanup = self.acquire_flow(self.token, blocking, timeout, socket_timeout)
+        flow, cleanup = self._acquire_flow(self.token, blocking, timeout, socket_timeout)
         return flow, cleanup, self.token
 
-    def begin_release(self, owner: Any) -> tuple[Flow, Held]:
-        held = self.held(owner) or Held(self.token, Lease(self.name, 0, self.ttl, 0.0, 0))
-        return self.release_flow(self.token, True), held
+    def _begin_release(self, owner: Any) -> tuple[Flow, Held]:
+        held = self._held(owner) or Held(self.token, Lease(self.name, 0, self.ttl, 0.0, 0))
+        return self._release_flow(self.token, True), held
 
 
 # -- the handlers ------------------------------------------------------------------------------
