@@ -20,7 +20,7 @@ from redlease.errors import ConfigError
 from redlease.kube import sidecar_args as sa
 
 if TYPE_CHECKING:
-    from redlease.kube.auth import ClusterAuth
+    from redlease.kube.kubeconfig import ClusterAuth
     from redlease.sidecar.config import ElectionConfig, LockRef
 
 # Exit statuses of `redlease run` itself (README's table, docs/sidecar.md; tests/cli/test_readme.py
