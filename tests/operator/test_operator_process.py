@@ -54,7 +54,8 @@ async def test_operator_process(
         stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     try:
-        await until(lambda: watching(emulator) or proc.returncode is not None, what="watch")
+        # a cold start of the operator process beside a full suite can take longer than 20 s
+        await until(lambda: watching(emulator) or proc.returncode is not None, 60, what="watch")
         assert proc.returncode is None
         cluster = Cluster(emulator, None, url)  # type: ignore[arg-type]
         await cluster.create("proc", {"keys": ["p"], "nodes": [{"url": redis_server.url}]})
