@@ -3,9 +3,13 @@ choosing it and binding it is never mistaken for our server."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from redlease.devtools.localredis import PortTaken, RedisServer
+from redlease.devtools import localredis
+from redlease.devtools.localredis import PortTaken, RedisServer, SentinelDeployment
 
 
 def test_a_taken_port_is_detected_and_an_automatic_one_replaced() -> None:
@@ -24,3 +28,54 @@ def test_a_taken_port_is_detected_and_an_automatic_one_replaced() -> None:
                 fixed.start()
         finally:
             fixed.stop()
+
+
+def test_a_port_claimed_by_another_live_process_is_never_handed_out() -> None:
+    """Two xdist workers asking the kernel for a free port at once may get the same one; the
+    claim file keeps the second off it while the first lives (the CI failure: a Sentinel's
+    chosen port answered with another worker's server)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys; from redlease.devtools.localredis import free_port;"
+         "print(free_port(), flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        assert not localredis._reserve(port)
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=30)
+    # the claimer is gone (its exit hook removed the claim): the port can be claimed again
+    assert localredis._reserve(port)
+    assert not localredis._reserve(port)  # ... once
+
+
+def test_a_sentinel_group_is_started_again_when_one_of_its_ports_is_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with RedisServer() as other:
+        real = localredis.free_port
+        handed: list[int] = []  # the taken port, once handed out
+
+        def first_taken(*, with_bus: bool = False) -> int:
+            # the first port picked for a Sentinel is already served by someone else's server
+            frame = sys._getframe(1)
+            callers = (
+                frame.f_locals.get("self"),
+                frame.f_back and frame.f_back.f_locals.get("self"),
+            )
+            if any(isinstance(c, SentinelDeployment) for c in callers) and not handed:
+                handed.append(other.port)
+                return other.port
+            return real(with_bus=with_bus)
+
+        monkeypatch.setattr(localredis, "free_port", first_taken)
+        with SentinelDeployment(replicas=1) as d:
+            monkeypatch.setattr(localredis, "free_port", real)
+            ports = [s.port for s in d.sentinel_servers]
+            assert handed == [other.port]
+            assert other.port not in ports and len(ports) == 3
+            assert d.master_port() == d.master.port  # type: ignore[union-attr]

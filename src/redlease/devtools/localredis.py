@@ -187,8 +187,58 @@ def server_version(binary: str | None = None) -> tuple[int, ...]:
     return describe(binary or find_redis_server()).version
 
 
+_PORTS = Path(tempfile.gettempdir()) / "redlease-test-ports"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _reserve(port: int) -> bool:
+    """Claim ``port`` for this process among every process on the machine that uses
+    :func:`free_port` (pytest-xdist workers, a demo beside a test run).
+
+    The kernel hands a port it just gave one process to the next ``bind(("", 0))`` of another
+    as soon as the first lets go of it, so two workers could pick the same port before either
+    server binds it, and a server stopped for a restart test could find its port taken. A
+    claim is a file named after the port holding the claimer's pid; it holds while that
+    process lives (a dead claimer's file is taken over)."""
+    _PORTS.mkdir(parents=True, exist_ok=True)
+    path = _PORTS / str(port)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                owner = int(path.read_text() or "0")
+            except (OSError, ValueError):
+                return False
+            if owner == os.getpid():
+                return False  # ours already: not free for another of our servers
+            if owner and _pid_alive(owner):
+                return False
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        _CLAIMED.append(path)
+        return True
+    return False
+
+
+_CLAIMED: list[Path] = []
+
+
 def free_port(*, with_bus: bool = False) -> int:
-    """A free TCP port on 127.0.0.1 (and port + 10000 free too when ``with_bus``)."""
+    """A free TCP port on 127.0.0.1 (and port + 10000 free too when ``with_bus``), claimed
+    for this process so that no other process using this function picks it too."""
     for _ in range(200):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -201,8 +251,18 @@ def free_port(*, with_bus: bool = False) -> int:
                     s.bind(("127.0.0.1", port + 10000))
             except OSError:
                 continue
+        if not _reserve(port) or (with_bus and not _reserve(port + 10000)):
+            continue
         return port
     raise ServerError("no free port found")
+
+
+@atexit.register
+def _release_ports() -> None:
+    for path in _CLAIMED:
+        with contextlib.suppress(OSError):
+            if path.read_text() == str(os.getpid()):
+                path.unlink()
 
 
 def die_with_parent() -> Callable[[], None] | None:
@@ -806,22 +866,18 @@ class SentinelDeployment:
                 self.replica_servers.append(replica.start())
             deadline = time.monotonic() + timeout
             _until(deadline, "Sentinel replicas in sync", self._in_sync)
-            # every Sentinel is told its id and its peers up front: no wait for discovery
-            peers = [(free_port(), os.urandom(20).hex()) for _ in range(self.sentinels)]
-            for port, myid in peers:
-                sentinel = SentinelServer(
-                    port=port,
-                    binary=self.binary,
-                    master_port=self.master.port,
-                    service=self.service,
-                    quorum=self.quorum,
-                    down_after_ms=self.down_after_ms,
-                    failover_timeout_ms=self.failover_timeout_ms,
-                    myid=myid,
-                    peers=[p for p in peers if p[0] != port],
-                )
-                sentinel.start()
-                self.sentinel_servers.append(sentinel)
+            for attempt in range(5):
+                try:
+                    self._start_sentinels()
+                    break
+                except PortTaken:
+                    # a port picked for the group was taken before its Sentinel bound it:
+                    # the group is started again on new ports (each knows its peers' ports)
+                    for sentinel in self.sentinel_servers:
+                        sentinel.stop()
+                    self.sentinel_servers.clear()
+                    if attempt == 4:
+                        raise
             wanted = (self.sentinels - 1, self.replicas)
             _until(
                 deadline,
@@ -832,6 +888,26 @@ class SentinelDeployment:
             self.stop()
             raise
         return self
+
+    def _start_sentinels(self) -> None:
+        """Start the Sentinels, each told its id and its peers up front: no wait for
+        discovery."""
+        assert self.master is not None
+        peers = [(free_port(), os.urandom(20).hex()) for _ in range(self.sentinels)]
+        for port, myid in peers:
+            sentinel = SentinelServer(
+                port=port,
+                binary=self.binary,
+                master_port=self.master.port,
+                service=self.service,
+                quorum=self.quorum,
+                down_after_ms=self.down_after_ms,
+                failover_timeout_ms=self.failover_timeout_ms,
+                myid=myid,
+                peers=[p for p in peers if p[0] != port],
+            )
+            self.sentinel_servers.append(sentinel)
+            sentinel.start()
 
     def _in_sync(self) -> bool:
         assert self.master is not None
