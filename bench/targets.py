@@ -62,17 +62,18 @@ def evaluate(results: dict[str, Any]) -> list[Check]:
     """Every target (issues 6 and 13), with the measured value and whether it was met."""
     out = [
         _ratio_check(
-            "sync pairs/s >= 1.0x redis-py Lock",
+            "sync pairs/s >= 1.25x redis-py Lock",
             _rate(results, "redlease Lock"),
             _rate(results, "redis-py Lock"),
-            1.0,
+            1.25,
         ),
         _ratio_check(
-            "asyncio pairs/s >= 1.0x redis.asyncio Lock",
+            "asyncio pairs/s >= 1.25x redis.asyncio Lock",
             _rate(results, "redlease aio.Lock"),
             _rate(results, "redis.asyncio Lock"),
-            1.0,
+            1.25,
         ),
+        *_client_checks(results.get("client", {})),
         _exec_check(results),
         *_quorum_fairness(results),
     ]
@@ -128,6 +129,29 @@ def evaluate(results: dict[str, Any]) -> list[Check]:
     else:
         out.append(Check("idle sidecar RSS <= 50 MB", fo.get("skipped", "not measured"), None))
     out.append(_longpoll_check(results.get("longpoll", {})))
+    return out
+
+
+def _client_checks(client: dict[str, Any]) -> list[Check]:
+    """Client instructions per uncontended pair (callgrind, bench/client.py) at most 0.8x the
+    redis-py lock's of the same flavour: the figure that does not move with the load."""
+    per = client.get("per_pair", {})
+    out = []
+    for ours, theirs in (
+        ("redlease Lock", "redis-py Lock"),
+        ("redlease aio.Lock", "redis.asyncio Lock"),
+    ):
+        label = f"client instructions/pair <= 0.8x {theirs}'s"
+        mine, peer = per.get(ours, {}).get("instructions"), per.get(theirs, {}).get("instructions")
+        if not mine or not peer:
+            calls = per.get(ours, {}).get("python_calls"), per.get(theirs, {}).get("python_calls")
+            why = "not measured (no valgrind, or a quick run)"
+            if all(calls):
+                why += f"; Python calls {calls[0]:.0f} vs {calls[1]:.0f}"
+            out.append(Check(label, why, None))
+            continue
+        r = mine / peer
+        out.append(Check(label, f"{r:.2f}x ({mine / 1000:.0f}k vs {peer / 1000:.0f}k)", r <= 0.8))
     return out
 
 
