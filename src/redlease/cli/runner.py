@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from redlease.cli.run import LEASE_LOST, NOT_EXECUTABLE, NOT_FOUND, UNAVAILABLE, RunConfig
+from redlease.cli.runspec import LEASE_LOST, NOT_EXECUTABLE, NOT_FOUND, UNAVAILABLE, RunConfig
 from redlease.kube.client import KubeClient
 from redlease.kube.kubeconfig import required
 from redlease.sidecar.config import ElectionConfig
