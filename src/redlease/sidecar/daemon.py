@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import signal
 import time
 from typing import Any
@@ -38,6 +39,7 @@ from redlease.sidecar.lockref import LockRefFollower
 from redlease.sidecar.metrics import Metrics
 from redlease.sidecar.mirror import LeaderEvents, LeaseMirror, involved_lease, involved_lock
 from redlease.sidecar.podlabel import PodLabeller
+from redlease.sidecar.probes import NEVER, ProbeListener, Verdict
 from redlease.sidecar.statefile import StateFile, WriteHealth
 from redlease.sidecar.web import api_routes, serve, serve_probes
 
@@ -60,7 +62,8 @@ class Sidecar(Hooks):
         self._stopping = asyncio.Event()
         self.follower: LockRefFollower | None = None
         self._kube: KubeClient | None = None
-        self._servers: list[GuardedServer] = []
+        self._servers: list[GuardedServer | ProbeListener] = []
+        self._probes: ProbeListener | None = None  # --probes: its own thread, our verdict
         self._state_dir_lock: int | None = None  # the descriptor of the state dir's lock file
         self._background: list[asyncio.Task[None]] = []
         self.lockapi = LockApi(config.api_locks, config.identity) if config.api_locks else None
@@ -121,6 +124,20 @@ class Sidecar(Hooks):
         connected = self.elector is not None and self.elector.election.connected(time.monotonic())
         return connected, leader
 
+    def verdict(self) -> Verdict:
+        """``--probes`` (:mod:`.probes`): healthy while :meth:`health` says ok, until the
+        election loop's current step is overdue; ready while :meth:`ready` says so, and when
+        that rests on leadership only until the term's local deadline (no probe answer claims
+        leadership after the renew deadline, however late the next publication comes)."""
+        elector = self.elector
+        ok = bool(self.health()["ok"])
+        ready, leader = self.ready()
+        healthy_until = elector.healthy_until() if ok and elector is not None else NEVER
+        ready_until = math.inf if ready else NEVER
+        if ready and leader and self.config.ready != "always" and elector is not None:
+            ready_until = elector.election.leads_until()
+        return Verdict(healthy_until, ready_until)
+
     def metrics(self) -> bytes:
         self.changed()
         self.metrics_.waiting(self.changes.waiting)
@@ -134,6 +151,8 @@ class Sidecar(Hooks):
             self.events.transition(transition)
 
     def changed(self) -> None:
+        if self._probes is not None:
+            self._probes.poke()
         if self.elector is None:
             return
         doc = self._snapshot()
@@ -347,9 +366,10 @@ class Sidecar(Hooks):
         """Serve the endpoints on ``address`` (if given) until :meth:`_wind_down`."""
         if address is None:
             return
+        server: GuardedServer | ProbeListener
         try:
             if probes:
-                server = await serve_probes(self, address.host, address.port)
+                server = self._probes = await serve_probes(self, address.host, address.port)
             else:
                 more = None if metrics_only else api_routes(self.lockapi, self.dapr,
                                                             self.config.api_token)  # fmt: skip

@@ -30,6 +30,7 @@ from redlease.kube.httpguard import GuardedServer, guard_of
 from redlease.kube.httpguard import serve as guarded
 from redlease.sidecar.changes import MAX_WAIT
 from redlease.sidecar.metrics import CONTENT_TYPE
+from redlease.sidecar.probes import LOOP_STALL, Board, ProbeListener, Verdict
 
 VERSION_SHAPE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
@@ -79,6 +80,9 @@ class Source(Protocol):
 
     def metrics(self) -> bytes: ...
 
+    def verdict(self) -> Verdict:
+        """What ``--probes`` answers and until when (:mod:`.probes`)."""
+
 
 Routes = Callable[[web.Application], None]  # adds more endpoints (the lock API: lockapi.py)
 MAX_REQUEST = 64 * 1024  # bytes of a request body on these ports (the lock API's are < 4 KiB)
@@ -109,17 +113,18 @@ def make_app(
     return app
 
 
-def probes_app(source: Source) -> web.Application:
+def probes_app(board: Board) -> web.Application:
     """``--probes``: ``/healthz`` (200 | 500) and ``/readyz`` (200 | 503) with only their
     verdict (``{"ok": bool}``, ``{"ready": bool}``): what the kubelet needs, nothing about the
-    lock (holder, nodes, errors) for whoever else reaches the pod IP."""
+    lock (holder, nodes, errors) for whoever else reaches the pod IP. Answered from the verdict
+    the main loop last published on ``board`` (:mod:`.probes`), never from the main loop."""
 
     async def healthz(_: web.Request) -> web.Response:
-        ok = bool(source.health()["ok"])
+        ok = board.healthy()
         return web.json_response({"ok": ok}, status=200 if ok else 500)
 
     async def readyz(_: web.Request) -> web.Response:
-        ok = source.ready()[0]
+        ok = board.is_ready()
         return web.json_response({"ready": ok}, status=200 if ok else 503)
 
     app = web.Application(middlewares=[json_errors], client_max_size=MAX_REQUEST)
@@ -242,7 +247,14 @@ async def serve(
     return await guarded(app, host, port, share=PORTS)
 
 
-async def serve_probes(source: Source, host: str, port: int) -> GuardedServer:
-    """Serve :func:`probes_app` behind the same guard (timeouts; a small connection cap of its
-    own, so a flood of the pod IP cannot take the loopback port's connections)."""
-    return await guarded(probes_app(source), host, port, cap=PROBE_CAP)
+async def serve_probes(
+    source: Source, host: str, port: int, *, stall: float = LOOP_STALL
+) -> ProbeListener:
+    """Serve :func:`probes_app` from a thread and event loop of its own (:mod:`.probes`: the
+    kubelet's probes never wait for the main loop), answering from ``source``'s verdict as the
+    calling loop publishes it (a verdict holds ``stall`` seconds at most); behind the same
+    guard (timeouts; a small connection cap of its own, so a flood of the pod IP cannot take
+    the loopback port's connections). An ``OSError`` if the address cannot be bound."""
+    board = Board(stall)
+    listener = ProbeListener(source, board, lambda: probes_app(board), cap=PROBE_CAP)
+    return await listener.start(host, port)
