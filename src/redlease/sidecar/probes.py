@@ -1,51 +1,64 @@
-"""The probe-only listener (``--probes``) on a thread and event loop of its own.
+"""The probe-only listener (``--probes``) in a process of its own.
 
-The kubelet's probes must not queue behind whatever the sidecar's main event loop is doing: a
-flood of the lock API (1,000 blocking acquires, 256 stalled bodies reopened as fast as they are
-evicted) keeps that loop busy with thousands of connections a second, and a probe served there
-waited 150-300 ms for its turn (docs/lockapi.md). So ``--probes`` is served by its own thread
-running its own event loop, behind its own guard (:func:`redlease.kube.httpguard.serve`, a cap
-of :data:`~redlease.sidecar.web.PROBE_CAP`), and it never calls into the main loop's objects: it
-answers from a :class:`Verdict` that the main loop publishes on a :class:`Board`.
+The kubelet's probes must not wait for the sidecar's main event loop: a flood of the lock API
+(1,000 blocking acquires and 256 stalled bodies reopened as fast as they are evicted) keeps that
+loop busy with over a thousand connections a second, and a probe served there waited 150-300 ms
+for its turn (docs/lockapi.md). A thread of its own is not enough: it needs the interpreter's
+lock (the GIL) for every step of a request, and on a busy machine the main loop's thread is
+often preempted while it holds that lock (measured: p99 75-170 ms, against 13-17 ms from a
+process of its own). So the sidecar forks, before its event loop starts, a small process that
+serves ``/healthz`` and ``/readyz`` (:func:`probes_app`) behind its own guard
+(:func:`redlease.kube.httpguard.serve`, :data:`PROBE_CAP` connections) and answers from a
+:class:`Verdict` the main loop sends it over a pipe. It shares no lock with the main loop.
 
-The verdict stays honest because it carries its own expiry:
+The verdict stays honest because it carries its own expiry (monotonic instants: one clock for
+every process of the machine):
 
-* the main loop publishes every :data:`BEAT` seconds (and at once after a change of state); a
-  published verdict holds for at most ``stall`` seconds (:data:`LOOP_STALL`). A main loop that
-  stops making progress stops publishing, so within ``stall`` the probes answer 500 / 503: a
-  wedged sidecar fails its liveness probe (as it did before, by timing out), a sidecar merely
-  busy does not;
-* each part of the verdict also holds only as long as the main loop's own state says: healthy
-  until the election loop's current step is overdue (:meth:`~redlease.sidecar.elector.Elector.
-  healthy_until`), and a readiness that rests on leadership only until the term's local
-  deadline, so no answer claims leadership after the renew deadline, even from a stale verdict.
+* the main loop sends it every :data:`BEAT` seconds and at once after a change of state
+  (:meth:`ProbeProcess.poke`); a verdict holds for at most ``stall`` seconds
+  (:data:`LOOP_STALL`) after it was made. A main loop that stops making progress stops
+  sending, so within ``stall`` the probes answer 500 / 503: a wedged sidecar fails its
+  liveness probe (before, it failed by timing out), a merely busy one does not;
+* each part also holds only as long as the main loop's own state says: healthy until the
+  election loop's current step is overdue (``Elector.healthy_until``), and a readiness that
+  rests on leadership only until the term's local deadline, so no probe answer claims
+  leadership after the renew deadline, however late the next verdict comes.
 
-The thread and the main loop share one object, the :class:`Board`; the verdict is one immutable
-value replaced whole (a single reference assignment), so a reader never sees half of one.
+The process ends when the main process closes the pipe (its wind-down is over, or it died:
+the kernel closes the pipe then); it ignores SIGINT and SIGTERM, so the probes keep answering
+during a drain. It is a fork of the sidecar: it shares the sidecar's memory pages until either
+writes them (about 12 MB of its own) and is as undumpable as the sidecar.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import math
-import threading
+import os
+import select
+import signal
+import struct
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+import structlog
 from aiohttp import web
 
-from redlease.kube.httpguard import GuardedServer
 from redlease.kube.httpguard import serve as guarded
+from redlease.sidecar.web import MAX_REQUEST, json_errors
 
-BEAT = 0.25  # seconds between two publications of the verdict by the main loop
-LOOP_STALL = 5.0  # seconds a published verdict holds: a main loop silent longer is wedged
-CLOSE_TIMEOUT = 5.0  # seconds to wait for the probe thread to close its port and end
+log = structlog.get_logger("redlease.sidecar")
 
+BEAT = 0.25  # seconds between two verdicts sent by the main loop
+LOOP_STALL = 5.0  # seconds a verdict holds: a main loop silent for longer is wedged
+PROBE_CAP = 16  # connections: the kubelet's three probes need a few, never many
+START_TIMEOUT = 30.0  # seconds for the probe process to bind its address and say so
+CLOSE_TIMEOUT = 5.0  # seconds for the probe process to end once the pipe is closed
 NEVER = -math.inf
+_RECORD = struct.Struct("=dd")  # one verdict on the pipe: healthy_until, ready_until
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,126 +70,221 @@ class Verdict:
     healthy_until: float = NEVER
     ready_until: float = NEVER
 
+    def within(self, horizon: float) -> Verdict:
+        """This verdict, holding no later than ``horizon``."""
+        return Verdict(min(self.healthy_until, horizon), min(self.ready_until, horizon))
+
 
 class Judge(Protocol):
-    """Who the verdict comes from (the running sidecar, on its main loop)."""
+    """Where the verdict comes from (the running sidecar, on its main loop)."""
 
     def verdict(self) -> Verdict: ...
 
 
 class Board:
-    """The latest verdict, published by the main loop and read by the probe thread
-    (:func:`~redlease.sidecar.web.probes_app`). Both sides touch only :attr:`_verdict`,
-    replaced whole on each publication."""
+    """The latest verdict, as the probe process last received it."""
 
-    def __init__(
-        self, stall: float = LOOP_STALL, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.stall = stall
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._verdict = Verdict()
-        self.published = 0  # how many verdicts the main loop has published
-
-    def publish(self, verdict: Verdict) -> None:
-        """Main loop: ``verdict``, holding at most :attr:`stall` seconds from now."""
-        horizon = self.clock() + self.stall
-        self._verdict = Verdict(
-            min(verdict.healthy_until, horizon), min(verdict.ready_until, horizon)
-        )
-        self.published += 1
+        self.verdict = Verdict()
 
     def healthy(self) -> bool:
-        return self.clock() < self._verdict.healthy_until
+        return self.clock() < self.verdict.healthy_until
 
     def is_ready(self) -> bool:
-        return self.clock() < self._verdict.ready_until
+        return self.clock() < self.verdict.ready_until
 
 
-class ProbeListener:
-    """``app`` (built by ``make_app`` in the probe thread) served on ``host:port`` behind its
-    own guard by a thread with its own event loop; the verdict on ``board`` published by the
-    calling (main) loop from ``judge`` every :data:`BEAT` seconds and on :meth:`poke`."""
+def probes_app(board: Board) -> web.Application:
+    """``/healthz`` (200 | 500) and ``/readyz`` (200 | 503) with only their verdict (``{"ok":
+    bool}``, ``{"ready": bool}``): what the kubelet needs, nothing about the lock (holder,
+    nodes, errors) for whoever else reaches the pod IP. Every answer JSON, like ``--http``'s."""
 
-    def __init__(
-        self,
-        judge: Judge,
-        board: Board,
-        make_app: Callable[[], web.Application],
-        *,
-        cap: int,
-    ) -> None:
-        self.judge = judge
-        self.board = board
-        self.make_app = make_app
-        self.cap = cap
-        self.port = 0
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None  # the probe thread's
-        self._stop: asyncio.Event | None = None  # in the probe thread's loop
-        self._beat: asyncio.Task[None] | None = None  # in the main loop
-        self._done: concurrent.futures.Future[None] = concurrent.futures.Future()
+    async def healthz(_: web.Request) -> web.Response:
+        ok = board.healthy()
+        return web.json_response({"ok": ok}, status=200 if ok else 500)
+
+    async def readyz(_: web.Request) -> web.Response:
+        ok = board.is_ready()
+        return web.json_response({"ready": ok}, status=200 if ok else 503)
+
+    app = web.Application(middlewares=[json_errors], client_max_size=MAX_REQUEST)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+class Verdicts:
+    """Splits the bytes read from the pipe into verdicts (pure): ``feed`` returns the latest
+    complete one, if any; a partial record waits for its rest."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    @staticmethod
+    def pack(verdict: Verdict) -> bytes:
+        """One verdict as it goes down the pipe."""
+        return _RECORD.pack(verdict.healthy_until, verdict.ready_until)
+
+    def feed(self, data: bytes) -> Verdict | None:
+        self._buffer += data
+        whole = len(self._buffer) - len(self._buffer) % _RECORD.size
+        if not whole:
+            return None
+        last = self._buffer[whole - _RECORD.size : whole]
+        self._buffer = self._buffer[whole:]
+        return Verdict(*_RECORD.unpack(last))
+
+
+class ProbeProcess:
+    """The main process's side: :meth:`start` forks the probe process (before any event loop
+    or thread exists), :meth:`beat` sends the judge's verdict from the main loop, :meth:`close`
+    ends the process."""
+
+    def __init__(self, pid: int, pipe: int, status: int, stall: float) -> None:
+        self.pid = pid
+        self.stall = stall
+        self._pipe: int | None = pipe  # verdicts to the probe process (non-blocking)
+        self._status = status  # the probe process's end closes when it ends
+        self._judge: Judge | None = None
+        self._beat: asyncio.Task[None] | None = None
         self._soon: asyncio.Handle | None = None
-        self.guard: Any = None  # the probe port's ConnectionGuard, once serving
+        self.sent = 0
 
-    async def start(self, host: str, port: int) -> ProbeListener:
-        """Publish a first verdict, then bind ``host:port`` in the probe thread; an ``OSError``
-        if the address cannot be bound (the thread has ended then)."""
-        self.publish()
-        bound: concurrent.futures.Future[int] = concurrent.futures.Future()
-        self._thread = threading.Thread(
-            target=asyncio.run, args=(self._serve(host, port, bound),),
-            name="redlease-probes", daemon=True,
-        )  # fmt: skip
-        self._thread.start()
-        self.port = await asyncio.wrap_future(bound)
+    @classmethod
+    def start(cls, host: str, port: int, *, stall: float = LOOP_STALL) -> ProbeProcess:
+        """Fork the probe process and wait until it listens on ``host:port``; an ``OSError``
+        when it cannot bind the address (the process has ended then)."""
+        verdicts_r, verdicts_w = os.pipe()
+        status_r, status_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the probe process: never returns
+            code = 1
+            try:
+                os.close(verdicts_w)
+                os.close(status_r)
+                code = _serve_probes(host, port, verdicts_r, status_w)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        os.close(verdicts_r)
+        os.close(status_w)
+        os.set_blocking(verdicts_w, False)
+        probes = cls(pid, verdicts_w, status_r, stall)
+        answer = probes._read_status()
+        if answer.startswith("ok "):
+            return probes
+        probes.close()
+        raise OSError(answer.removeprefix("error ") or "the probe process ended")
+
+    def _read_status(self) -> str:
+        line = b""
+        while not line.endswith(b"\n"):
+            ready, _, _ = select.select([self._status], [], [], START_TIMEOUT)
+            chunk = os.read(self._status, 256) if ready else b""
+            if not chunk:
+                break
+            line += chunk
+        return line.decode(errors="replace").strip()
+
+    def send(self, verdict: Verdict) -> None:
+        """Send ``verdict``, holding at most :attr:`stall` seconds from now."""
+        if self._pipe is None:
+            return
+        horizon = time.monotonic() + self.stall
+        record = verdict.within(horizon)
+        try:
+            os.write(self._pipe, Verdicts.pack(record))
+            self.sent += 1
+        except BlockingIOError:  # the probe process is not reading: its verdict runs out
+            pass
+        except OSError as exc:  # it ended: the kubelet's probes are refused now
+            log.error("the probe listener's process ended", pid=self.pid, error=str(exc))
+            os.close(self._pipe)
+            self._pipe = None
+
+    def beat(self, judge: Judge) -> None:
+        """Main loop: send ``judge``'s verdict now and every :data:`BEAT` seconds."""
+        self._judge = judge
         self._beat = asyncio.create_task(self._beating(), name="redlease-probe-verdict")
-        return self
-
-    def publish(self) -> None:
-        """Main loop: publish the judge's verdict now."""
-        self._soon = None
-        self.board.publish(self.judge.verdict())
 
     def poke(self) -> None:
-        """Main loop: the state changed; publish once the current callback is done (a
-        callback that is itself part of working out the verdict may be the caller)."""
+        """Main loop: the state changed; send the verdict once the current callback is done
+        (the caller may itself be part of working out the verdict)."""
         if self._soon is None and self._beat is not None:
-            self._soon = asyncio.get_running_loop().call_soon(self.publish)
+            self._soon = asyncio.get_running_loop().call_soon(self._send_now)
+
+    def _send_now(self) -> None:
+        self._soon = None
+        if self._judge is not None:
+            self.send(self._judge.verdict())
 
     async def _beating(self) -> None:
         while True:
-            self.publish()
+            self._send_now()
             await asyncio.sleep(BEAT)
 
-    async def _serve(self, host: str, port: int, bound: concurrent.futures.Future[int]) -> None:
-        """The probe thread: serve until :meth:`close`."""
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        try:
-            server: GuardedServer = await guarded(self.make_app(), host, port, cap=self.cap)
-        except Exception as exc:  # noqa: BLE001 - any failure must reach the waiting start()
-            bound.set_exception(exc)
-            self._done.set_result(None)
-            return
-        self.guard = server.guard
-        bound.set_result(server.port)
-        try:
-            await self._stop.wait()
-        finally:
-            await server.close()
-            self._done.set_result(None)
+    def stop_beat(self) -> None:
+        """Main loop: no more verdicts (the last one runs out by itself)."""
+        for pending in (self._beat, self._soon):
+            if pending is not None:
+                pending.cancel()
+        self._beat = self._soon = None
 
-    async def close(self) -> None:
-        """Stop publishing, close the port and end the thread (bounded)."""
-        if self._beat is not None:
-            self._beat.cancel()
-            self._beat = None
-        if self._soon is not None:
-            self._soon.cancel()
-            self._soon = None
-        thread, loop, stop = self._thread, self._loop, self._stop
-        if thread is None or loop is None or stop is None or not thread.is_alive():
+    def close(self) -> None:
+        """Close the pipe (the probe process closes its port and ends) and reap it; killed
+        if it has not ended within :data:`CLOSE_TIMEOUT`."""
+        self.stop_beat()
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
+        ended, _, _ = select.select([self._status], [], [], CLOSE_TIMEOUT)
+        if not ended or os.read(self._status, 256):
+            os.kill(self.pid, signal.SIGKILL)
+        os.close(self._status)
+        os.waitpid(self.pid, 0)
+
+
+def _serve_probes(host: str, port: int, verdicts: int, status: int) -> int:
+    """The probe process: serve until the pipe of ``verdicts`` ends; say on ``status`` when
+    listening (``ok PORT``) or why not (``error WHY``). Returns the exit code."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when to stop
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return asyncio.run(_probes_main(host, port, verdicts, status))
+
+
+async def _probes_main(host: str, port: int, verdicts: int, status: int) -> int:
+    board = Board()
+    try:
+        server = await guarded(probes_app(board), host, port, cap=PROBE_CAP)
+    except OSError as exc:
+        os.write(status, f"error {exc.strerror or exc}\n".encode())
+        return 2
+    os.write(status, f"ok {server.port}\n".encode())  # held open until this process ends
+    ended = asyncio.Event()
+    split = Verdicts()
+
+    def readable() -> None:
+        try:
+            data = os.read(verdicts, 4096)
+        except BlockingIOError:
             return
-        loop.call_soon_threadsafe(stop.set)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.wrap_future(self._done), CLOSE_TIMEOUT)
+        if not data:
+            ended.set()
+            return
+        verdict = split.feed(data)
+        if verdict is not None:
+            board.verdict = verdict
+
+    os.set_blocking(verdicts, False)
+    loop = asyncio.get_running_loop()
+    loop.add_reader(verdicts, readable)
+    try:
+        await ended.wait()
+    finally:
+        loop.remove_reader(verdicts)
+        await server.close()
+    return 0
