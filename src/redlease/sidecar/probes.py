@@ -2,12 +2,12 @@
 
 The kubelet's probes must not wait for the sidecar's main event loop: a flood of the lock API
 (1,000 blocking acquires and 256 stalled bodies reopened as fast as they are evicted) keeps that
-loop busy with over a thousand connections a second, and a probe served there waited 150-300 ms
-for its turn (docs/lockapi.md). A thread of its own is not enough: it needs the interpreter's
-lock (the GIL) for every step of a request, and on a busy machine the main loop's thread is
-often preempted while it holds that lock (measured: p99 75-170 ms, against 13-17 ms from a
-process of its own). So the sidecar forks, before its event loop starts, a small process that
-serves ``/healthz`` and ``/readyz`` (:func:`probes_app`) behind its own guard
+loop busy with over a thousand connections a second, and a probe served there waited for its
+turn: p99 246-415 ms (docs/lockapi.md, "Limits"). A thread of its own is not enough: it needs
+the interpreter's lock (the GIL) for every step of a request, and on a busy machine the main
+loop's thread is often preempted while it holds that lock (measured: p99 75-173 ms, against 8-17
+ms from a process of its own). So the sidecar forks, before its event loop starts, a small
+process that serves ``/healthz`` and ``/readyz`` (:func:`probes_app`) behind its own guard
 (:func:`redlease.kube.httpguard.serve`, :data:`PROBE_CAP` connections) and answers from a
 :class:`Verdict` the main loop sends it over a pipe. It shares no lock with the main loop.
 
@@ -27,7 +27,7 @@ every process of the machine):
 The process ends when the main process closes the pipe (its wind-down is over, or it died:
 the kernel closes the pipe then); it ignores SIGINT and SIGTERM, so the probes keep answering
 during a drain. It is a fork of the sidecar: it shares the sidecar's memory pages until either
-writes them (about 12 MB of its own) and is as undumpable as the sidecar.
+writes them (about 13 MB of its own) and is as undumpable as the sidecar.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import signal
 import struct
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -149,7 +150,6 @@ class ProbeProcess:
         self._judge: Judge | None = None
         self._beat: asyncio.Task[None] | None = None
         self._soon: asyncio.Handle | None = None
-        self.sent = 0
 
     @classmethod
     def start(cls, host: str, port: int, *, stall: float = LOOP_STALL) -> ProbeProcess:
@@ -166,6 +166,8 @@ class ProbeProcess:
                 os.close(verdicts_w)
                 os.close(status_r)
                 code = _serve_probes(host, port, verdicts_r, status_w)
+            except BaseException:  # noqa: BLE001 - say why, then leave as the probe process
+                traceback.print_exc()
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
@@ -198,7 +200,6 @@ class ProbeProcess:
         record = verdict.within(horizon)
         try:
             os.write(self._pipe, Verdicts.pack(record))
-            self.sent += 1
         except BlockingIOError:  # the probe process is not reading: its verdict runs out
             pass
         except OSError as exc:  # it ended: the kubelet's probes are refused now
