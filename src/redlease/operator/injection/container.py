@@ -63,7 +63,7 @@ def _probe(
     port: int, path: str, period: int, failures: int, timeout: int | None = None
 ) -> dict[str, Any]:
     """An httpGet probe of the sidecar's probe-only listener (``--probes`` on the pod IP,
-    :func:`redlease.sidecar.web.probes_app`): the kubelet probes the pod IP, which the
+    :func:`redlease.sidecar.probes.probes_app`): the kubelet probes the pod IP, which the
     loopback ``--http`` (the lock's state: nobody else's business) cannot answer. An httpGet
     costs the pod nothing per probe (an ``exec`` of ``redlease`` would start an interpreter
     and import the package, ~0.3 s of CPU, about every 3 s) and is four lines of YAML."""
