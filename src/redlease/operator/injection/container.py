@@ -30,7 +30,7 @@ KUBE_API_DIR = sa.SERVICE_ACCOUNT_DIR  # where the sidecar's in-cluster config l
 METRICS_PORT_NAME = "redlease-metrics"  # the container port a PodMonitor selects
 DEFAULT_IMAGE = f"ghcr.io/redlease/redlease:{__version__}"
 DEFAULT_RESOURCES: Mapping[str, Any] = {
-    "requests": {"cpu": "10m", "memory": "48Mi"},
+    "requests": {"cpu": "10m", "memory": "64Mi"},
     "limits": {"memory": "128Mi"},
 }
 TOKEN_SECONDS = 3600  # projected token lifetime; the kubelet refreshes it at 80 %
