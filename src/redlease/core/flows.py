@@ -48,6 +48,9 @@ class Grant:
     deadline: float
     reentered: bool = False  # a re-entry of a reentrant hold, not a new lease
     received_at: float = 0.0  # monotonic time the grant arrived (0: not one server's reading)
+    # granted after a refusal or handed over: the lock is contended, so its release expects
+    # waiters (see :func:`release`)
+    waited: bool = False
 
     def server_time(self) -> ServerTime | None:
         """The grant's reading of the server clock, if it is one server's."""
@@ -98,6 +101,7 @@ def acquire(
     pacing = Pacing(
         prim.options, blocking=blocking, timeout=timeout, clock=clock, socket_timeout=socket_timeout
     )
+    waited = False
     while True:
         wait_ms = _registration(prim, pacing, state)
         sent_at = clock()
@@ -110,9 +114,10 @@ def acquire(
             state.registered = False
             if outcome.transitions != -1:
                 yield from confirm_replicas(prim.name, prim.keys.lease, prim.options, "acquisition")
-            return _granted(prim, outcome, sent_at, clock)
+            return _granted(prim, outcome, sent_at, clock, waited)
         if outcome.status == scripts.ALREADY:
             raise AlreadyHeld(prim.name, "already held by this owner (not a reentrant lock)")
+        waited = True
         woke = yield from _wait_turn(prim, token, pacing, state, outcome)
         if woke is True or woke is False:
             continue
@@ -142,7 +147,9 @@ def _outcome(prim: Primitive, reply: object, wait_ms: int, state: AcquireState) 
     return outcome
 
 
-def _granted(prim: Primitive, outcome: Outcome, sent_at: float, clock: Clock) -> Grant:
+def _granted(
+    prim: Primitive, outcome: Outcome, sent_at: float, clock: Clock, waited: bool
+) -> Grant:
     """The grant of an attempt the script granted (a re-entry has ``transitions`` -1)."""
     return Grant(
         fence=outcome.fence,
@@ -153,6 +160,7 @@ def _granted(prim: Primitive, outcome: Outcome, sent_at: float, clock: Clock) ->
         deadline=local_deadline(sent_at, prim.options.ttl),
         reentered=outcome.transitions == -1,
         received_at=clock(),
+        waited=waited,
     )
 
 
@@ -199,6 +207,7 @@ def _handed(
             sent_at=sent_at,
             deadline=local_deadline(sent_at, opts.ttl),
             received_at=clock(),
+            waited=True,
         )
     try:
         deadline, reading = yield from extend(prim, token, clock=clock)
@@ -213,6 +222,7 @@ def _handed(
         sent_at=reading.sent,
         deadline=deadline,
         received_at=reading.received,
+        waited=True,
     )
 
 
@@ -225,9 +235,21 @@ def abort_acquire(prim: Primitive, token: str, state: AcquireState) -> Flow:
         yield prim.leave(token)
 
 
-def release(prim: Primitive, token: str, *, full: bool = True) -> Generator[Request, Any, int]:
-    """Release by owner token; returns the reentrancy count left. Raises :class:`NotOwned`."""
-    count = decode_release((yield prim.release(token, full)), prim.name)
+def release(
+    prim: Primitive, token: str, *, full: bool = True, quiet: bool = False
+) -> Generator[Request, Any, int]:
+    """Release by owner token; returns the reentrancy count left. Raises :class:`NotOwned`.
+
+    ``quiet``: no waiter is expected (the lease was granted at its first attempt and never
+    renewed). The release then sends RELEASE's short form, two keys instead of seven (about 8k
+    fewer server instructions per pair, docs/scale.md); if waiters are registered after all,
+    it did nothing, and the full form follows (one more round trip, the price of a wrong
+    guess).
+    """
+    reply = yield prim.release(token, full, quiet)
+    if quiet and reply == scripts.WAITERS:
+        reply = yield prim.release(token, full)
+    count = decode_release(reply, prim.name)
     if count is None:
         raise NotOwned(prim.name, "release refused: not held by this owner (expired or taken over)")
     return count

@@ -83,11 +83,16 @@ def check_timeout(blocking: bool, timeout: float | None) -> None:
 
 @dataclass
 class Held:
-    """One owner's hold on a lock: its owner token, local reentrancy count and lease."""
+    """One owner's hold on a lock: its owner token, local reentrancy count and lease.
+
+    ``quiet``: granted at its first attempt and never renewed, so no waiter is expected at its
+    release (which then sends the short form, see :func:`redlease.core.flows.release`).
+    """
 
     token: str
     lease: Lease
     count: int = 1
+    quiet: bool = False
 
 
 class HandleCore:
@@ -246,8 +251,8 @@ class HandleCore:
         )
         return flow, lambda: flows.abort_acquire(self.prim, token, state)
 
-    def _release_flow(self, token: str, full: bool) -> Flow:
-        return flows.release(self.prim, token, full=full)
+    def _release_flow(self, token: str, full: bool, quiet: bool = False) -> Flow:
+        return flows.release(self.prim, token, full=full, quiet=quiet)
 
     def _extend_flow(
         self, token: str, ttl: float | None, timeout: float | None, since: ServerTime | None = None
@@ -308,14 +313,14 @@ class HandleCore:
         if held is not None:
             held.lease.lost = True
         lease = Lease.from_grant(self.name, grant, self.ttl)
-        self._holds[key] = Held(token, lease)
+        self._holds[key] = Held(token, lease, 1, not grant.waited)
         return lease
 
     def _begin_release(self, owner: Any) -> tuple[Flow, Held]:
         held = self._held(owner)
         if held is None:
             raise NotOwned(self.name, "release of a lock this owner does not hold")
-        return self._release_flow(held.token, held.count <= 1), held
+        return self._release_flow(held.token, held.count <= 1, held.quiet), held
 
     def _finish_release(self, owner: Any, held: Held) -> None:
         held.count -= 1
@@ -343,6 +348,7 @@ class HandleCore:
 
     @staticmethod
     def _finish_extend(held: Held, result: tuple[float, ServerTime], ttl: float | None) -> Lease:
+        held.quiet = False  # a lease held this long may have gathered waiters
         held.lease.deadline, held.lease.server_time = result
         held.lease.sent_at, held.lease.renewed_ms = result[1].sent, result[1].server_ms
         if ttl is not None:

@@ -364,9 +364,9 @@ class MultiCore(HandleCore):
         )
         return flow, lambda: abort(token, state)
 
-    def _release_flow(self, token: str, full: bool) -> Flow:
+    def _release_flow(self, token: str, full: bool, quiet: bool = False) -> Flow:
         if not self.ordered:
-            return super()._release_flow(token, full)
+            return super()._release_flow(token, full, quiet)
         return release(self.name, self.parts, token)
 
     def _extend_flow(

@@ -198,30 +198,42 @@ class Primitive:
                 token,
                 intent=Acquire(token, o.ttl_ms),
             )
-        reentrant = "1" if self.kind == "reentrant" else "0"
         keys = self.each(lambda k: (k.lease, k.fence, k.history, k.waiters, k.handoff))
-        args: tuple[str | int, ...] = (
-            token,
-            o.ttl_ms,
-            o.identity,
-            reentrant,
-            wait_ms,
-            -1 if self.quorum and not min_fence else min_fence,  # see grant in scripts.py
-            "1" if registered else "0",
-        )
-        if self.direct:
-            keys += (k.direct, k.grants(token))
-        if self.limit > 1 or o.forget_ms:  # ARGV[8] and ARGV[9] ('0': a mutex) before ARGV[10]
+        if self.direct:  # the caller's grant list only where the script may clear it
+            keys += (k.direct, k.grants(token)) if registered else (k.direct,)
+        if self.quorum and not min_fence:
+            min_fence = -1  # see grant in scripts.py
+        # the registration carries the mailbox (read only when refused); the arguments after it
+        # have defaults in the script, and the trailing ones at theirs are left out (each one
+        # costs the server about 1k instructions)
+        wait = f"{wait_ms} {self.mailbox}" if self.mailbox and wait_ms else wait_ms
+        args: tuple[str | int, ...] = (token, o.ttl_ms, o.identity, wait)
+        if self.limit > 1 or o.forget_ms:
             keys += self.slots
-            args += (self.mailbox, self.limit - 1)
+            args += (
+                min_fence,
+                "1" if registered else "0",
+                "1" if self.kind == "reentrant" else "0",
+                self.limit - 1,
+            )
             if o.forget_ms:
                 args += (o.forget_ms,)
-        elif self.mailbox:
-            args += (self.mailbox,)
+        elif self.kind == "reentrant":
+            args += (min_fence, "1" if registered else "0", "1")
+        elif registered:
+            args += (min_fence, "1")
+        elif min_fence:
+            args += (min_fence,)
         return Call(scripts.ACQUIRE, keys, args, token, intent=Acquire(token, o.ttl_ms))
 
-    def release(self, token: str, full: bool = True) -> Call:
+    def release(self, token: str, full: bool = True, quiet: bool = False) -> Call:
+        """``quiet``: no waiter is expected, so a release of every count of one mutex or
+        reentrant lock with the direct hand-off sends RELEASE's short form (the lease and
+        waiters keys: see scripts.RELEASE), which does nothing when waiters are registered
+        after all (flows.release then sends this full form)."""
         k, o = self.keys, self.options
+        if quiet and full and self.direct and self.limit == 1:
+            return Call(scripts.RELEASE, (k.lease, k.waiters), (token,), token, intent=Release())
         if self.kind == "read":
             return Call(
                 scripts.RELEASE_READ,
@@ -230,16 +242,30 @@ class Primitive:
                 token,
                 intent=Release(),
             )
-        wake_all = "1" if self.kind == "write" else "0"
         keys = self.each(lambda k: (k.lease, k.waiters, k.handoff, k.wake))
         if self.direct:
             keys += (k.fence, k.history, k.direct)
-        args: tuple[str | int, ...] = (token, "1" if full else "0", o.handoff_ms, wake_all)
-        if self.limit > 1:
+        # every argument after the token has a default in the script: the trailing ones that
+        # are at theirs are left out (each one costs the server ~1k instructions)
+        forget = o.forget_ms if self.direct else 0  # a lease passed on forgets as ours does
+        if self.limit > 1 or forget:
             keys += self.slots
-            args += (self.limit - 1,)
-        if self.direct and o.forget_ms:  # a lease passed on to a waiter forgets as ours does
-            args += (() if self.limit > 1 else (0,)) + (o.forget_ms,)
+            args: tuple[str | int, ...] = (
+                token,
+                o.handoff_ms,
+                "1" if full else "0",
+                "1" if self.kind == "write" else "0",
+                self.limit - 1,
+                *((forget,) if forget else ()),
+            )
+        elif self.kind == "write":
+            args = (token, o.handoff_ms, "1" if full else "0", "1")
+        elif not full:
+            args = (token, o.handoff_ms, "0")
+        elif o.handoff_ms != scripts.HANDOFF_MS:
+            args = (token, o.handoff_ms)
+        else:
+            args = (token,)
         return Call(scripts.RELEASE, keys, args, token, intent=Release())
 
     def extend(self, token: str, ttl_ms: int, timeout: float | None = None) -> Call:

@@ -8,6 +8,9 @@ Reply status codes (first element of every acquire reply):
 
 * ``1`` granted, ``0`` held by someone else, ``2`` already held by this owner,
   ``3`` free but reserved for registered waiters (a fair hand-off is under way).
+
+A release replies the reentrant count left, ``-1`` not the owner, and (its short form only)
+``-2`` waiters are registered: nothing done, send the full form.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ GRANTED = 1
 HELD = 0
 ALREADY = 2
 RESERVED = 3
+WAITERS = -2  # RELEASE's short form found waiters: nothing done, the full form must follow
 
 HANDED_MS = 2_000
 """The longest lease a direct hand-off grants (ms): provisional, the waiter extends it to its TTL
@@ -26,6 +30,10 @@ when it picks the grant up (``_handed`` in core/flows.py). So a waiter that died
 (SIGKILL between its last attempt and the release) holds the lock for this long, not its whole
 TTL (docs/safety.md, "A hand-off to a waiter that died"). The waiter's own ACQUIRE enlists with
 it, so a releaser of any version grants what the waiter will confirm."""
+
+HANDOFF_MS = 250
+"""How long a released lock stays reserved for the waiters it woke (ms), unless the lock's
+``handoff`` option says otherwise: RELEASE's default, so the common release does not send it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,20 +85,25 @@ def _prelude_for(lua: str) -> str:
 # pushes wake tokens that the waiters BLPOP.
 _SNIPPETS: dict[str, str] = {
     "server_now": """
-local now_cache = nil
-local function server_now()  -- {ms, us}: server time as strings, TIME read once, on demand
-  if not now_cache then
-    local t = redis.call('TIME')  -- seconds and microseconds, as strings
-    local us = t[2]
-    if #us < 6 then us = string.sub('00000' .. us, -6) end
-    now_cache = {t[1] .. string.sub(us, 1, 3), t[1] .. us}
-  end
+local now_cache, now_us_cache = nil, nil  -- server time in ms and in us, as strings
+local function server_now()  -- reads TIME (once per call: now_cache is reset), returns ms
+  local t = redis.call('TIME')  -- seconds and microseconds, as strings
+  local us = t[2]
+  if #us < 6 then us = string.sub('00000' .. us, -6) end
+  now_us_cache = t[1] .. us
+  now_cache = string.sub(now_us_cache, 1, -4)
   return now_cache
 end
 """,
     "now_ms": """
 local function now_ms()  -- server time in ms as a string
-  return server_now()[1]
+  return now_cache or server_now()
+end
+""",
+    "now_us": """
+local function now_us()  -- server time in microseconds as a string
+  if not now_cache then server_now() end
+  return now_us_cache
 end
 """,
     "clock": """
@@ -168,7 +181,7 @@ end
 -- bases a relative expiry on the script's start, which may be earlier than TIME's reading.
 -- ``history``: the history hash, expired ``keep`` ms from now (nil: none).
 local function forget_at(fence_key, history, fence, keep)
-  local lead = math.ceil((fence - server_now()[2]) / 1000)
+  local lead = math.ceil((fence - now_us()) / 1000)
   if lead > 0 then keep = keep + lead end
   redis.call('PEXPIREAT', fence_key, string.format('%d', now_ms() + keep))
   if history then redis.call('PEXPIRE', history, keep) end
@@ -195,13 +208,13 @@ local function grant(lease, fence_key, history, token, identity, ttl, min_fence,
   if min_fence < 0 then
     fence = redis.call('INCR', fence_key)
     if fence == 1 then  -- no counter: seeded from the clock, as on one node
-      fence = server_now()[2]
+      fence = now_us()
       redis.call('SET', fence_key, fence)
     else
       fence = string.format('%d', fence)
     end
   else
-    fence = server_now()[2]
+    fence = now_us()
     local prev = redis.call('SET', fence_key, fence, 'GET')
     if prev and prev - fence >= 0 then  -- the counter is ahead of the clock
       fence = string.format('%d', prev + 1)
@@ -253,22 +266,19 @@ local function enlist(direct, token, wait, ttl, limit, identity, box)
 end
 """.replace("HANDED_MS", str(HANDED_MS)),
     "pass_on": """
--- After a release of an exclusive lease: if the head waiter (the registration that lapses
--- first) is enlisted for a direct hand-off, grant it the lease here and push the grant
+-- After a release of an exclusive lease with a direct hand-off: if the head waiter (the
+-- registration that lapses first) is enlisted, grant it the lease here and push the grant
 -- 'fence now_ms transitions' onto its own list (wake .. ':' .. token, same slot), or
 -- 'fence now_ms transitions token' onto its process's mailbox (wake .. ':' .. box) when it
 -- enlisted with one; its process BLPOPs that list. The grant is the TTL the waiter enlisted
 -- with (at most HANDED_MS, see enlist), which it extends when it picks the grant up. Otherwise
 -- wake waiters (notify). A grant to a waiter that died meanwhile expires with that provisional
 -- TTL; one that gave up is released by LEAVE.
--- No waiters (the uncontended case): one EXISTS. The head is read first: when it is live, no
--- registration has lapsed (it lapses first), so the common hand-off reads the queue once.
+-- The caller found ``waiters`` (one EXISTS: none wait in the uncontended case, and then it
+-- calls nothing). The head is read first: when it is live, no registration has lapsed (it
+-- lapses first), so the common hand-off reads the queue once.
 local function pass_on(lease, fence_key, history, waiters, handoff, wake, direct, handoff_ms,
-    wake_all, forget)
-  if not direct or wake_all then
-    return notify(waiters, handoff, wake, handoff_ms, wake_all)
-  end
-  if redis.call('EXISTS', waiters) == 0 then return 0 end
+    forget)
   local first = redis.call('ZRANGE', waiters, 0, 0, 'WITHSCORES')
   if #first == 0 then return 0 end
   local head = first[1]
@@ -372,22 +382,26 @@ ACQUIRE = Script(
 -- KEYS, five per lock (KEYS[1..5] the first lock, KEYS[6..10] the second, ...):
 --   KEYS[1] lease hash  KEYS[2] fence counter  KEYS[3] history hash  KEYS[4] waiters zset
 --   KEYS[5] handoff flag
--- ARGV[1] owner token  ARGV[2] ttl ms  ARGV[3] holder identity  ARGV[4] reentrant '1'|'0'
--- ARGV[5] waiter registration ms (0: do not register; -1, direct hand-off only: the caller's
---   last attempt, which, refused by a holder, also drops its registration: no LEAVE after it)
--- ARGV[6] minimum fence (0: none; -1: a node of a RedLock set, its counter kept in step, see grant)
--- ARGV[7] '0': the owner is registered as a waiter nowhere (absent: it may be)
--- ARGV[8] the caller's process mailbox for a direct hand-off (absent or '': its own list)
--- ARGV[9] a counting semaphore (one lock): m, the number of its slots after slot 0, whose
---   lease keys (LockKeys.slot) are the last m KEYS, after every key above (absent or '0': a mutex)
--- ARGV[10] forget_after ms (absent: the counter and history keep no TTL; see grant)
--- With one lock, two more keys may follow: KEYS[6] direct hand-off hash, KEYS[7] the caller's
--- own grant list (wake list .. ':' .. owner token). A refused caller then
--- enlists for a direct hand-off (see pass_on; granted at most HANDED_MS, see enlist); a caller
--- that finds the lease already granted to it that way (it stopped waiting before the grant
--- arrived) takes it with a fresh TTL.
--- One lock, free and not reserved, with ARGV[7] '0': granted by the first branch (no waiter
--- bookkeeping to do), with the same reply, keys and token rule (grant).
+-- ARGV[1] owner token  ARGV[2] ttl ms  ARGV[3] holder identity
+-- ARGV[4] waiter registration: 'ms' or 'ms box'. ms 0: do not register; -1, direct hand-off
+--   only: the caller's last attempt, which, refused by a holder, also drops its registration
+--   (no LEAVE after it). box: the caller's process mailbox for a direct hand-off (none: its own
+--   list); one argument with ms, read only when refused
+-- Every later one may be left out from the end (the common acquire sends none), absent meaning:
+-- ARGV[5] minimum fence ('0', absent: none; -1: a node of a RedLock set, its counter kept in
+--   step, see grant)
+-- ARGV[6] '1': the owner may be registered as a waiter ('0', absent: it is registered nowhere)
+-- ARGV[7] reentrant '1' ('0', absent: not)
+-- ARGV[8] a counting semaphore (one lock): m, the number of its slots after slot 0, whose
+--   lease keys (LockKeys.slot) are the last m KEYS, after every key above ('0', absent: a mutex)
+-- ARGV[9] forget_after ms (absent: the counter and history keep no TTL; see grant)
+-- With one lock, one or two more keys may follow: KEYS[6] direct hand-off hash, and with
+-- ARGV[6] '1' KEYS[7] the caller's own grant list (wake list .. ':' .. owner token). A refused
+-- caller then enlists for a direct hand-off (see pass_on; granted at most HANDED_MS, see
+-- enlist); a registered caller that finds the lease already granted to it that way (it stopped
+-- waiting before the grant arrived) takes it with a fresh TTL.
+-- One lock, free and not reserved, the caller registered nowhere: granted by the first branch
+-- (no waiter bookkeeping to do), with the same reply, keys and token rule (grant).
 -- A semaphore grants the first free slot (KEYS[1] is slot 0) and finds the caller's own lease in
 -- any slot; refused when every slot is held (hint: the soonest expiry, holder: one of them).
 -- Returns 'fence count now_ms transitions' granted (a string; transitions -1 on re-entry)
@@ -395,25 +409,26 @@ ACQUIRE = Script(
 --           (i...: positions of the locks that refused; the caller is registered there only;
 --            pttl_ms: the soonest of their expiries)
 --         {2, fence, count} already held by this owner (any of the locks)
---         (a lease handed over directly is popped as 'fence now_ms transitions' from KEYS[7])
+--         (a lease handed over directly is popped as 'fence now_ms transitions' from the
+--          caller's grant list)
 """
     + _PRELUDE
     + """
-local token = ARGV[1]
-local ttl = ARGV[2]
+local token, ttl = ARGV[1], ARGV[2]
 -- The uncontended case first: one lock, free and not reserved, the caller registered nowhere
 -- (one EXISTS for both keys). What the general path below does then, without its bookkeeping.
-if #KEYS < 10 and ARGV[7] == '0' and (not ARGV[9] or ARGV[9] == '0')
+if #KEYS < 10 and ARGV[6] ~= '1' and (not ARGV[8] or ARGV[8] == '0')
     and redis.call('EXISTS', KEYS[1], KEYS[5]) == 0 then
   local fence, transitions = grant(KEYS[1], KEYS[2], KEYS[3], token, ARGV[3], ttl,
-    ARGV[6] == '0' and 0 or tonumber(ARGV[6]), 'x', ARGV[10])
+    ARGV[5] and tonumber(ARGV[5]) or 0, 'x', ARGV[9])
   return fence .. ' 1 ' .. now_ms() .. ' ' .. transitions
 end
-local registered = ARGV[7] ~= '0'
-local m = tonumber(ARGV[9] or '0')
+local registered = ARGV[6] == '1'
+local m = tonumber(ARGV[8] or 0)
 local n = math.floor((#KEYS - m) / 5)
-local direct = nil
+local direct, grants = nil, nil  -- the direct hand-off hash, the caller's grant list
 if #KEYS - m > 5 * n then direct = KEYS[5 * n + 1] end
+if #KEYS - m > 5 * n + 1 then grants = KEYS[5 * n + 2] end
 local slots = nil  -- a semaphore's slots, slot 0 first
 if m > 0 then slots = {KEYS[1], unpack(KEYS, #KEYS - m + 1)} end
 local status, hint, holder, mine = 1, -1, '', nil
@@ -453,16 +468,16 @@ end
 if mine then
   local cur = redis.call('HMGET', mine, 'fence', 'count')
   local fence, count = cur[1], cur[2] or '1'
-  if direct and registered and redis.call('HEXISTS', direct, token) == 0 then
+  if grants and redis.call('HEXISTS', direct, token) == 0 then
     -- handed over to this waiter directly after it stopped waiting: take it, TTL from now
     redis.call('ZREM', KEYS[4], token)
-    redis.call('DEL', KEYS[7])
+    redis.call('DEL', grants)
     redis.call('HSET', mine, 'renewed_ms', now_ms(), 'ttl_ms', ttl)
     redis.call('PEXPIRE', mine, ttl)
     local t = redis.call('HGET', KEYS[3], 'transitions') or '0'
     return fence .. ' ' .. count .. ' ' .. now_ms() .. ' ' .. t
   end
-  if ARGV[4] == '1' and n == 1 then
+  if ARGV[7] == '1' and n == 1 then
     count = string.format('%d', tonumber(count) + 1)
     redis.call('HSET', mine, 'count', count, 'renewed_ms', now_ms(), 'ttl_ms', ttl)
     redis.call('PEXPIRE', mine, ttl)
@@ -471,22 +486,25 @@ if mine then
   return {2, tonumber(fence), tonumber(count)}
 end
 if refused then
-  local wait = tonumber(ARGV[5])
+  local wait, box = ARGV[4], nil
+  local sep = string.find(wait, ' ', 1, true)
+  if sep then wait, box = string.sub(wait, 1, sep - 1), string.sub(wait, sep + 1) end
+  wait = tonumber(wait)
   for _, i in ipairs(refused) do enqueue(KEYS[5 * i - 1], token, wait) end
   if direct then
-    enlist(direct, token, wait, ttl, m > 0 and (m + 1) or nil, ARGV[3], ARGV[8])
+    enlist(direct, token, wait, ttl, m > 0 and (m + 1) or nil, ARGV[3], box)
   end
   for i, a in pairs(admit) do  -- no stale registration where the lock was free
     if a % 2 == 1 then redis.call('ZREM', KEYS[5 * i - 1], token) end
   end
-  if wait < 0 and status == 0 and direct then  -- the last attempt: the caller leaves here
+  if wait < 0 and status == 0 and grants then  -- the last attempt: the caller leaves here
     redis.call('ZREM', KEYS[4], token)
     redis.call('HDEL', direct, token)
-    redis.call('DEL', KEYS[7])
+    redis.call('DEL', grants)
   end
   return {status, hint, holder, unpack(refused)}
 end
-local floor = tonumber(ARGV[6])
+local floor = tonumber(ARGV[5] or 0)
 if n > 1 then
   for i = 1, n do
     floor = math.max(floor, tonumber(redis.call('GET', KEYS[5 * i - 3]) or '0') + 1)
@@ -502,7 +520,7 @@ for i = 1, n do
   end
   local t
   fence, t = grant(leases[i], KEYS[5 * i - 3], KEYS[5 * i - 2], token, ARGV[3], ttl,
-    floor, 'x', ARGV[10])
+    floor, 'x', ARGV[9])
   if not transitions or tonumber(t) > tonumber(transitions) then transitions = t end
 end
 return fence .. ' 1 ' .. now_ms() .. ' ' .. transitions
@@ -519,59 +537,63 @@ RELEASE = Script(
 -- With one lock, three more keys may follow for a direct hand-off (see pass_on): KEYS[5] fence
 -- counter  KEYS[6] history hash  KEYS[7] direct hand-off hash. The head waiter's own grant list
 -- (KEYS[4] .. ':' .. its token, same slot) is the one key not passed: only the script knows it.
--- ARGV[1] owner token  ARGV[2] '1' release every reentrant count, '0' one
--- ARGV[3] handoff ms   ARGV[4] '1' wake every waiter, '0' one
+-- The short form, KEYS[1] lease hash  KEYS[2] waiters zset alone (one lock, every count, sent
+-- when no waiter is expected): the lease is released only if nobody waits, else nothing is
+-- done and -2 asks for the full form (the waiters are then passed the lock).
+-- ARGV[1] owner token; every later one may be left out from the end (the common release sends
+--   the token alone), absent meaning:
+-- ARGV[2] handoff ms (absent: HANDOFF_MS)  ARGV[3] '0' release one reentrant count ('1', absent:
+--   every count)  ARGV[4] '1' wake every waiter ('0', absent: one)
 -- ARGV[5] a counting semaphore (one lock, every count): m, the number of its slots after slot 0,
---   whose lease keys are the last m KEYS (absent: a mutex). The slot the owner holds is freed
---   and passed on to the head waiter. '0': a mutex (with ARGV[6])
+--   whose lease keys are the last m KEYS ('0', absent: a mutex). The slot the owner holds is
+--   freed and passed on to the head waiter.
 -- ARGV[6] forget_after ms of the lease handed on (absent: none; see grant)
 -- Returns the remaining reentrant count (0 = lease gone) when released, -1 when not the owner
---   (of at least one lock; the owner's other locks are released)
--- One lock with ARGV[2] '1' (the common release) takes the first branch: the same steps.
+--   (of at least one lock; the owner's other locks are released), -2 (the short form only)
+--   when waiters are registered: nothing done
 """
     + _PRELUDE
     + """
-local m = tonumber(ARGV[5] or '0')
-if #KEYS - m < 8 and ARGV[2] == '1' then  -- one lock, every count: the loop below, for n = 1
-  local lease = KEYS[1]
-  if m > 0 then
-    lease = owned_slot({KEYS[1], unpack(KEYS, #KEYS - m + 1)}, ARGV[1])
-    if not lease then return -1 end
-  elseif redis.call('HGET', lease, 'owner') ~= ARGV[1] then
-    return -1
-  end
-  redis.call('DEL', lease)
-  local direct = nil
-  if #KEYS - m > 4 then direct = KEYS[7] end
-  pass_on(lease, KEYS[5], KEYS[6], KEYS[2], KEYS[3], KEYS[4], direct, ARGV[3], ARGV[4] == '1',
-    ARGV[6])
+if #KEYS == 2 then  -- the short form
+  if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return -1 end
+  if redis.call('EXISTS', KEYS[2]) == 1 then return -2 end
+  redis.call('DEL', KEYS[1])
   return 0
 end
-local n = math.floor(#KEYS / 4)
-local full = ARGV[2] == '1'
+local m, handoff_ms, wake_all = 0, ARGV[2] or 'HANDOFF_MS', ARGV[4] == '1'
+if ARGV[5] then m = tonumber(ARGV[5]) end
+local direct, n = nil, 1  -- with one lock's direct hand-off, its hash
+if #KEYS - m == 7 then direct = KEYS[7] else n = math.floor((#KEYS - m) / 4) end
+local full = ARGV[3] ~= '0'
 local owned, count = 0, 0
 for i = 1, 4 * n, 4 do
-  local owner, held = nil, nil
-  if full then
-    owner = redis.call('HGET', KEYS[i], 'owner')
+  local lease, owner, held = KEYS[i], nil, nil
+  if m > 0 then  -- a semaphore: the slot the owner holds
+    lease = owned_slot({KEYS[1], unpack(KEYS, #KEYS - m + 1)}, ARGV[1])
+    if lease then owner = ARGV[1] end
+  elseif full then
+    owner = redis.call('HGET', lease, 'owner')
   else
-    local cur = redis.call('HMGET', KEYS[i], 'owner', 'count')
+    local cur = redis.call('HMGET', lease, 'owner', 'count')
     owner, held = cur[1], cur[2]
   end
   if owner == ARGV[1] then
     owned = owned + 1
     if held and tonumber(held) > 1 then
-      count = redis.call('HINCRBY', KEYS[i], 'count', -1)
+      count = redis.call('HINCRBY', lease, 'count', -1)
     else
-      redis.call('DEL', KEYS[i])
-      pass_on(KEYS[i], KEYS[5], KEYS[6], KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], KEYS[7],
-        ARGV[3], ARGV[4] == '1', ARGV[6])
+      redis.call('DEL', lease)
+      if not direct or wake_all then
+        notify(KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], handoff_ms, wake_all)
+      elseif redis.call('EXISTS', KEYS[2]) == 1 then
+        pass_on(lease, KEYS[5], KEYS[6], KEYS[2], KEYS[3], KEYS[4], direct, handoff_ms, ARGV[6])
+      end
     end
   end
 end
 if owned < n then return -1 end
 return count
-""",
+""".replace("HANDOFF_MS", str(HANDOFF_MS)),
 )
 
 EXTEND = Script(
@@ -649,8 +671,10 @@ if #KEYS - s >= m + 3 then
   if lease then
     redis.call('DEL', lease)
     redis.call('ZREM', KEYS[2], ARGV[1])
-    pass_on(lease, KEYS[6], KEYS[7], KEYS[2], KEYS[3], KEYS[4], KEYS[8], tonumber(ARGV[2]),
-      false, ARGV[4])
+    if redis.call('EXISTS', KEYS[2]) == 1 then
+      pass_on(lease, KEYS[6], KEYS[7], KEYS[2], KEYS[3], KEYS[4], KEYS[8], tonumber(ARGV[2]),
+        ARGV[4])
+    end
     return {live(KEYS[2])}
   end
 end
