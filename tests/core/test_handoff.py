@@ -36,17 +36,21 @@ def _enlisted(client: Any, name: str, n: int = 1) -> bool:
 
 
 class Counting:
-    """A blocking executor that counts the scripts it runs, by name."""
+    """A blocking executor that counts the scripts it runs, by name; ``sent`` has each one's
+    (name, number of keys, number of arguments, reply)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.calls: list[str] = []
+        self.sent: list[tuple[str, int, int, Any]] = []
         self.name, self.lock, self.socket_timeout = inner.name, inner.lock, inner.socket_timeout
 
     def execute(self, req: Any) -> Any:
+        reply = self.inner.execute(req)
         if isinstance(req, requests.Call):
             self.calls.append(req.script.name)
-        return self.inner.execute(req)
+            self.sent.append((req.script.name, len(req.keys), len(req.args), reply))
+        return reply
 
 
 @pytest.mark.parametrize("ttl", [1.5, 5.0], ids=["ttl-within-provisional", "ttl-above"])
@@ -96,6 +100,52 @@ def _blocked(client: Any, name: str, who: str) -> tuple[Any, Any, Any, Any, str]
     req, _ = requests.resume(flow, lock._node.execute(req))
     assert isinstance(req, requests.Wait) and req.grants
     return holder, lock, flow, state, token
+
+
+def test_an_uncontended_pair_sends_the_short_requests(any_client: Any, lock_name: str) -> None:
+    """What the server parses per uncontended pair (issue 39: each key or argument costs it
+    about 1k instructions): ACQUIRE with 6 keys and 4 arguments, the release in its short
+    form (2 keys, the token). A renewed lease, which may have gathered waiters, releases with
+    the full form at once."""
+    lock = redlease.Lock(any_client, lock_name, ttl=5, identity="a")
+    counting = Counting(lock._node)
+    lock._node = counting
+    lock.acquire()
+    lock.release()
+    assert counting.sent == [("acquire", 6, 4, counting.sent[0][3]), ("release", 2, 1, 0)]
+    counting.sent.clear()
+    lock.acquire()
+    lock.extend()
+    lock.release()
+    assert [(name, keys) for name, keys, _, _ in counting.sent] == [
+        ("acquire", 6),
+        ("extend", 1),
+        ("release", 7),
+    ]
+
+
+def test_a_short_release_that_meets_a_waiter_hands_the_lease_over_after_all(
+    any_client: Any, lock_name: str
+) -> None:
+    """A lease granted at its first attempt releases with the short form, which does nothing
+    when a waiter came meanwhile (-2): the full form follows and hands the lease over. The
+    waiter's lease, handed over, releases with the full form at once."""
+    a = redlease.Lock(any_client, lock_name, ttl=5, identity="a")
+    b = redlease.Lock(any_client, lock_name, ttl=5, identity="b")
+    a._node, b._node = Counting(a._node), Counting(b._node)
+    first = a.acquire()
+    got: list[redlease.Lease] = []
+    waiter = threading.Thread(target=lambda: got.append(b.acquire(timeout=10)))
+    waiter.start()
+    wait_until(lambda: _enlisted(any_client, lock_name))
+    a.release()
+    waiter.join(10)
+    assert got[0].fencing_token > first.fencing_token and b.state().holder == "b"
+    releases = [(keys, reply) for name, keys, _, reply in a._node.sent if name == "release"]
+    assert releases == [(2, scripts.WAITERS), (7, 0)]
+    b.release()
+    assert [(name, keys) for name, keys, _, _ in b._node.sent][-1] == ("release", 7)
+    assert b.state().holder is None
 
 
 def test_waiter_that_gives_up_as_the_grant_arrives_passes_it_on(

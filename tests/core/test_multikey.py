@@ -125,6 +125,31 @@ def test_waiter_is_woken_by_release_of_the_blocking_name(any_client: Any, lock_n
         multi.release()
 
 
+def test_release_wakes_the_waiters_of_every_name(client: Any, lock_name: str) -> None:
+    """Releasing a multi-key lease wakes each name's waiters. Before, the release passed its
+    seventh key (the second name's reservation flag) to the direct hand-off as its hash: once
+    the second name's waiters were woken (the flag set), the third name's release failed
+    (WRONGTYPE) after its lease was deleted, and its waiters were never woken."""
+    names = [f"{lock_name}-{i}" for i in range(3)]
+    multi = redlease.MultiLock(client, names, ttl=30, identity="multi")
+    multi.acquire()
+    got: list[str] = []
+
+    def wait(name: str) -> None:
+        redlease.Lock(client, name, ttl=30, identity=name).acquire(timeout=20)
+        got.append(name)
+
+    waiters = [threading.Thread(target=wait, args=(name,)) for name in names[1:]]
+    for t in waiters:
+        t.start()
+    wait_until(lambda: all(client.exists(LockKeys.for_name(n).waiters) for n in names[1:]))
+    multi.release()
+    for t in waiters:
+        t.join(20)
+    assert sorted(got) == names[1:]
+    assert [held_by(multi, n) for n in names] == [None, names[1], names[2]]
+
+
 def test_hold_renews_every_name_and_releases_them(any_client: Any, lock_name: str) -> None:
     names = spread(lock_name)
     multi = redlease.MultiLock(any_client, names, ttl=2.0, identity="r")
