@@ -247,8 +247,8 @@ def quorum_ceiling(seconds: float = 1.0, reps: int = 5) -> tuple[float, float, f
 
         def raw_pair() -> None:
             tok = secrets.token_hex(16)
-            fan("EVALSHA", scripts.ACQUIRE.sha, 5, *keys, tok, 10000, "id", "0", 0, 0)
-            fan("EVALSHA", scripts.RELEASE.sha, 4, *rkeys, tok, "1", 250, "0")
+            fan("EVALSHA", scripts.ACQUIRE.sha, 5, *keys, tok, 10000, "id", 0)
+            fan("EVALSHA", scripts.RELEASE.sha, 4, *rkeys, tok)
 
         lib: redlease.Lock | None = None
         try:

@@ -129,7 +129,8 @@ def test_a_short_release_that_meets_a_waiter_hands_the_lease_over_after_all(
 ) -> None:
     """A lease granted at its first attempt releases with the short form, which does nothing
     when a waiter came meanwhile (-2): the full form follows and hands the lease over. The
-    waiter's lease, handed over, releases with the full form at once."""
+    waiter's lease, handed over, releases with the full form at once, and so do the next
+    releases of a handle that met waiters (handles.LOUD_RELEASES)."""
     a = redlease.Lock(any_client, lock_name, ttl=5, identity="a")
     b = redlease.Lock(any_client, lock_name, ttl=5, identity="b")
     a._node, b._node = Counting(a._node), Counting(b._node)
@@ -146,6 +147,12 @@ def test_a_short_release_that_meets_a_waiter_hands_the_lease_over_after_all(
     b.release()
     assert [(name, keys) for name, keys, _, _ in b._node.sent][-1] == ("release", 7)
     assert b.state().holder is None
+    a.acquire()
+    a.release()  # nobody waits now, but a met waiters a release ago
+    assert [(name, keys) for name, keys, _, _ in a._node.sent][-2:] == [
+        ("acquire", 6),
+        ("release", 7),
+    ]
 
 
 def test_waiter_that_gives_up_as_the_grant_arrives_passes_it_on(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +79,7 @@ def confirm_replicas(lock: str, key: str, opts: Options, what: str) -> Flow:
         )
 
 
-LAST_ATTEMPT = -1  # registration ms of a waiter's last attempt (see scripts.ACQUIRE, ARGV[5])
+LAST_ATTEMPT = -1  # registration ms of a waiter's last attempt (see scripts.ACQUIRE, ARGV[4])
 
 
 def acquire(
@@ -236,18 +236,23 @@ def abort_acquire(prim: Primitive, token: str, state: AcquireState) -> Flow:
 
 
 def release(
-    prim: Primitive, token: str, *, full: bool = True, quiet: bool = False
+    prim: Primitive,
+    token: str,
+    *,
+    full: bool = True,
+    quiet: Callable[[], object] | None = None,
 ) -> Generator[Request, Any, int]:
     """Release by owner token; returns the reentrancy count left. Raises :class:`NotOwned`.
 
-    ``quiet``: no waiter is expected (the lease was granted at its first attempt and never
-    renewed). The release then sends RELEASE's short form, two keys instead of seven (about 8k
-    fewer server instructions per pair, docs/scale.md); if waiters are registered after all,
-    it did nothing, and the full form follows (one more round trip, the price of a wrong
-    guess).
+    ``quiet``: no waiter is expected (see ``HandleCore._begin_release``). The release then
+    sends RELEASE's short form, two keys instead of seven (about 8k fewer server instructions
+    per pair, docs/scale.md); if waiters are registered after all, it did nothing, ``quiet``
+    is called (the lock is contended) and the full form follows: one more round trip, the
+    price of a wrong guess.
     """
-    reply = yield prim.release(token, full, quiet)
-    if quiet and reply == scripts.WAITERS:
+    reply = yield prim.release(token, full, quiet is not None)
+    if quiet is not None and reply == scripts.WAITERS:
+        quiet()
         reply = yield prim.release(token, full)
     count = decode_release(reply, prim.name)
     if count is None:

@@ -35,6 +35,12 @@ from redlease.core.timing import (
 )
 from redlease.errors import ConfigError, NotOwned
 
+LOUD_RELEASES = 100
+"""After a handle meets contention (a grant that waited, or waiters met by a release that
+expected none), its next this many releases send RELEASE's full form at once: a contended lock
+is not guessed quiet again until a run of releases has gone by (see
+``HandleCore._begin_release``)."""
+
 
 def default_identity() -> str:
     """Holder identity when none is given: ``$POD_NAME``, else ``hostname:pid``."""
@@ -86,7 +92,7 @@ class Held:
     """One owner's hold on a lock: its owner token, local reentrancy count and lease.
 
     ``quiet``: granted at its first attempt and never renewed, so no waiter is expected at its
-    release (which then sends the short form, see :func:`redlease.core.flows.release`).
+    release (see :meth:`HandleCore._begin_release`).
     """
 
     token: str
@@ -177,6 +183,7 @@ class HandleCore:
             self.prim = replace(self.prim, limit=limit)
         self.name = self.prim.name
         self._holds: dict[Any, Held] = {}
+        self._loud = 0  # releases left that expect waiters (see _begin_release)
         self._watchdogs: dict[Any, Any] = {}  # owner -> the renewer of its ``with`` block
         self.one_clock = True  # one server's clock per lease (not a RedLock set)
         self._node = self._executor(client, self.plain)
@@ -251,7 +258,9 @@ class HandleCore:
         )
         return flow, lambda: flows.abort_acquire(self.prim, token, state)
 
-    def _release_flow(self, token: str, full: bool, quiet: bool = False) -> Flow:
+    def _release_flow(
+        self, token: str, full: bool, quiet: Callable[[], object] | None = None
+    ) -> Flow:
         return flows.release(self.prim, token, full=full, quiet=quiet)
 
     def _extend_flow(
@@ -314,13 +323,29 @@ class HandleCore:
             held.lease.lost = True
         lease = Lease.from_grant(self.name, grant, self.ttl)
         self._holds[key] = Held(token, lease, 1, not grant.waited)
+        if grant.waited:
+            self._loud = LOUD_RELEASES
         return lease
 
     def _begin_release(self, owner: Any) -> tuple[Flow, Held]:
+        """The release flow of ``owner``'s hold. A hold that expects no waiter (``quiet``: its
+        grant did not wait, it was never renewed, and this handle met no contention in its
+        last :data:`LOUD_RELEASES` releases) sends RELEASE's short form first
+        (:func:`redlease.core.flows.release`); waiters met there make the next releases
+        loud."""
         held = self._held(owner)
         if held is None:
             raise NotOwned(self.name, "release of a lock this owner does not hold")
-        return self._release_flow(held.token, held.count <= 1, held.quiet), held
+        quiet = None
+        if self._loud:
+            self._loud -= 1
+        elif held.quiet:
+            quiet = self._contended
+        return self._release_flow(held.token, held.count <= 1, quiet), held
+
+    def _contended(self) -> None:
+        """Waiters met by a release expecting none: the next releases expect them."""
+        self._loud = LOUD_RELEASES
 
     def _finish_release(self, owner: Any, held: Held) -> None:
         held.count -= 1

@@ -364,7 +364,9 @@ class MultiCore(HandleCore):
         )
         return flow, lambda: abort(token, state)
 
-    def _release_flow(self, token: str, full: bool, quiet: bool = False) -> Flow:
+    def _release_flow(
+        self, token: str, full: bool, quiet: Callable[[], object] | None = None
+    ) -> Flow:
         if not self.ordered:
             return super()._release_flow(token, full, quiet)
         return release(self.name, self.parts, token)
