@@ -27,6 +27,7 @@ from bench.profile import CONTRACT_FLOOR, FLOOR_LIBRARY, floor_pairs
 from redlease.devtools.localredis import free_port
 
 FLOOR = "floor (fenced lease, 7 calls)"
+GOAL = 1.15  # DESIGN.md's "Performance anchors": redlease's pair against the contract floor
 WARM_UP = 50
 
 
@@ -94,6 +95,9 @@ def main() -> None:
         ratio = "" if name == "redlease Lock" else f"  redlease is {ours / n:.2f}x this"
         print(f"  {name:58s} {n / 1000:7.1f}k{ratio}")
     print(f"  contract floor / floor: {per[CONTRACT_FLOOR] / per[FLOOR]:.2f}x")
+    times = ours / per[CONTRACT_FLOOR]
+    met = "met" if times <= GOAL else "MISSED"
+    print(f"  goal (DESIGN.md): redlease <= {GOAL}x the contract floor: {times:.2f}x, {met}")
 
 
 if __name__ == "__main__":
