@@ -19,6 +19,7 @@ import redis.sentinel as sentinel
 from redlease.core import homes
 from redlease.core.requests import Request
 from redlease.core.scripting import Scripting
+from redlease.core.timing import Budget
 from redlease.errors import ConnectionLimit, LockError, LockUnavailable, ProtocolError
 
 PIN_HOLD = 30.0  # a pinned connection nobody came back for is closed after this many seconds
@@ -47,6 +48,17 @@ class NodeBase:
         self.socket_timeout = socket_timeout(client)
         self.cluster = not hasattr(client, "connection_pool")
         self.pins = Pins()
+
+    def batch_end(self, budget: Budget | None) -> float | None:
+        """When a batch of requests written together (``run_all``) stops waiting for its
+        replies, connecting included: where one request of the operation would (``budget``:
+        :func:`redlease.core.requests.bounded`), the whole batch as one; without a budget, the
+        client's socket timeout from now (None: no end)."""
+        now = time.monotonic()
+        wait = (
+            self.socket_timeout if budget is None else budget.bound(None, now, self.socket_timeout)
+        )
+        return None if wait is None else now + wait
 
     def error(self, exc: BaseException, home: Any = None) -> BaseException:
         """The redlease exception to raise for a redis-py error on this node (``home``: the
@@ -178,6 +190,17 @@ def keeps_order(owner: str, unread: int, exc: BaseException) -> bool:
     owner token): it has requests without replies and is still open (a closed one was dropped
     by the server, which then runs nothing more from it)."""
     return bool(owner) and unread > 0 and not isinstance(exc, rex.ConnectionError)
+
+
+def end_of(timeout: float | None) -> float | None:
+    """The monotonic time at which a request given ``timeout`` seconds (its budget's bound,
+    :func:`redlease.core.requests.bounded`) stops waiting; None: it waits as long as it takes."""
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def left(end: float | None) -> float | None:
+    """The time left until ``end`` (:func:`end_of`), 0 once it passed; None: no end."""
+    return None if end is None else max(0.0, end - time.monotonic())
 
 
 def no_reply(timeout: float) -> rex.TimeoutError:
