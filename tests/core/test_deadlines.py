@@ -25,6 +25,7 @@ from redis.sentinel import Sentinel
 
 import redlease
 import redlease.aio
+from redlease.core.observe import read_view
 from redlease.devtools.localredis import RedisServer, SentinelDeployment, free_port
 from redlease.devtools.netfault import DelayProxy
 from redlease.errors import LockUnavailable
@@ -385,3 +386,21 @@ async def test_asyncio_redlock_first_contact_is_bounded(redis_nodes: list[RedisS
         took, error = await _atimed(lambda: lock.acquire(timeout=1))
     assert isinstance(error, LockUnavailable), error
     assert took <= 2.0
+
+
+@pytest.mark.timeout(HANG)
+async def test_a_status_read_names_a_refusing_redlock_node_at_once(
+    redis_nodes: list[RedisServer],
+) -> None:
+    """`redlease status` and the sidecar's view (core/observe.py): a node that refuses is named
+    as soon as it refuses, not at the read's timeout (its probe went through redis-py's
+    pipeline, which retried the connect with back-off until the 3 s timeout)."""
+    nodes = NodeSet([aioredis.Redis(port=s.port) for s in redis_nodes])
+    await redlease.aio.Lock(nodes, "x").state()  # the set is marked: its nodes count
+    redis_nodes[0].kill()
+    start = time.monotonic()
+    view = await read_view(nodes, ["x"], 2, timeout=3.0)
+    took = time.monotonic() - start
+    await nodes.aclose()
+    assert len(view.healthy_nodes) == 2 and len(view.errors) == 1, view
+    assert took <= 1.0
