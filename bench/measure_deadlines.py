@@ -38,6 +38,7 @@ from redis.sentinel import Sentinel
 import redlease
 import redlease.aio
 from redlease.devtools.localredis import LocalCluster, RedisServer, SentinelDeployment
+from redlease.devtools.polling import wait_until
 from redlease.quorum import NodeSet
 
 TTL = 5.0
@@ -55,6 +56,7 @@ class Form:
     hung: list[RedisServer]
     dead: list[RedisServer]
     stop: Callable[[], None]
+    settle: Callable[[], None] = lambda: None  # wait until it serves again after a pause
 
 
 @contextmanager
@@ -114,6 +116,7 @@ def calls(free: Any, held: Any) -> dict[str, Callable[[], Any]]:
 def sync_hung(form: Form, op: str, n: int, fresh: bool = False) -> tuple[float, str]:
     """``op`` against the paused form; ``fresh``: on a client that made no request yet (a
     cluster client has read its slot map at its construction, before the pause)."""
+    form.settle()
     client = form.sync()
     free = redlease.Lock(client, f"free-{n}-{fresh}", ttl=TTL)
     held = redlease.Lock(client, f"held-{n}", ttl=TTL)
@@ -128,6 +131,7 @@ def sync_hung(form: Form, op: str, n: int, fresh: bool = False) -> tuple[float, 
 
 async def aio_hung(form: Form, op: str, n: int, fresh: bool = False) -> tuple[float, str]:
     """:func:`sync_hung` for the asyncio flavour."""
+    form.settle()
     client = form.aio()
     free = redlease.aio.Lock(client, f"afree-{n}-{fresh}", ttl=TTL)
     held = redlease.aio.Lock(client, f"aheld-{n}", ttl=TTL)
@@ -144,6 +148,7 @@ FRESH = OPS[:3]  # what a client with no connection yet is measured on (no lease
 
 
 def refused(form: Form) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
+    form.settle()
     client, aclient = form.sync(), form.aio()
 
     async def before() -> tuple[Any, Any]:
@@ -224,6 +229,8 @@ def cluster_form() -> Form:
         cluster.everyone,
         cluster.everyone,
         cluster.stop,
+        # paused past its node timeout, the cluster says CLUSTERDOWN for a moment after
+        lambda: wait_until(lambda: cluster._info_has("cluster_state:ok"), timeout=30),
     )
 
 

@@ -28,6 +28,7 @@ import redlease.aio
 from redlease.core.observe import read_view
 from redlease.devtools.localredis import RedisServer, SentinelDeployment, free_port
 from redlease.devtools.netfault import DelayProxy
+from redlease.devtools.polling import wait_until
 from redlease.errors import LockUnavailable
 from redlease.quorum import NodeSet
 
@@ -236,14 +237,22 @@ def all_paused(servers: list[RedisServer]) -> Iterator[None]:
             server.resume()
 
 
+@pytest.fixture
+def whole_cluster(redis_cluster: Any) -> Iterator[Any]:
+    """The shared cluster, all of it paused by the test; serving again before the next test
+    (a pause near its node timeout can leave it CLUSTERDOWN a moment)."""
+    yield redis_cluster
+    wait_until(lambda: redis_cluster._info_has("cluster_state:ok"), timeout=30)
+
+
 @pytest.mark.timeout(HANG)
-def test_cluster_whole_cluster_paused_the_slot_map_refresh_is_bounded(redis_cluster: Any) -> None:
+def test_cluster_whole_cluster_paused_the_slot_map_refresh_is_bounded(whole_cluster: Any) -> None:
     """After the timed-out request the client reads the slot map again: redis-py asks node
     after node with 5 s timeouts (31 s before); the read goes on beside the caller now."""
-    client = redis_cluster.client()
+    client = whole_cluster.client()
     lock = redlease.Lock(client, "dl-cluster-all", ttl=5)
     lock.state()
-    with all_paused(redis_cluster.everyone):
+    with all_paused(whole_cluster.everyone):
         took, error = _timed(lambda: lock.acquire(timeout=1))
     client.close()
     assert isinstance(error, LockUnavailable), error
@@ -252,14 +261,14 @@ def test_cluster_whole_cluster_paused_the_slot_map_refresh_is_bounded(redis_clus
 
 @pytest.mark.timeout(HANG)
 async def test_asyncio_cluster_whole_cluster_paused_the_slot_map_refresh_is_bounded(
-    redis_cluster: Any,
+    whole_cluster: Any,
 ) -> None:
     """Hung for ever before (the refresh awaited inline, redis-py's retries)."""
-    host, port = redis_cluster.startup_nodes[0]
+    host, port = whole_cluster.startup_nodes[0]
     client = AsyncRedisCluster(host=host, port=port)
     lock = redlease.aio.Lock(client, "dl-acluster-all", ttl=5)
     await lock.state()
-    with all_paused(redis_cluster.everyone):
+    with all_paused(whole_cluster.everyone):
         took, error = await _atimed(lambda: lock.acquire(timeout=1))
     await client.aclose()
     assert isinstance(error, LockUnavailable), error
@@ -267,12 +276,12 @@ async def test_asyncio_cluster_whole_cluster_paused_the_slot_map_refresh_is_boun
 
 
 @pytest.mark.timeout(HANG)
-async def test_asyncio_cluster_first_slot_map_read_is_bounded(redis_cluster: Any) -> None:
+async def test_asyncio_cluster_first_slot_map_read_is_bounded(whole_cluster: Any) -> None:
     """A new asyncio cluster client reads its slot map at its first request (5.4 s before)."""
-    host, port = redis_cluster.startup_nodes[0]
+    host, port = whole_cluster.startup_nodes[0]
     client = AsyncRedisCluster(host=host, port=port)
     lock = redlease.aio.Lock(client, "dl-acluster-first", ttl=5)
-    with all_paused(redis_cluster.everyone):
+    with all_paused(whole_cluster.everyone):
         took, error = await _atimed(lambda: lock.acquire(timeout=1))
     await client.aclose()
     assert isinstance(error, LockUnavailable), error

@@ -80,10 +80,12 @@ class AsyncNode(_redis.NodeBase):
             return None
 
     async def _call(self, req: Call) -> Any:
-        end = _redis.end_of(req.timeout)
-        home = await self._home(req.keys[0], req.timeout) if req.keys else None
-        if home is None:
+        if not req.keys:
             return await self._routed(req)
+        end = _redis.end_of(req.timeout)
+        home = await self._home(req.keys[0], req.timeout)
+        if home is None:
+            home = await self._uncovered(req.keys[0], end)
         for _ in range(_redis.HOPS):
             try:
                 reply = await self._script(home, req)
@@ -119,6 +121,21 @@ class AsyncNode(_redis.NodeBase):
             return None
         moved = await self._home(req.keys[0], _redis.left(end))
         return moved if moved is not None and moved is not home else None
+
+    async def _uncovered(self, key: str, end: float | None) -> Any:
+        """The node of ``key`` once the slot map, which did not cover its slot, was read again
+        (see the blocking driver's); else an outage, nothing sent."""
+        client = self.client
+        # a client whose first read failed reads through initialize() (its own back-off)
+        read = client.initialize if getattr(client, "_initialize", True) else None
+        read = read or client.nodes_manager.initialize
+        await topology.arefresh(client, read, _redis.left(end))
+        try:
+            return client.get_node_from_key(key)
+        except RedisClusterException:
+            raise rex.SlotNotCoveredError(
+                f"the cluster's slot map does not cover {key!r}"
+            ) from None
 
     async def _refresh(self, home: Any, error: BaseException, end: float | None) -> bool:
         """Re-read the slot map after ``error`` on cluster node ``home``, waiting for it until

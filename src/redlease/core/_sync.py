@@ -67,10 +67,12 @@ class SyncNode(_redis.NodeBase):
             return None
 
     def _call(self, req: Call) -> Any:
-        pool = self._pool(req.keys[0]) if req.keys else None
-        if pool is None:
+        if not req.keys:
             return self._routed(req)
         end = _redis.end_of(req.timeout)
+        pool = self._pool(req.keys[0])
+        if pool is None:
+            pool = self._uncovered(req.keys[0], end)
         for _ in range(_redis.HOPS):
             try:
                 reply = self._script(pool, req)
@@ -106,6 +108,17 @@ class SyncNode(_redis.NodeBase):
             return None
         moved = self._pool(req.keys[0])
         return moved if moved is not None and moved is not pool else None
+
+    def _uncovered(self, key: str, end: float | None) -> Any:
+        """The pool of ``key``'s node once the cluster's slot map, which did not cover its slot,
+        was read again (waiting for it until ``end`` at most); else an outage, nothing sent
+        (redis-py's own routing would retry with its own timeouts)."""
+        manager = self.client.nodes_manager
+        topology.refresh(self.client, manager.initialize, _redis.left(end))
+        pool = self._pool(key)
+        if pool is None:
+            raise rex.SlotNotCoveredError(f"the cluster's slot map does not cover {key!r}")
+        return pool
 
     def _refresh(self, pool: Any, error: BaseException, end: float | None) -> bool:
         """Re-read the slot map (shared by every lock on this client) after ``error`` on
