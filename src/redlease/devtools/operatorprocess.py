@@ -219,9 +219,12 @@ class OperatorProcess:
         return self.proc.returncode
 
 
-async def start_operator(url: str, tmp: Path, *args: str, refresh: float = 0.3) -> OperatorProcess:
-    """`redlease operator --namespace apps` logged in through a kubeconfig pointing at ``url``."""
-    config = kubeconfig(tmp / "kubeconfig", url)
+async def start_operator(
+    url: str, tmp: Path, *args: str, refresh: float = 0.3, config: Path | None = None
+) -> OperatorProcess:
+    """`redlease operator --namespace apps` logged in through a kubeconfig pointing at ``url``
+    (a token), or through ``config``."""
+    config = config or kubeconfig(tmp / "kubeconfig", url)
     env = {**os.environ, "KUBECONFIG": str(config), "REDLEASE_REFRESH": str(refresh)}
     for name in ("KUBERNETES_SERVICE_HOST", "POD_NAME", "POD_NAMESPACE"):
         env.pop(name, None)

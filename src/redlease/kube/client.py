@@ -3,9 +3,10 @@
 Only a few calls are needed (a pod's label, a DistributedLock and its Secrets, a Lease,
 Events), so this talks to the API directly instead of pulling in a full client. Where the API
 is and how to authenticate come from a :class:`KubeAuth`, asked again for every request (bound
-service-account tokens rotate): a :class:`~redlease.kube.kubeconfig.ClusterAuth`, the
-sidecar's (in-cluster, or ``--kube-api``: tests, ``kubectl proxy``) and the operator's
-(in-cluster or a kubeconfig's current context, the one kopf logs in with too).
+service-account tokens rotate, exec credentials expire), and told about every 401 (it then
+loads its credentials again): a :class:`~redlease.kube.auth.ClusterAuth` (in-cluster, or the
+sidecar's ``--kube-api``: tests, ``kubectl proxy``) or the operator's kubeconfig login
+(:class:`~redlease.kube.credentials.KubeconfigAuth`, the one kopf logs in with too).
 
 One attempt per call, bounded by its ``timeout`` (connecting included): the caller decides
 whether to try again. One client may serve several event loops (the operator runs kopf in
@@ -44,6 +45,11 @@ class KubeAuth(Protocol):
 
     def user_agent(self) -> str:
         """Who is calling, in the API server's audit log (as client-go's user agent says it)."""
+        ...
+
+    def rejected(self) -> None:
+        """The API server answered 401 Unauthorized (the credentials expired or were revoked:
+        the next :meth:`credentials` may load new ones; the caller decides whether to retry)."""
         ...
 
 
@@ -100,6 +106,8 @@ class KubeClient:
                 timeout=aiohttp.ClientTimeout(total=timeout),
             ) as resp:
                 text = await resp.text()
+                if resp.status == 401:
+                    self.auth.rejected()
                 if resp.status >= 400:
                     reason = f"HTTP {resp.status}: {_reason(text)}"
                     raise KubeError(f"{method} {path}: {reason}", resp.status, reason)
@@ -119,6 +127,8 @@ class KubeClient:
                 headers=self._headers(),
                 timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout),
             ) as resp:
+                if resp.status == 401:
+                    self.auth.rejected()
                 if resp.status >= 400:
                     raise KubeError(
                         f"watch {path}: HTTP {resp.status}: {_reason(await resp.text())}"
