@@ -37,12 +37,7 @@ async def test_the_operator_keeps_working_across_token_expiry(
         operator = await start_operator(proxy.url, tmp_path, config=config)
         try:
             cluster = Cluster(emulator, None, proxy.url)  # type: ignore[arg-type]
-            await until(
-                lambda: emulator.lists() or operator.proc.returncode is not None,
-                timeout=60,
-                what="the operator's first list",
-            )
-            assert operator.proc.returncode is None, operator.text()
+            await operator.listing(emulator)
             await cluster.create("before", spec(redis_server, "before"))
             await until(lambda: phase(cluster, "before") == "Free", what="before: Free")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import aiohttp.web
 import kmock
 
-from redlease.devtools.kubeemulator import NAMESPACE, Emulator, events, kubeconfig
+from redlease.devtools.kubeemulator import NAMESPACE, Emulator, events, kubeconfig, until
 from redlease.devtools.localredis import free_port
 from redlease.kube.spec import PLURAL
 
@@ -206,6 +206,16 @@ class OperatorProcess:
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    async def listing(self, emulator: FaultyEmulator) -> None:
+        """Wait (60 s at most) until the operator has listed the DistributedLocks (logged in,
+        watching); an ``AssertionError`` with its log if it exited instead."""
+        await until(
+            lambda: emulator.lists() or self.proc.returncode is not None,
+            timeout=60,
+            what="the operator's first list",
+        )
+        assert self.proc.returncode is None, self.text()
 
     async def stop(self) -> int:
         if self.proc.returncode is None:
