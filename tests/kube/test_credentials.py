@@ -109,7 +109,7 @@ async def test_a_broken_plugin_keeps_the_last_token_and_runs_once_per_retry(
 
 def test_many_threads_share_one_refresh(tmp_path: Path) -> None:
     """kopf's threads and the operator's loops ask at once when the token is due: the plugin
-    runs once, and every caller gets the new token."""
+    runs once; the others keep the current (unexpired) token meanwhile, then get the new one."""
     from concurrent.futures import ThreadPoolExecutor
 
     plugin, config = plugin_config(tmp_path, "http://127.0.0.1:9", lifetime=3600)
@@ -119,7 +119,54 @@ def test_many_threads_share_one_refresh(tmp_path: Path) -> None:
     with ThreadPoolExecutor(16) as pool:
         answers = list(pool.map(lambda _: auth.credentials(), range(64)))
     assert plugin.runs() == 2
-    assert all(a == answers[0] != first for a in answers)
+    new = auth.credentials()
+    assert new != first and all(a in (first, new) for a in answers) and new in answers
+
+
+async def test_a_slow_plugin_does_not_stall_the_event_loop(
+    api: tuple[Emulator, str], tmp_path: Path
+) -> None:
+    """The token is due and the plugin takes 3 s (an SSO round trip): it runs in a worker
+    thread, the loop (which renews the operator's Lease) goes on, and requests meanwhile are
+    sent with the current token, still good, instead of queueing behind the plugin."""
+    import asyncio
+
+    emulator, url = api
+    plugin, config = plugin_config(tmp_path, url, lifetime=60)
+    emulator.tokens = plugin.accepts
+    auth = from_kubeconfig([config])
+    client = KubeClient(auth)
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.05)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    path = f"/api/v1/namespaces/{NAMESPACE}"
+    ticking = asyncio.create_task(ticker())
+    try:
+        await client.request("GET", path)
+        plugin.slow = 3.0
+        auth._due = 0  # due now, as half the token's lifetime makes it
+        loading = asyncio.create_task(client.request("GET", path))
+        await until(lambda: plugin.runs() == 2, what="the plugin's second run")  # it started
+        for _ in range(5):  # while it runs: the first token, accepted
+            await client.request("GET", path)
+        during = (loading.done(), len(plugin.issued()))
+        await loading
+        assert during == (False, 1)  # the plugin was still running, its token not issued
+        assert len(plugin.issued()) == 2 and plugin.runs() == 2
+        assert auth.credentials()["Authorization"] == f"Bearer {plugin.issued()[1][0]}"
+        assert emulator.unauthorized == 0
+        # the loop never stopped for the plugin (on the loop, it stopped 3 s)
+        assert max(gaps) < 1.0, f"the event loop stalled {max(gaps):.2f}s"
+    finally:
+        ticking.cancel()
+        await client.close()
 
 
 def test_a_plugin_that_fails_at_start_is_one_line(tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ kubeconfigs are): a small script printing an ``ExecCredential`` with a fresh ran
 expires ``lifetime`` seconds later. Every token it issues is recorded with its expiry;
 :meth:`ExecPlugin.accepts` is the emulator's token check (``Emulator.tokens``): only a token the
 plugin issued and that has not expired. ``failing`` makes the plugin exit 1 (a broken ``aws``
-CLI, expired SSO session); :meth:`ExecPlugin.runs` counts its runs, failed ones included.
+CLI, expired SSO session); ``slow`` makes it take that many seconds before answering (an SSO
+round trip, a hung plugin); :meth:`ExecPlugin.runs` counts its runs, failed ones included (a run
+is counted when it starts).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ with open(os.path.join(state, "runs"), "a") as out:
 if os.path.exists(os.path.join(state, "failing")):
     sys.stderr.write("plugin: session expired, log in again\\n")
     sys.exit(1)
+if os.path.exists(os.path.join(state, "slow")):
+    with open(os.path.join(state, "slow")) as f:
+        time.sleep(float(f.read()))
 token = secrets.token_hex(16)
 expires = int(time.time() + lifetime)  # RFC 3339 to the second: the expiry as sent
 with open(os.path.join(state, "issued"), "a") as out:
@@ -74,6 +79,20 @@ class ExecPlugin:
         flag = self.state / "failing"
         if value:
             flag.touch()
+        else:
+            flag.unlink(missing_ok=True)
+
+    @property
+    def slow(self) -> float:
+        """Seconds a run takes before it answers (0: at once)."""
+        flag = self.state / "slow"
+        return float(flag.read_text()) if flag.exists() else 0.0
+
+    @slow.setter
+    def slow(self, seconds: float) -> None:
+        flag = self.state / "slow"
+        if seconds:
+            flag.write_text(str(seconds))
         else:
             flag.unlink(missing_ok=True)
 

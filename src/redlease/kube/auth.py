@@ -31,6 +31,8 @@ class Login(Protocol):
 
     def credentials(self) -> dict[str, str]: ...
 
+    def cached_credentials(self) -> dict[str, str] | None: ...
+
     def ssl_context(self) -> ssl.SSLContext | bool: ...
 
     def user_agent(self) -> str: ...
@@ -39,7 +41,8 @@ class Login(Protocol):
 
     def snapshot(self) -> ClusterAuth:
         """The credentials as they are now: a token (no file), files or PEM data, and when
-        they stop being good (``expires``: another client logs in again then)."""
+        they stop being good (``expires``: another client logs in again then). May block as
+        :meth:`credentials` does (a thread's call)."""
         ...
 
 
@@ -77,6 +80,10 @@ class ClusterAuth:
     def credentials(self) -> dict[str, str]:
         token = self.current_token()
         return {"Authorization": f"{self.scheme} {token}"} if token else {}
+
+    def cached_credentials(self) -> dict[str, str]:
+        """:meth:`credentials`: a token file's read never waits for anything slow."""
+        return self.credentials()
 
     def rejected(self) -> None:
         """Nothing to do on a 401: a token file is read again on every request anyway."""
