@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = ("uncontended", "handoff", "failover", "quorum", "waiters", "longpoll")
+SCENARIOS = ("uncontended", "client", "handoff", "failover", "quorum", "waiters", "longpoll")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,11 @@ def _measure(only: list[str], mode: str, plan: Plan, log: Callable[[str], None])
             seconds=plan.pair_seconds, reps=plan.pair_reps, warmup=plan.pair_warmup,
             ref_requests=plan.ref_requests, log=log,
         )  # fmt: skip
+    if "client" in only:
+        from bench import client
+
+        # callgrind's counts only in the full run (about 3 minutes); calls in both
+        results["client"] = client.scenario(with_instructions=None if mode == "full" else False)
     if "handoff" in only:
         results["handoff"] = handoff.scenario(
             seconds=plan.handoff_seconds, reps=plan.handoff_reps, log=log

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import stats
+from bench.runinfo import proc_usage
 from redlease.devtools.localredis import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,18 +190,6 @@ def _baseline(port: int, ttl: float, retry: float, reps: int, rnd: random.Random
     return out
 
 
-def _proc_usage(pid: int) -> tuple[float, float]:
-    """(RSS in MB, CPU seconds user+system) of ``pid`` from /proc."""
-    rss_kb = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss_kb = int(line.split()[1])
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-    return rss_kb / 1024, cpu
-
-
 def _idle(url: str, port: int, seconds: float) -> dict[str, Any]:
     """Idle leader sidecar (default TTL): RSS and CPU over ``seconds``; plus an RSS anchor."""
     car = Sidecar(url, "bench-idle", None, lock=f"{LOCK}-idle")
@@ -209,17 +198,20 @@ def _idle(url: str, port: int, seconds: float) -> dict[str, Any]:
         if car._conn is not None:
             car._conn.close()
         time.sleep(1.0)  # settle after start-up
-        _, cpu0 = _proc_usage(car.proc.pid)
+        _, cpu0 = proc_usage(car.proc.pid)
         t0 = time.monotonic()
         time.sleep(seconds)
-        rss, cpu1 = _proc_usage(car.proc.pid)
+        rss, cpu1 = proc_usage(car.proc.pid)
         wall = time.monotonic() - t0
     finally:
         car.stop(signal.SIGTERM)
     anchor_cmd = [
         sys.executable,
         "-c",
-        "import redis,sys,time; c=redis.Redis(port=int(sys.argv[1])); c.ping(); "
+        # the sidecar's own dependencies imported, one connection made: what redlease adds
+        # is the difference (issue 39: at most 8 MB)
+        "import aiohttp.web, prometheus_client, structlog, redis, redis.asyncio, sys, time; "
+        "c=redis.Redis(port=int(sys.argv[1])); c.ping(); "
         "print('ok', flush=True); time.sleep(60)",
         str(port),
     ]
@@ -227,7 +219,7 @@ def _idle(url: str, port: int, seconds: float) -> dict[str, Any]:
     try:
         assert anchor.stdout is not None
         assert anchor.stdout.readline().strip() == "ok"
-        anchor_rss, _ = _proc_usage(anchor.pid)
+        anchor_rss, _ = proc_usage(anchor.pid)
     finally:
         anchor.kill()
         anchor.wait()
@@ -236,7 +228,8 @@ def _idle(url: str, port: int, seconds: float) -> dict[str, Any]:
         "rss_mb": round(rss, 1),
         "cpu_percent": round(100 * (cpu1 - cpu0) / wall, 3),
         "anchor_rss_mb": round(anchor_rss, 1),
-        "anchor": "python + redis-py + one connection, idle",
+        "anchor": "python + the sidecar's dependencies (aiohttp, redis-py, structlog, "
+        "prometheus-client) + one connection, idle",
     }
 
 

@@ -9,9 +9,11 @@ acquires (``wait_ms`` 60 s, on the held names) and 256 stalled bodies (headers a
 acquire (503) is sent again after its ``Retry-After`` (``hammer``: at once, ignoring it).
 Meanwhile ``/healthz`` is probed every 20 ms on a fresh connection (connect included), on the
 flooded ``--http`` port and on the probe-only ``--probes`` listener (what an injected pod's
-kubelet probes), and every holder extends its lease once a second; at the end every holder
-releases. Prints the probes' p50 / p99 / max (ms) and failures per port, and how many extends and
-releases were answered 200.
+kubelet probes), each port by a process of its own, and every holder (a thread each) extends
+its lease once a second; at the end every holder releases. Prints the probes' p50 / p99 / max
+(ms) and failures per port, how many extends (their p50 and max) and releases were answered
+200, the CPU (in cores) the sidecar, its probe process, the flood and redis-server used
+meanwhile, and the load average (the machine may be shared).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import math
 import multiprocessing
+import os
 import selectors
 import socket
 import sys
@@ -28,10 +32,12 @@ import time
 from typing import Any
 
 from bench import stats
+from bench.runinfo import proc_usage
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import Sidecar
 
 WAITS, STALLED, HOLDERS = 1000, 256, 20
+PROBE_EVERY = 0.02  # seconds between two probes of one port
 
 
 def call(port: int, path: str, body: Any = None, method: str = "POST") -> int:
@@ -128,12 +134,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def probe(port: int, seconds: float, out: Any) -> None:
+    """``/healthz`` on ``port`` every :data:`PROBE_EVERY` s for ``seconds``, on a fresh
+    connection each (connect included), in a process of its own: one port's slow answers do
+    not space out the other's probes. Puts (milliseconds of the answered, failures)."""
+    took: list[float] = []
+    failed = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t0 = time.monotonic()
+        if call(port, "/healthz", method="GET") == 200:
+            took.append((time.monotonic() - t0) * 1000)
+        else:
+            failed += 1
+        time.sleep(max(0.0, t0 + PROBE_EVERY - time.monotonic()))
+    out.put((port, took, failed))
+
+
 def main(seconds: float = 20.0, hammer: bool = False) -> None:
     server = RedisServer().start()
     probe_port = free_port()
     sc = Sidecar("bench", "bench-lockapi", [server.url],
                  extra=["--api-locks", "jobs/", "--probes", f"127.0.0.1:{probe_port}"])  # fmt: skip
     sc.start().wait_up()
+    assert sc.proc is not None
     try:
         leases = [acquire(sc.port, f"jobs/h{i}") for i in range(HOLDERS)]
         stop = multiprocessing.Event()
@@ -141,49 +165,60 @@ def main(seconds: float = 20.0, hammer: bool = False) -> None:
         flooding = multiprocessing.Process(target=flood, args=(sc.port, stop, hammer, out))
         flooding.start()
         time.sleep(2.0)  # the flood fills the port
-        probes: dict[int, list[float]] = {sc.port: [], probe_port: []}
-        failed = dict.fromkeys(probes, 0)
-        end = time.monotonic() + seconds
-        counts = [0, 0]  # extends, of them answered 200
+        pids = {"sidecar": sc.proc.pid, "its probe process": next(iter(sc.children()), None),
+                "flood": flooding.pid,
+                "redis-server": server.proc.pid if server.proc is not None else None}  # fmt: skip
+        cpu = {who: pid for who, pid in pids.items() if pid is not None}
+        cpu0 = {who: proc_usage(pid)[1] for who, pid in cpu.items()}
+        wall0 = time.monotonic()
+        end = wall0 + seconds
+        probed: multiprocessing.Queue[Any] = multiprocessing.Queue()
+        probers = [multiprocessing.Process(target=probe, args=(port, seconds, probed))
+                   for port in (sc.port, probe_port)]  # fmt: skip
+        for prober in probers:
+            prober.start()
+        extends: list[tuple[int, float]] = []  # (status, ms) of every holder's extends
 
-        def extend_loop() -> None:
-            while time.monotonic() < end:
-                t0 = time.monotonic()
-                for i, lease in enumerate(leases):
-                    counts[0] += 1
-                    counts[1] += call(sc.port, f"/locks/jobs/h{i}/extend", {"lease": lease}) == 200
-                time.sleep(max(0.0, t0 + 1.0 - time.monotonic()))
+        def holder(i: int, lease: str) -> None:  # extends once a second, as an app would
+            while (t0 := time.monotonic()) < end:
+                status = call(sc.port, f"/locks/jobs/h{i}/extend", {"lease": lease})
+                extends.append((status, (time.monotonic() - t0) * 1000))
+                time.sleep(max(0.0, min(end, t0 + 1.0) - time.monotonic()))
 
-        extender = threading.Thread(target=extend_loop)
-        extender.start()
-        while time.monotonic() < end:
-            t0 = time.monotonic()
-            for port, took in probes.items():
-                t1 = time.monotonic()
-                if call(port, "/healthz", method="GET") == 200:
-                    took.append((time.monotonic() - t1) * 1000)
-                else:
-                    failed[port] += 1
-            time.sleep(max(0.0, t0 + 0.02 - time.monotonic()))
-        extender.join()
+        holders = [threading.Thread(target=holder, args=item) for item in enumerate(leases)]
+        for thread in holders:
+            thread.start()
+        for thread in holders:
+            thread.join()
+        results = {port: (took, failed) for port, took, failed in
+                   (probed.get(timeout=60) for _ in probers)}  # fmt: skip
+        for prober in probers:
+            prober.join(10)
         released = sum(
             call(sc.port, f"/locks/jobs/h{i}/release", {"lease": lease}) == 200
             for i, lease in enumerate(leases)
         )
+        wall = time.monotonic() - wall0
+        used = {who: (proc_usage(cpu[who])[1] - before) / wall for who, before in cpu0.items()}
+        load = os.getloadavg()
         stop.set()
         opened, answers = out.get(timeout=30)
         flooding.join(10)
         print(f"flood: {opened['wait']} blocking acquires and {opened['stall']} stalled bodies "
               f"opened; answers {dict(sorted(answers.items()))}")  # fmt: skip
-        for port, took in probes.items():
+        for port in (sc.port, probe_port):
+            took, failed = results[port]
             where = "--http" if port == sc.port else "--probes"
-            print(f"/healthz on {where}: {len(took)} answered, {failed[port]} failed; p50 "
+            print(f"/healthz on {where}: {len(took)} answered, {failed} failed; p50 "
                   f"{stats.percentile(took, 50):.1f} ms, p99 {stats.percentile(took, 99):.1f} ms,"
-                  f" max {max(took):.1f} ms")  # fmt: skip
-        print(
-            f"holders: {counts[1]}/{counts[0]} extends and {released}/{HOLDERS} releases "
-            "answered 200"
-        )
+                  f" max {max(took, default=math.nan):.1f} ms")  # fmt: skip
+        ok = [ms for status, ms in extends if status == 200]
+        print(f"holders: {len(ok)}/{len(extends)} extends (p50 {stats.percentile(ok, 50):.0f} "
+              f"ms, max {max(ok, default=math.nan):.0f} ms) and {released}/{HOLDERS} releases "
+              "answered 200")  # fmt: skip
+        print("CPU (cores) " + ", ".join(f"{who} {share:.2f}" for who, share in used.items())
+              + f"; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on "
+              f"{os.cpu_count()} CPUs")  # fmt: skip
     finally:
         sc.stop()
         server.stop()

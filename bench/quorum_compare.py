@@ -143,7 +143,7 @@ def scenario(seconds: float, log: Callable[[str], None]) -> dict[str, Any]:
 
 def fairness_checks(results: dict[str, Any]) -> list[Any]:
     """The quorum rows of the targets table (:mod:`bench.targets`)."""
-    from bench.targets import Check, _rate, _ratio_check
+    from bench.checks import Check, _rate, _ratio_check
 
     out = [
         _ratio_check(

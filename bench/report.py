@@ -101,6 +101,26 @@ def markdown(results: dict[str, Any], chart: str | None) -> str:
             "reads and writes included. Both are measured in wall time, so they grow when a "
             "server is preempted (3 servers and the client share 2 CPUs in the quorum group).",
         ]
+    cl = results.get("client", {}).get("per_pair")
+    if cl:
+        lines += [
+            "",
+            "## The client's work per pair (counts that do not move with the load)",
+            "",
+            "The same uncontended pair, counted in the client process (`bench/client.py`): "
+            "Python-level calls, calls of C functions, socket and poll calls among them (each "
+            "a system call), and user-space instructions under callgrind (full runs with "
+            "valgrind). The first three are guarded in `make test` against bench/client.json.",
+            "",
+            "| contender | Python calls | C calls | socket/poll calls | instructions |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, row in cl.items():
+            ins = row.get("instructions")
+            lines.append(
+                f"| {name} | {row['python_calls']:.0f} | {row['builtin_calls']:.0f} | "
+                f"{row['io_calls']:.0f} | {f'{ins / 1000:.0f}k' if ins else '-'} |"
+            )
     ho = results.get("handoff")
     if ho:
         lines += [

@@ -139,3 +139,15 @@ def collect(
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(clean(results), indent=1) + "\n")
     return results
+
+
+def proc_usage(pid: int) -> tuple[float, float]:
+    """(RSS in MB, CPU seconds user+system) of ``pid`` from /proc."""
+    rss_kb = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss_kb = int(line.split()[1])
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return rss_kb / 1024, cpu

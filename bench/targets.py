@@ -3,22 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass(frozen=True)
-class Check:
-    target: str
-    measured: str
-    met: bool | None  # None: not measured in this run (skipped)
-
-
-def _rate(results: dict[str, Any], name: str) -> float:
-    for row in results.get("uncontended", {}).get("contenders", []):
-        if row["name"] == name and not row.get("skipped"):
-            return float(row["pairs_per_s"])
-    return math.nan
+from bench.checks import Check, _rate, _ratio_check
 
 
 def _exec_us(results: dict[str, Any], name: str) -> float:
@@ -51,28 +38,22 @@ def _quorum_fairness(results: dict[str, Any]) -> list[Check]:
     return list(checks(results)) if checks is not None else []
 
 
-def _ratio_check(label: str, ours: float, theirs: float, need: float) -> Check:
-    if math.isnan(ours) or math.isnan(theirs) or not theirs:
-        return Check(label, "not measured", None)
-    r = ours / theirs
-    return Check(label, f"{r:.2f}x ({ours:,.0f} vs {theirs:,.0f} pairs/s)", r >= need)
-
-
 def evaluate(results: dict[str, Any]) -> list[Check]:
     """Every target (issues 6 and 13), with the measured value and whether it was met."""
     out = [
         _ratio_check(
-            "sync pairs/s >= 1.0x redis-py Lock",
+            "sync pairs/s >= 1.25x redis-py Lock",
             _rate(results, "redlease Lock"),
             _rate(results, "redis-py Lock"),
-            1.0,
+            1.25,
         ),
         _ratio_check(
-            "asyncio pairs/s >= 1.0x redis.asyncio Lock",
+            "asyncio pairs/s >= 1.25x redis.asyncio Lock",
             _rate(results, "redlease aio.Lock"),
             _rate(results, "redis.asyncio Lock"),
-            1.0,
+            1.25,
         ),
+        *_client_checks(results.get("client", {})),
         _exec_check(results),
         *_quorum_fairness(results),
     ]
@@ -122,12 +103,36 @@ def evaluate(results: dict[str, Any]) -> list[Check]:
     else:
         why = fo.get("sigterm_error") or fo.get("skipped", "not measured")
         out.append(Check("SIGTERM failover p50 <= 50 ms", why, None))
-    if "idle" in fo:
-        rss = fo["idle"]["rss_mb"]
-        out.append(Check("idle sidecar RSS <= 50 MB", f"{rss:.1f} MB", rss <= 50))
+    label = "idle sidecar RSS <= its dependencies' + 8 MB"
+    if "idle" in fo and fo["idle"].get("anchor_rss_mb"):
+        rss, anchor = fo["idle"]["rss_mb"], fo["idle"]["anchor_rss_mb"]
+        out.append(Check(label, f"{rss:.1f} MB vs {anchor:.1f} MB", rss <= anchor + 8))
     else:
-        out.append(Check("idle sidecar RSS <= 50 MB", fo.get("skipped", "not measured"), None))
+        out.append(Check(label, fo.get("skipped", "not measured"), None))
     out.append(_longpoll_check(results.get("longpoll", {})))
+    return out
+
+
+def _client_checks(client: dict[str, Any]) -> list[Check]:
+    """Client instructions per uncontended pair (callgrind, bench/client.py) at most 0.8x the
+    redis-py lock's of the same flavour: the figure that does not move with the load."""
+    per = client.get("per_pair", {})
+    out = []
+    for ours, theirs in (
+        ("redlease Lock", "redis-py Lock"),
+        ("redlease aio.Lock", "redis.asyncio Lock"),
+    ):
+        label = f"client instructions/pair <= 0.8x {theirs}'s"
+        mine, peer = per.get(ours, {}).get("instructions"), per.get(theirs, {}).get("instructions")
+        if not mine or not peer:
+            calls = per.get(ours, {}).get("python_calls"), per.get(theirs, {}).get("python_calls")
+            why = "not measured (no valgrind, or a quick run)"
+            if all(calls):
+                why += f"; Python calls {calls[0]:.0f} vs {calls[1]:.0f}"
+            out.append(Check(label, why, None))
+            continue
+        r = mine / peer
+        out.append(Check(label, f"{r:.2f}x ({mine / 1000:.0f}k vs {peer / 1000:.0f}k)", r <= 0.8))
     return out
 
 

@@ -347,7 +347,7 @@ def _worst(res: dict[str, Any], n: int, pick: Callable[[dict[str, Any]], float])
 def checks(results: dict[str, Any]) -> list[Any]:
     """The waiter targets (shared/DESIGN.md, "Performance anchors") at 1,000 waiters, the
     worse of the asyncio and thread flavours."""
-    from bench.targets import Check
+    from bench.checks import Check
 
     res = results.get("waiters")
     n = max((r["waiters"] for r in (res or {}).get("asyncio", [])), default=0)

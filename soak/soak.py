@@ -4,10 +4,14 @@ Two real ``redlease sidecar`` processes per lock on 10 locks, one real persisten
 and a real ``redlease operator`` refreshing 50 DistributedLocks (the 10 above and 40 idle ones)
 in KMock over HTTP (in a process of its own: soak/api.py). Every 30 s the leader of each
 lock is SIGKILLed (the locks staggered 3 s apart) and started again once its standby has taken
-over; every 5 min redis-server is restarted (the first time 2.5 min in). Reported: the failover
-time of every transition (SIGKILL to the heir's ``acquired_at``), RSS and open file
-descriptors of every process (from /proc) at its start and at the end, the operator's asyncio
-tasks (its /metrics), and whether the operator's statuses name the right holders at the end.
+over; every 5 min redis-server is restarted (the first time 2.5 min in). Every minute (the
+first time 10 s after the warm-up) a library waiter is SIGKILLed at a hand-off: a waiter process
+enlists on a held lock, is killed, and the holder releases; a live waiter's wait for the lock
+is the dead time (the hand-off to the dead waiter is provisional: docs/safety.md). Reported: the
+failover time of every transition (SIGKILL to the heir's ``acquired_at``), the dead time of
+every hand-off, RSS and open file descriptors of every process (from /proc) at its start and at
+the end, the operator's asyncio tasks (its /metrics), and whether the operator's statuses name
+the right holders at the end.
 
 Usage: python soak/soak.py [--minutes N] [--report PATH] [--markdown PATH]
 (``SOAK_MINUTES`` in the environment sets the default of --minutes, 20).
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import faulthandler
 import json
 import os
@@ -34,12 +39,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
 import aiohttp  # noqa: E402
+import redis.asyncio  # noqa: E402
 
+import redlease.aio  # noqa: E402
 from bench.failover import Sidecar  # noqa: E402
+from redlease.core.keys import LockKeys  # noqa: E402
 from redlease.core.times import parse_time  # noqa: E402
 from redlease.devtools.kubeemulator import NAMESPACE  # noqa: E402
 from redlease.devtools.localredis import RedisServer, free_port  # noqa: E402
 from redlease.devtools.operatorprocess import start_operator  # noqa: E402
+from redlease.devtools.polling import async_wait_until  # noqa: E402
 
 LOCKS = 10  # locks with two sidecars each
 DLOCKS = 50  # DistributedLocks the operator refreshes
@@ -50,6 +59,9 @@ REFRESH = 1.0  # the operator's refresh interval
 WARMUP = 30.0  # s after the start before the "start" figures are taken
 POLL = 0.1  # s between two reads of a sidecar's /status while waiting for a take-over
 TAKEOVER = 60.0  # s: a take-over not seen within this counts as failed
+HANDOFF_EVERY = 60.0  # s between two waiters SIGKILLed at a hand-off (the first 10 s in)
+HANDOFF_TTL = 60.0  # the waiters' TTL: what a hand-off to a dead one cost before
+HANDOFF_BOUND = 20.0  # s: a live waiter not granted within this counts as failed
 
 
 def proc_stats(pid: int) -> dict[str, int] | None:
@@ -79,6 +91,11 @@ async def steady(pid: int | None, samples: int = 10) -> dict[str, int] | None:
         "fds": int(statistics.median(r["fds"] for r in reads)),
         "fds_max": max(r["fds"] for r in reads),
     }
+
+
+async def enlisted(client: Any, direct: str, n: int) -> bool:
+    """Whether ``n`` waiters are enlisted for the direct hand-off (``direct``: its hash)."""
+    return int(await client.hlen(direct)) >= n
 
 
 def summary(values: list[float]) -> dict[str, float | int | None]:
@@ -117,6 +134,7 @@ class Soak:
         self.pairs: list[Pair] = []
         self.failovers: list[dict[str, Any]] = []
         self.redis_restarts: list[dict[str, Any]] = []
+        self.handoffs: list[dict[str, Any]] = []
         self.session: aiohttp.ClientSession | None = None
         self.t0 = time.monotonic()
         self.url = ""  # the API process's
@@ -238,6 +256,66 @@ class Soak:
                 }
             )
 
+    async def handoff_killer(self, end: float) -> None:
+        """Every HANDOFF_EVERY s: a waiter process enlists on a held lock and is SIGKILLed, the
+        holder releases (the lease goes to the dead waiter, provisionally) and a live waiter,
+        queued behind it, measures how long it waited from the release (the dead time)."""
+        next_round = time.monotonic() + 10.0
+        n = 0
+        while next_round < end:
+            await asyncio.sleep(max(0.0, next_round - time.monotonic()))
+            next_round += HANDOFF_EVERY
+            record = await self.handoff_round(f"soak-handoff-{n}")
+            n += 1
+            self.handoffs.append(record)
+            self.say(f"hand-off to a SIGKILLed waiter: {record}")
+
+    async def handoff_round(self, name: str) -> dict[str, Any]:
+        client = redis.asyncio.Redis(port=self.redis.port)
+        direct = LockKeys.for_name(name).direct
+        waiter: asyncio.subprocess.Process | None = None
+        task: asyncio.Task[Any] | None = None
+        try:
+            holder = redlease.aio.Lock(client, name, ttl=HANDOFF_TTL, identity="holder")
+            first = await holder.acquire()
+            waiter = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "redlease.devtools.lockworker", "hold",
+                str(self.redis.port), name, str(HANDOFF_TTL), "60",
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            await async_wait_until(lambda: enlisted(client, direct, 1), 60)
+            waiter.kill()
+            await waiter.wait()
+            live = redlease.aio.Lock(client, name, ttl=HANDOFF_TTL, identity="live")
+            live.prim = dataclasses.replace(
+                live.prim,
+                options=dataclasses.replace(live.prim.options, registration_grace=120),
+            )  # queued behind the dead waiter, whose registration lapses first
+            task = asyncio.create_task(live.acquire(timeout=HANDOFF_BOUND))
+            await async_wait_until(lambda: enlisted(client, direct, 2), 60)
+            released = time.monotonic()
+            await holder.release()
+            lease = await task
+            dead = time.monotonic() - released
+            state = await live.state()
+            await live.release()
+            return {
+                "seconds": round(dead, 3),
+                "handed_to_the_dead_waiter": state.transitions == first.transitions + 2,
+                "tokens_rose": lease.fencing_token > first.fencing_token,
+            }
+        except (redlease.LockError, AssertionError) as exc:  # not granted / never enlisted
+            return {"failed": f"{type(exc).__name__}: {exc}"}
+        finally:
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, redlease.LockError):
+                    await task
+            if waiter is not None and waiter.returncode is None:
+                waiter.kill()
+                await waiter.wait()
+            await client.aclose()
+
     async def operator_tasks(self, port: int) -> int | None:
         assert self.session is not None
         try:
@@ -320,6 +398,7 @@ class Soak:
             await asyncio.gather(
                 *(self.killer(i, p, end) for i, p in enumerate(self.pairs)),
                 self.redis_restarter(end),
+                self.handoff_killer(end),
             )
             self.say("end figures")
             op_end, redis_end = await asyncio.gather(
@@ -349,12 +428,23 @@ class Soak:
                 "ttl_s": TTL,
                 "operator_refresh_s": REFRESH,
                 "warmup_s": WARMUP,
+                "handoff_every_s": HANDOFF_EVERY,
+                "handoff_ttl_s": HANDOFF_TTL,
             },
             "failover_seconds": summary(took),
             "failovers": self.failovers,
             "failed_failovers": [f for f in self.failovers if "failed" in f],
             "skipped_kills": [f for f in self.failovers if "skipped" in f],
             "redis_restarts": self.redis_restarts,
+            "handoff_dead_seconds": summary(
+                [h["seconds"] for h in self.handoffs if "seconds" in h]
+            ),
+            "handoffs": self.handoffs,
+            "failed_handoffs": [
+                h
+                for h in self.handoffs
+                if "failed" in h or not (h["handed_to_the_dead_waiter"] and h["tokens_rose"])
+            ],
             "operator": {
                 "start": op_start,
                 "end": op_end,
@@ -418,6 +508,7 @@ def growth(first: dict[str, int] | None, last: dict[str, int] | None, key: str) 
 def markdown(report: dict[str, Any]) -> str:
     op = report["operator"]
     fo = report["failover_seconds"]
+    ho = report["handoff_dead_seconds"]
     lives = report["sidecar_lives"]
     rss = [growth(life["first"], life["last"], "rss_kib") for life in lives]
     fds = [growth(life["first"], life["last"], "fds") for life in lives]
@@ -435,7 +526,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{s['distributed_locks']} DistributedLocks every {s['operator_refresh_s']:g} s in KMock. "
         f"Each lock's leader SIGKILLed every {s['kill_every_s']:g} s (restarted after the "
         f"take-over); redis-server restarted every {s['redis_restart_every_s']:g} s (the first "
-        f"time after half of that). "
+        f"time after half of that); every {s['handoff_every_s']:g} s a library waiter (TTL "
+        f"{s['handoff_ttl_s']:g} s) SIGKILLed at a hand-off. "
         f'"Start" figures are taken {s["warmup_s"]:g} s after the start; RSS and open fds are '
         "the median of 10 reads of /proc 0.5 s apart, asyncio tasks from the operator's "
         "`redlease_operator_asyncio_tasks` (the sidecars do not expose theirs).",
@@ -446,6 +538,20 @@ def markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
         f"| {fo['n']} | {fo['min']} | {fo['p50']} | {fo['max']} "
         f"| {len(report['failed_failovers'])} | {len(report['skipped_kills'])} |",
+        "",
+        "## Hand-off to a SIGKILLed waiter (the holder's release to a live waiter's grant)",
+        "",
+        "| hand-offs | min s | p50 s | max s | failed |",
+        "|---|---|---|---|---|",
+        f"| {ho['n']} | {ho['min']} | {ho['p50']} | {ho['max']} "
+        f"| {len(report['failed_handoffs'])} |",
+        "",
+        "A waiter process enlists on a held lock and is SIGKILLed; the holder releases, which "
+        "hands the lease to the dead waiter (its registration has not lapsed), provisionally "
+        "(2 s, docs/safety.md); a live waiter queued behind it takes the lock at its next "
+        "attempt. Failed: not granted within "
+        f"{HANDOFF_BOUND:g} s, the lease not handed to the dead waiter, or a token that did "
+        "not rise.",
         "",
         "## Processes",
         "",
@@ -516,7 +622,11 @@ def main() -> int:
     Path(args.markdown).write_text(markdown(report))
     print(markdown(report))
     operator = report["operator"]
-    bad = report["failed_failovers"] or operator["statuses_not_naming_the_leader_at_the_end"]
+    bad = (
+        report["failed_failovers"]
+        or report["failed_handoffs"]
+        or operator["statuses_not_naming_the_leader_at_the_end"]
+    )
     return 1 if bad else 0
 
 

@@ -194,7 +194,7 @@ def test_chart_args_are_accepted_by_the_operator(
             "requireLock": True,
             "sidecarMode": "container",
             "sidecarImage": {"repository": "registry.example/sidecar", "tag": "1.2.3"},
-            "sidecarResources": {"requests": {"cpu": "5m"}, "limits": {"memory": "64Mi"}},
+            "sidecarResources": {"requests": {"cpu": "5m"}, "limits": {"memory": "96Mi"}},
             "port": 10443,
         }
     }
@@ -211,8 +211,8 @@ def test_chart_args_are_accepted_by_the_operator(
     assert hook.inject.native is False and hook.inject.require_lock is True
     # (Helm merges maps: the default memory request stays)
     assert hook.inject.resources == {
-        "requests": {"cpu": "5m", "memory": "48Mi"},
-        "limits": {"memory": "64Mi"},
+        "requests": {"cpu": "5m", "memory": "64Mi"},
+        "limits": {"memory": "96Mi"},
     }
     default = operator_container(render(chart, None))["args"]
     assert "--sidecar-image=ghcr.io/redlease/redlease:0.1.0" in default

@@ -15,7 +15,7 @@ import pytest
 
 import redlease
 import redlease.aio
-from redlease.cli import _EXTRAS, COMMANDS, build_parser, run
+from redlease.cli import _EXTRAS, COMMANDS, build_parser, run, runspec
 from redlease.core.primitives import Options
 from redlease.core.timing import DEFAULT_TTL
 from redlease.devtools.sidecarprocs import ROOT
@@ -37,18 +37,18 @@ def exit_table() -> dict[int, str]:
 
 def test_the_exit_status_table_is_runs_own() -> None:
     own = {
-        run.BAD_INPUT: "bad input",
-        run.UNAVAILABLE: "Redis not reached",
-        run.NOT_ACQUIRED: "held by another",
-        run.LEASE_LOST: "lease was lost",
-        run.NOT_EXECUTABLE: "not executable",
-        run.NOT_FOUND: "not found",
+        runspec.BAD_INPUT: "bad input",
+        runspec.UNAVAILABLE: "Redis not reached",
+        runspec.NOT_ACQUIRED: "held by another",
+        runspec.LEASE_LOST: "lease was lost",
+        runspec.NOT_EXECUTABLE: "not executable",
+        runspec.NOT_FOUND: "not found",
     }
     table = exit_table()
     assert set(table) == set(own)
     for code, words in own.items():
         assert words in table[code], (code, table[code])
-    assert "--conflict-exit-code" in table[run.NOT_ACQUIRED]
+    assert "--conflict-exit-code" in table[runspec.NOT_ACQUIRED]
     for code in own:  # `redlease run --help` says them too
         assert str(code) in run.COMMAND.description, code
 

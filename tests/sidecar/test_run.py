@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import redlease
-from redlease.cli.run import LEASE_LOST, NOT_ACQUIRED
+from redlease.cli.runspec import LEASE_LOST, NOT_ACQUIRED
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import ROOT, env, wait_until
 
@@ -236,7 +236,7 @@ def test_held_names_the_holder_in_both_modes_and_conflict_exit_code(
 def test_an_outage_is_not_held(tmp_path: Path) -> None:
     """Nothing listens: 69 (EX_UNAVAILABLE) naming the reason, never 75 or "held", in both
     modes; --conflict-exit-code does not turn an outage into a skip."""
-    from redlease.cli.run import UNAVAILABLE
+    from redlease.cli.runspec import UNAVAILABLE
     from redlease.devtools.localredis import free_port
 
     dead = f"redis://127.0.0.1:{free_port()}/0"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from redlease.devtools.localredis import RedisServer
+from redlease.devtools.localredis import RedisServer, free_port
 from redlease.devtools.sidecarprocs import ROOT, Sidecar, as_one_user, env, read_environ, wait_until
 
 SECRET = "dump-s3cret"
@@ -56,8 +56,9 @@ def test_neighbour_cannot_read_the_sidecar_environ(server: RedisServer, tmp_path
     state.chmod(0o777)  # the sidecar's UID writes here
     url = f"redis://127.0.0.1:{server.port}/0"
     sidecar = Sidecar(
-        "undump", "undump-sc", [url], state_dir=state, environ=env(REDLEASE_PASSWORD=SECRET)
-    )
+        "undump", "undump-sc", [url], state_dir=state, environ=env(REDLEASE_PASSWORD=SECRET),
+        extra=["--probes", f"127.0.0.1:{free_port()}"],  # a fork of the sidecar serves them
+    )  # fmt: skip
     sidecar.args[:0] = as_one_user()
     # a process of the same UID with the same environment that is dumpable: readable
     control = subprocess.Popen(
@@ -69,6 +70,9 @@ def test_neighbour_cannot_read_the_sidecar_environ(server: RedisServer, tmp_path
         wait_until(sidecar.is_leader, 30)  # it authenticated with the password
         assert sidecar.proc is not None
         assert read_environ(sidecar.proc.pid, SECRET)["error"] == "PermissionError"
+        probes = sidecar.children()
+        assert len(probes) == 1
+        assert read_environ(probes[0], SECRET)["error"] == "PermissionError"
         assert read_environ(control.pid, SECRET)["found"] is True
     finally:
         sidecar.stop()

@@ -155,10 +155,8 @@ class SyncNode(_redis.NodeBase):
                 conn.send_packed_command(wire.pack(conn, args), check_health=False)
                 unread += 1
                 while unread:
-                    if timeout is not None and not conn.can_read(timeout=timeout):
-                        raise _redis.no_reply(timeout)
                     try:
-                        reply = conn.read_response(disconnect_on_error=False)
+                        reply = _redis.read_within(conn, timeout)
                     except rex.ResponseError as exc:
                         reply = exc
                     unread -= 1
@@ -224,11 +222,8 @@ class SyncNode(_redis.NodeBase):
                 conn.send_packed_command(packed, check_health=False)
                 unread = len(calls)
                 for i in range(len(calls)):
-                    left = _redis.left(end)
-                    if left is not None and not conn.can_read(timeout=left):
-                        raise _redis.no_reply(left)
                     try:
-                        replies[i] = conn.read_response(disconnect_on_error=False)
+                        replies[i] = _redis.read_within(conn, _redis.left(end))
                     except rex.ResponseError as exc:
                         replies[i] = exc
                     unread -= 1

@@ -180,29 +180,39 @@ def _handed(
     prim: Primitive, token: str, woke: object, sent_at: float, state: AcquireState, clock: Clock
 ) -> Generator[Request, Any, Grant | None]:
     """A lease the release handed over directly (granted after the attempt sent at
-    ``sent_at``). After a long wait it is renewed for a full deadline; None if it expired
-    before this waiter got to it (stopped, overloaded): the caller tries again."""
+    ``sent_at``). A hand-off grants at most :data:`~redlease.core.scripts.HANDED_MS` (so a
+    waiter that died while enlisted holds the lock no longer, see ``enlist`` in scripts.py):
+    the waiter confirms it here, extending it to its TTL, as it renews one after a wait longer
+    than a third of the TTL. None if it expired before this waiter got to it (stopped,
+    overloaded): the caller tries again."""
     state.granted = True
     state.registered = False
     handed = decode_handed(woke, prim.name)
     opts = prim.options
-    deadline = local_deadline(sent_at, opts.ttl)
-    if clock() - sent_at > opts.ttl / 3:
-        try:
-            deadline, _ = yield from extend(prim, token, clock=clock)
-        except NotOwned:
-            state.granted = False
-            return None
-    else:
+    if opts.ttl_ms <= scripts.HANDED_MS and clock() - sent_at <= opts.ttl / 3:
         yield from confirm_replicas(prim.name, prim.keys.lease, opts, "acquisition")
+        return Grant(
+            fence=handed.fence,
+            count=1,
+            server_ms=handed.server_ms,
+            transitions=handed.transitions,
+            sent_at=sent_at,
+            deadline=local_deadline(sent_at, opts.ttl),
+            received_at=clock(),
+        )
+    try:
+        deadline, reading = yield from extend(prim, token, clock=clock)
+    except NotOwned:
+        state.granted = False
+        return None
     return Grant(
         fence=handed.fence,
         count=1,
-        server_ms=handed.server_ms,
+        server_ms=reading.server_ms,
         transitions=handed.transitions,
-        sent_at=sent_at,
+        sent_at=reading.sent,
         deadline=deadline,
-        received_at=clock(),
+        received_at=reading.received,
     )
 
 

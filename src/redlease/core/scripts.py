@@ -20,6 +20,13 @@ HELD = 0
 ALREADY = 2
 RESERVED = 3
 
+HANDED_MS = 2_000
+"""The longest lease a direct hand-off grants (ms): provisional, the waiter extends it to its TTL
+when it picks the grant up (``_handed`` in core/flows.py). So a waiter that died while enlisted
+(SIGKILL between its last attempt and the release) holds the lock for this long, not its whole
+TTL (docs/safety.md, "A hand-off to a waiter that died"). The waiter's own ACQUIRE enlists with
+it, so a releaser of any version grants what the waiter will confirm."""
+
 
 @dataclass(frozen=True, slots=True)
 class Script:
@@ -227,10 +234,15 @@ end
     "enlist": """
 -- Register ``token`` for a direct hand-off: a release grants the lease to the head waiter itself
 -- if it is enlisted here (``direct`` hash: token -> 'ttl_ms identity [box]'; a semaphore's
--- waiter: 'ttl_ms:limit identity [box]', handed only a slot below its limit). ``box``: the
--- mailbox that the waiter's process listens on for every waiter of this lock ('': its own list).
-local function enlist(direct, token, wait, ttl, identity, box)
+-- waiter, ``limit`` not nil: 'ttl_ms:limit identity [box]', handed only a slot below its limit).
+-- ``ttl`` (ms, a string) is the waiter's; a hand-off grants at most HANDED_MS ms of it, which
+-- the waiter extends to its TTL when it picks the grant up: a waiter that died meanwhile holds the
+-- lock that long, not its TTL. ``box``: the mailbox that the waiter's process listens on for
+-- every waiter of this lock ('': its own list).
+local function enlist(direct, token, wait, ttl, limit, identity, box)
   if wait > 0 then
+    if ttl - HANDED_MS > 0 then ttl = 'HANDED_MS' end
+    if limit then ttl = ttl .. ':' .. limit end
     if box and box ~= '' then
       redis.call('HSET', direct, token, ttl .. ' ' .. identity .. ' ' .. box)
     else
@@ -239,15 +251,16 @@ local function enlist(direct, token, wait, ttl, identity, box)
     keep_alive(direct, wait)
   end
 end
-""",
+""".replace("HANDED_MS", str(HANDED_MS)),
     "pass_on": """
 -- After a release of an exclusive lease: if the head waiter (the registration that lapses
 -- first) is enlisted for a direct hand-off, grant it the lease here and push the grant
 -- 'fence now_ms transitions' onto its own list (wake .. ':' .. token, same slot), or
 -- 'fence now_ms transitions token' onto its process's mailbox (wake .. ':' .. box) when it
--- enlisted with one; its process BLPOPs that list: the waiter returns without another round
--- trip. Otherwise wake waiters (notify). A grant to
--- a waiter that died meanwhile expires with its TTL; one that gave up is released by LEAVE.
+-- enlisted with one; its process BLPOPs that list. The grant is the TTL the waiter enlisted
+-- with (at most HANDED_MS, see enlist), which it extends when it picks the grant up. Otherwise
+-- wake waiters (notify). A grant to a waiter that died meanwhile expires with that provisional
+-- TTL; one that gave up is released by LEAVE.
 -- No waiters (the uncontended case): one EXISTS. The head is read first: when it is live, no
 -- registration has lapsed (it lapses first), so the common hand-off reads the queue once.
 local function pass_on(lease, fence_key, history, waiters, handoff, wake, direct, handoff_ms,
@@ -370,8 +383,9 @@ ACQUIRE = Script(
 -- ARGV[10] forget_after ms (absent: the counter and history keep no TTL; see grant)
 -- With one lock, two more keys may follow: KEYS[6] direct hand-off hash, KEYS[7] the caller's
 -- own grant list (wake list .. ':' .. owner token). A refused caller then
--- enlists for a direct hand-off (see pass_on); a caller that finds the lease already granted to
--- it that way (it stopped waiting before the grant arrived) takes it with a fresh TTL.
+-- enlists for a direct hand-off (see pass_on; granted at most HANDED_MS, see enlist); a caller
+-- that finds the lease already granted to it that way (it stopped waiting before the grant
+-- arrived) takes it with a fresh TTL.
 -- One lock, free and not reserved, with ARGV[7] '0': granted by the first branch (no waiter
 -- bookkeeping to do), with the same reply, keys and token rule (grant).
 -- A semaphore grants the first free slot (KEYS[1] is slot 0) and finds the caller's own lease in
@@ -460,7 +474,7 @@ if refused then
   local wait = tonumber(ARGV[5])
   for _, i in ipairs(refused) do enqueue(KEYS[5 * i - 1], token, wait) end
   if direct then
-    enlist(direct, token, wait, m > 0 and (ttl .. ':' .. (m + 1)) or ttl, ARGV[3], ARGV[8])
+    enlist(direct, token, wait, ttl, m > 0 and (m + 1) or nil, ARGV[3], ARGV[8])
   end
   for i, a in pairs(admit) do  -- no stale registration where the lock was free
     if a % 2 == 1 then redis.call('ZREM', KEYS[5 * i - 1], token) end

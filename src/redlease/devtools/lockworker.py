@@ -3,8 +3,11 @@ test_departed_waiters.py).
 
 Modes:
   counter PORT NAME N      N critical sections of GET/SET counter+1; prints each fencing token
-  hold PORT NAME TTL       acquire with renewal, print "acquired TOKEN", then obey stdin lines:
-                           "status" -> prints "valid" / "lost"; "release" -> prints the outcome
+  hold PORT NAME TTL [GRACE]
+                           acquire with renewal, print "acquired TOKEN", then obey stdin lines:
+                           "status" -> prints "valid" / "lost"; "release" -> prints the outcome;
+                           GRACE: seconds its waiter registration outlives each wait (default
+                           the library's), so a test can keep it first in the queue
   quit PORT NAME N FLAVOR  N waiters (FLAVOR: asyncio tasks or threads, one client) give up after
                            0.3 s, their listener giving up for them (even for one); once all
                            raised LockTimeout, print "timed-out" and exit at once (os._exit):
@@ -40,9 +43,11 @@ def counter(port: int, name: str, n: int) -> None:
     print(" ".join(map(str, tokens)), flush=True)
 
 
-def hold(port: int, name: str, ttl: float) -> None:
+def hold(port: int, name: str, ttl: float, grace: float | None = None) -> None:
     client = redis.Redis(port=port)
     lock = redlease.Lock(client, name, ttl=ttl, identity=f"worker-{name}")
+    if grace is not None:
+        _lingering(lock, grace)
     lease = lock.acquire()
     lost = []
     renewer = redlease.Renewer(lock, on_lost=lambda e: lost.append(e)).start()
@@ -62,10 +67,10 @@ def hold(port: int, name: str, ttl: float) -> None:
             return
 
 
-def _lingering(lock: Any) -> Any:
-    """``lock`` with a registration that outlives the test (30 s): only the give-up may take
-    the waiter off the queue, not the registration's lapse."""
-    options = dataclasses.replace(lock.prim.options, registration_grace=30.0)
+def _lingering(lock: Any, grace: float = 30.0) -> Any:
+    """``lock`` with a registration that outlives the test (``grace`` s): only the give-up may
+    take the waiter off the queue, not the registration's lapse."""
+    options = dataclasses.replace(lock.prim.options, registration_grace=grace)
     lock.prim = dataclasses.replace(lock.prim, options=options)
     return lock
 
@@ -121,4 +126,4 @@ if __name__ == "__main__":
     elif mode == "quit":
         quit_waiting(port, name, int(sys.argv[4]), sys.argv[5])
     else:
-        hold(port, name, float(sys.argv[4]))
+        hold(port, name, float(sys.argv[4]), float(sys.argv[5]) if len(sys.argv) > 5 else None)

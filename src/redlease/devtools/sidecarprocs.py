@@ -227,16 +227,40 @@ class Sidecar:
         assert self.proc is not None
         return self.proc.wait(timeout)
 
+    def children(self) -> list[int]:
+        """The pids of the sidecar's child processes (its ``--probes`` process); Linux only."""
+        assert self.proc is not None
+        path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        try:
+            return [int(pid) for pid in path.read_text().split()]
+        except OSError:
+            return []
+
     def stop(self) -> None:
+        """Kill the sidecar and its children: once this returns, none of its ports answers."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
         if self.proc is not None and self.proc.poll() is None:
+            children = self.children()
             self.signal(signal.SIGCONT)
             self.proc.kill()
             self.proc.wait(10)
+            for pid in children:  # ends by itself once its parent is gone: not as soon
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: all(_ended(pid) for pid in children))
         if hasattr(self, "_log"):
             self._log.close()
+
+
+def _ended(pid: int) -> bool:
+    """Process ``pid`` is gone, or a zombie (its descriptors closed)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return True
+    return fields[0] in ("Z", "X")
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import signal
 import time
 from typing import Any
@@ -25,9 +26,9 @@ from redlease.core.connect import redact
 from redlease.core.view import iso_ms
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args
+from redlease.kube.auth import required
 from redlease.kube.client import KubeClient
 from redlease.kube.httpguard import GuardedServer
-from redlease.kube.kubeconfig import required
 from redlease.sidecar.changes import Changes
 from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
 from redlease.sidecar.dapr import DaprApi
@@ -38,8 +39,9 @@ from redlease.sidecar.lockref import LockRefFollower
 from redlease.sidecar.metrics import Metrics
 from redlease.sidecar.mirror import LeaderEvents, LeaseMirror, involved_lease, involved_lock
 from redlease.sidecar.podlabel import PodLabeller
+from redlease.sidecar.probes import NEVER, ProbeProcess, Verdict
 from redlease.sidecar.statefile import StateFile, WriteHealth
-from redlease.sidecar.web import api_routes, serve, serve_probes
+from redlease.sidecar.web import api_routes, serve
 
 log = structlog.get_logger("redlease.sidecar")
 
@@ -47,8 +49,9 @@ log = structlog.get_logger("redlease.sidecar")
 class Sidecar(Hooks):
     """One running sidecar; also the :class:`~redlease.sidecar.web.Source` of its endpoints."""
 
-    def __init__(self, config: SidecarConfig) -> None:
+    def __init__(self, config: SidecarConfig, probes: ProbeProcess | None = None) -> None:
         self.config = config
+        self._probes = probes  # --probes: a process of its own, answering from our verdict
         self.state_file: StateFile | None = None
         self.metrics_ = Metrics(config.election.lock if config.election else "")
         self.elector: Elector | None = None
@@ -121,6 +124,20 @@ class Sidecar(Hooks):
         connected = self.elector is not None and self.elector.election.connected(time.monotonic())
         return connected, leader
 
+    def verdict(self) -> Verdict:
+        """``--probes`` (:mod:`.probes`): healthy while :meth:`health` says ok, until the
+        election loop's current step is overdue; ready while :meth:`ready` says so, and when
+        that rests on leadership only until the term's local deadline (no probe answer claims
+        leadership after the renew deadline, however late the next publication comes)."""
+        elector = self.elector
+        ok = bool(self.health()["ok"])
+        ready, leader = self.ready()
+        healthy_until = elector.healthy_until() if ok and elector is not None else NEVER
+        ready_until = math.inf if ready else NEVER
+        if ready and leader and self.config.ready != "always" and elector is not None:
+            ready_until = elector.election.leads_until()
+        return Verdict(healthy_until, ready_until)
+
     def metrics(self) -> bytes:
         self.changed()
         self.metrics_.waiting(self.changes.waiting)
@@ -134,6 +151,8 @@ class Sidecar(Hooks):
             self.events.transition(transition)
 
     def changed(self) -> None:
+        if self._probes is not None:
+            self._probes.poke()
         if self.elector is None:
             return
         doc = self._snapshot()
@@ -206,6 +225,8 @@ class Sidecar(Hooks):
         """Check the settings, read the election settings, start, elect until stopped, then
         wind down (see the module docstring for the order)."""
         self._preflight()
+        if self._probes is not None:  # answering from the start, as --http does
+            self._probes.beat(self)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
@@ -303,6 +324,8 @@ class Sidecar(Hooks):
         self.changes.close()
         for server in self._servers:
             await server.close()
+        if self._probes is not None:  # its last verdict runs out; run_sidecar ends it
+            self._probes.stop_beat()
         if self._kube is not None:
             await self._kube.close()
         log.info("sidecar stopped", identity=self.config.identity)
@@ -333,29 +356,21 @@ class Sidecar(Hooks):
                 self.lockapi.follow(config)
 
     async def _listen_http(self) -> None:
-        """``--http`` and the probe-only ``--probes`` (which answer from the same start)."""
+        """``--http`` (the probe-only ``--probes`` answers from the start: :func:`run_sidecar`)."""
         await self._listen(self.config.http)
-        await self._listen(self.config.probes, sidecar_args.PROBES, probes=True)
 
     async def _listen(
-        self,
-        address: HttpAddress | None,
-        flag: str = "--http",
-        metrics_only: bool = False,
-        probes: bool = False,
+        self, address: HttpAddress | None, flag: str = "--http", metrics_only: bool = False
     ) -> None:
         """Serve the endpoints on ``address`` (if given) until :meth:`_wind_down`."""
         if address is None:
             return
         try:
-            if probes:
-                server = await serve_probes(self, address.host, address.port)
-            else:
-                more = None if metrics_only else api_routes(self.lockapi, self.dapr,
-                                                            self.config.api_token)  # fmt: skip
-                server = await serve(
-                    self, address.host, address.port, metrics_only=metrics_only, more=more
-                )
+            more = None if metrics_only else api_routes(self.lockapi, self.dapr,
+                                                        self.config.api_token)  # fmt: skip
+            server = await serve(
+                self, address.host, address.port, metrics_only=metrics_only, more=more
+            )
         except OSError as exc:
             raise ConfigError(flag, f"cannot listen on {address}: {exc.strerror}") from None
         self._servers.append(server)
@@ -384,5 +399,18 @@ def _log_start(election: ElectionConfig, cfg: SidecarConfig) -> None:
 
 
 def run_sidecar(config: SidecarConfig) -> int:
-    """Run until SIGTERM/SIGINT; returns the exit code."""
-    return asyncio.run(Sidecar(config).run())
+    """Run until SIGTERM/SIGINT; returns the exit code. ``--probes`` is served by a process
+    forked first, while this one has no event loop nor thread yet (:mod:`.probes`), and ended
+    last."""
+    probes = None
+    if config.probes is not None:
+        address = config.probes
+        try:
+            probes = ProbeProcess.start(address.host, address.port)
+        except OSError as exc:
+            raise ConfigError(sidecar_args.PROBES, f"cannot listen on {address}: {exc}") from None
+    try:
+        return asyncio.run(Sidecar(config, probes).run())
+    finally:
+        if probes is not None:
+            probes.close()

@@ -20,6 +20,7 @@ driver to log and publish. Times are passed in, so tests drive it with a fake cl
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -145,6 +146,11 @@ class Election:
     def leading(self, now: float) -> bool:
         """Leader iff a term exists and its local deadline has not passed."""
         return self.term is not None and self.timer.leading(now)
+
+    def leads_until(self) -> float:
+        """The term's local deadline (monotonic; leader strictly before it unless renewed);
+        ``-inf`` without a term."""
+        return self.timer.deadline if self.term is not None else -math.inf
 
     def draining(self, now: float) -> bool:
         """Leading, but told the app it no longer leads and waiting for it to finish."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
 import random
 import time
 from typing import Any
@@ -184,11 +185,15 @@ class Elector:
 
     def healthy(self) -> bool:
         """The loop runs and has not stalled past the time its current step may take."""
+        return time.monotonic() <= self.healthy_until()
+
+    def healthy_until(self) -> float:
+        """The monotonic instant after which the loop counts as stalled (its current step is
+        overdue by more than the slack); ``-inf`` when it does not run."""
         if self._task is None or self._task.done():
-            return False
+            return -math.inf
         due = self._born + 30.0 if self.campaign is None else self.campaign.due_by
-        slack = max(2.0, 2 * self.config.timing.retry_period)
-        return time.monotonic() <= due + slack
+        return due + max(2.0, 2 * self.config.timing.retry_period)
 
     def reconfigure(self, config: ElectionConfig) -> None:
         """Adopt new settings; a new lock name or node set makes the elector step down first."""

@@ -5,9 +5,9 @@
 ``conflict`` when another process holds the lock under this sidecar's identity),
 ``/healthz``, ``/readyz``, ``/metrics`` and ``POST /drained`` (the app finished its work during
 a drain: 200, else 409). Every handler first applies the renew deadline, so no answer claims
-leadership after it. ``--probes`` serves only ``/healthz`` and ``/readyz``, with their status
-codes and no detail (the kubelet's httpGet probes reach the pod IP; the lock's state stays on
-the loopback ``--http``).
+leadership after it. ``--probes`` (only ``/healthz`` and ``/readyz``, with their status codes
+and no detail, for the kubelet's httpGet probes of the pod IP) is served by a process of its
+own: :mod:`.probes`.
 
 A long-poll waits on the sidecar's publication of a new version (:mod:`.changes`), never on a
 timer or Redis; it is parked with the port's guard (:meth:`~redlease.kube.httpguard.
@@ -106,25 +106,6 @@ def make_app(
     pod network, while ``/status`` and the probes stay on the loopback ``--http``)."""
     app = web.Application(middlewares=[json_errors], client_max_size=MAX_REQUEST)
     _routes(app, source, metrics_only=metrics_only, more=more)
-    return app
-
-
-def probes_app(source: Source) -> web.Application:
-    """``--probes``: ``/healthz`` (200 | 500) and ``/readyz`` (200 | 503) with only their
-    verdict (``{"ok": bool}``, ``{"ready": bool}``): what the kubelet needs, nothing about the
-    lock (holder, nodes, errors) for whoever else reaches the pod IP."""
-
-    async def healthz(_: web.Request) -> web.Response:
-        ok = bool(source.health()["ok"])
-        return web.json_response({"ok": ok}, status=200 if ok else 500)
-
-    async def readyz(_: web.Request) -> web.Response:
-        ok = source.ready()[0]
-        return web.json_response({"ready": ok}, status=200 if ok else 503)
-
-    app = web.Application(middlewares=[json_errors], client_max_size=MAX_REQUEST)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
     return app
 
 
@@ -230,7 +211,6 @@ def api_routes(
 
 
 PORTS = 2  # --http and --metrics: each gets half of the descriptor budget
-PROBE_CAP = 16  # --probes: the kubelet's three probes need a few connections, never many
 
 
 async def serve(
@@ -240,9 +220,3 @@ async def serve(
     cannot be bound."""
     app = make_app(source, metrics_only=metrics_only, more=more)
     return await guarded(app, host, port, share=PORTS)
-
-
-async def serve_probes(source: Source, host: str, port: int) -> GuardedServer:
-    """Serve :func:`probes_app` behind the same guard (timeouts; a small connection cap of its
-    own, so a flood of the pod IP cannot take the loopback port's connections)."""
-    return await guarded(probes_app(source), host, port, cap=PROBE_CAP)

@@ -30,7 +30,7 @@ KUBE_API_DIR = sa.SERVICE_ACCOUNT_DIR  # where the sidecar's in-cluster config l
 METRICS_PORT_NAME = "redlease-metrics"  # the container port a PodMonitor selects
 DEFAULT_IMAGE = f"ghcr.io/redlease/redlease:{__version__}"
 DEFAULT_RESOURCES: Mapping[str, Any] = {
-    "requests": {"cpu": "10m", "memory": "48Mi"},
+    "requests": {"cpu": "10m", "memory": "64Mi"},
     "limits": {"memory": "128Mi"},
 }
 TOKEN_SECONDS = 3600  # projected token lifetime; the kubelet refreshes it at 80 %
@@ -63,7 +63,7 @@ def _probe(
     port: int, path: str, period: int, failures: int, timeout: int | None = None
 ) -> dict[str, Any]:
     """An httpGet probe of the sidecar's probe-only listener (``--probes`` on the pod IP,
-    :func:`redlease.sidecar.web.probes_app`): the kubelet probes the pod IP, which the
+    :func:`redlease.sidecar.probes.probes_app`): the kubelet probes the pod IP, which the
     loopback ``--http`` (the lock's state: nobody else's business) cannot answer. An httpGet
     costs the pod nothing per probe (an ``exec`` of ``redlease`` would start an interpreter
     and import the package, ~0.3 s of CPU, about every 3 s) and is four lines of YAML."""
