@@ -82,7 +82,8 @@ class AsyncNode(_redis.NodeBase):
     async def _call(self, req: Call) -> Any:
         if not req.keys:
             return await self._routed(req)
-        end = _redis.end_of(req.timeout)
+        # when the request stops waiting, for a cluster's slot-map read (no call: per request)
+        end = time.monotonic() + req.timeout if self.cluster and req.timeout is not None else None
         home = await self._home(req.keys[0], req.timeout)
         if home is None:
             home = await self._uncovered(req.keys[0], end)

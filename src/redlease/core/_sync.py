@@ -69,7 +69,8 @@ class SyncNode(_redis.NodeBase):
     def _call(self, req: Call) -> Any:
         if not req.keys:
             return self._routed(req)
-        end = _redis.end_of(req.timeout)
+        # when the request stops waiting, for a cluster's slot-map read (no call: per request)
+        end = time.monotonic() + req.timeout if self.cluster and req.timeout is not None else None
         pool = self._pool(req.keys[0])
         if pool is None:
             pool = self._uncovered(req.keys[0], end)

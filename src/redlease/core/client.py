@@ -193,14 +193,8 @@ def keeps_order(owner: str, unread: int, exc: BaseException) -> bool:
     return bool(owner) and unread > 0 and not isinstance(exc, rex.ConnectionError)
 
 
-def end_of(timeout: float | None) -> float | None:
-    """The monotonic time at which a request given ``timeout`` seconds (its budget's bound,
-    :func:`redlease.core.requests.bounded`) stops waiting; None: it waits as long as it takes."""
-    return None if timeout is None else time.monotonic() + timeout
-
-
 def left(end: float | None) -> float | None:
-    """The time left until ``end`` (:func:`end_of`); None: no end. Once it passed, still
+    """The time left until ``end`` (a monotonic time); None: no end. Once it passed, still
     :data:`~redlease.core.timing.MIN_WAIT` (a socket given no time at all would not block)."""
     return None if end is None else max(MIN_WAIT, end - time.monotonic())
 

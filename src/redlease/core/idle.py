@@ -90,7 +90,7 @@ def take(pool: Any, timeout: float | None = None) -> Any:
             conn = kept.pop()
         except IndexError:  # another thread took the last one
             break
-        if _clean(conn) and masters.current(pool, conn):
+        if _clean(conn) and (type(pool) is redis.ConnectionPool or masters.current(pool, conn)):
             return conn
         discard(pool, conn)
     if timeout is not None and kept is not None and not _limited(pool):
@@ -162,7 +162,7 @@ def give(pool: Any, conn: Any) -> None:
         kept is not None
         and len(kept) < KEEP
         and getattr(conn, "_sock", None) is not None
-        and masters.current(pool, conn)
+        and (type(pool) is redis.ConnectionPool or masters.current(pool, conn))
     ):
         kept.append(conn)
     elif conn in _OWN:
@@ -179,7 +179,9 @@ async def atake(pool: Any, timeout: float | None = None) -> Any:
             conn = kept.pop()
         except IndexError:
             break
-        if await aclean(conn) and masters.current(pool, conn):
+        if await aclean(conn) and (
+            type(pool) is redis.asyncio.ConnectionPool or masters.current(pool, conn)
+        ):
             return conn
         await arelease(pool, conn, close=True)
     if timeout is not None and kept is not None and not _limited(pool):
@@ -236,7 +238,12 @@ async def aclean(conn: Any) -> bool:
 async def agive(pool: Any, conn: Any) -> None:
     """:func:`give` for a ``redis.asyncio`` pool."""
     kept = _kept(pool, _AKEPT)
-    if kept is not None and len(kept) < KEEP and conn.is_connected and masters.current(pool, conn):
+    if (
+        kept is not None
+        and len(kept) < KEEP
+        and conn.is_connected
+        and (type(pool) is redis.asyncio.ConnectionPool or masters.current(pool, conn))
+    ):
         kept.append(conn)
     else:
         await arelease(pool, conn)
