@@ -18,7 +18,8 @@ help:
 	@echo "make test        lint, type-check, chaos-quick, the suite (not long), core+quorum on every server"
 	@echo "make test-quick  the same without tests marked slow"
 	@echo "make test-latest the quick suite on the newest releases (before make lock moves the pins)"
-	@echo "make lock        move every lock (requirements/*.txt) to the newest releases"
+	@echo "make lock        lock pyproject's changes (requirements/*.txt), keeping the other pins"
+	@echo "make lock UPGRADE=1  move every lock to the newest releases"
 	@echo "make test-long   the minute-long measurements and outages make test leaves out"
 	@echo "make test-matrix tests/core and tests/core/quorum on Redis 7, Redis 6.2 and Valkey 8"
 	@echo "make chaos       the safety check under faults (< 5 min); chaos-quick < 1 min"
@@ -102,13 +103,14 @@ e2e: $(STAMP)
 demo: $(DEMO_STAMP)
 	$(PY) -m redlease demo
 
-# Every lock at once, moved to the newest releases pyproject.toml's ranges admit (pip-compile,
-# exact versions with hashes): requirements/dev.txt (the `test` extra: make test, make demo,
-# .ci/run), build.txt (pip, setuptools, wheel), image.txt (the Dockerfile's `sidecar` and
+# Every lock at once (pip-compile, exact versions with hashes): a plain `make lock` adds what
+# pyproject.toml's changes need and keeps every other pin; `make lock UPGRADE=1` moves them all
+# to the newest releases pyproject.toml's ranges admit. requirements/dev.txt (the `test` extra:
+# make test, make demo, .ci/run), build.txt (pip, setuptools, wheel), image.txt (the Dockerfile's `sidecar` and
 # `operator` extras) and bench.txt (`test` + `bench`), the last three constrained by dev.txt so
 # that the image ships the versions the tests ran. Run `make test-latest` first to see what the
-# newest releases break; after `make lock`, `make test` runs on the new pins.
-PIP_COMPILE := /tmp/redlease-piptools/bin/pip-compile --quiet --upgrade --generate-hashes \
+# newest releases break; after `make lock UPGRADE=1`, `make test` runs on the new pins.
+PIP_COMPILE := /tmp/redlease-piptools/bin/pip-compile --quiet $(if $(filter 1,$(UPGRADE)),--upgrade) --generate-hashes \
   --strip-extras --no-emit-index-url --no-emit-find-links
 lock:
 	$(PYTHON) -m venv /tmp/redlease-piptools && /tmp/redlease-piptools/bin/pip install --quiet pip-tools

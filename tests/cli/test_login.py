@@ -44,7 +44,7 @@ def test_the_sidecar_sends_the_rotating_token_over_https_only(sa_dir: Path) -> N
 
 
 def test_the_sidecar_without_an_api_says_so_when_it_needs_one(sa_dir: Path) -> None:
-    from redlease.kube.kubeconfig import required
+    from redlease.kube.auth import required
 
     assert login.sidecar_login(None, login.Pod(), "x") is None
     with pytest.raises(ConfigError, match="--kube-api: no Kubernetes API"):

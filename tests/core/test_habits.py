@@ -341,6 +341,61 @@ def test_elector_runs_work_in_a_thread_told_when_the_term_ends(
     assert not thread.is_alive() and ended.get_nowait() is second
 
 
+async def test_async_with_leading_cancels_the_block_when_leadership_is_lost(
+    redis_server: RedisServer,
+) -> None:
+    """``async with elector.leading()``: the block runs with the term's lease and is cancelled
+    when the term ends (the lease deleted under it), before on_stopped_leading; the async with
+    then raises LeaseLost, and the campaign is over (another candidate takes the lock)."""
+    client = aioredis.Redis(port=redis_server.port)
+    stops: list[str] = []
+    inside: asyncio.Queue[Any] = asyncio.Queue()
+    e = redlease.aio.Elector(client, "lead", **TERM, on_stopped_leading=stops.append)
+    assert not e.leading and e.leading == False  # noqa: E712 - the flag it always was
+
+    async def block() -> None:
+        async with e.leading() as lease:
+            inside.put_nowait((lease, bool(e.leading)))
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                inside.put_nowait(list(stops))
+                raise
+
+    runner = asyncio.create_task(block())
+    try:
+        lease, leading = await asyncio.wait_for(inside.get(), 15)
+        assert leading and lease.fencing_token == e.lease.fencing_token
+        await client.delete(e.core.lock.keys.lease)  # the term is lost at its next renewal
+        assert await asyncio.wait_for(inside.get(), 15) == []  # before on_stopped_leading
+        with pytest.raises(redlease.LeaseLost, match="leadership ended"):
+            await asyncio.wait_for(runner, 15)
+        assert not runner.cancelled() and not e.leading and len(stops) == 1
+        other = redlease.aio.Lock(client, "lead", ttl=3)
+        await other.acquire(blocking=False)  # nobody campaigns for it any more
+        await other.release()
+    finally:
+        runner.cancel()
+        await asyncio.wait([runner])
+        await client.aclose()
+
+
+async def test_async_with_leading_releases_on_a_normal_exit(redis_server: RedisServer) -> None:
+    client = aioredis.Redis(port=redis_server.port)
+    stops: list[str] = []
+    e = redlease.aio.Elector(client, "calm", **TERM, on_stopped_leading=stops.append)
+    try:
+        async with e.leading() as lease:
+            assert e.leading and (await e.core.lock.state()).holder == e.identity
+        assert stops == [redlease.aio.Elector.STOPPED] and not e.leading
+        state = await redlease.aio.Lock(client, "calm").state()
+        assert state.holder is None and state.last_fence == lease.fencing_token  # released
+        async with e.leading() as again:  # a second term in a row
+            assert again.fencing_token > lease.fencing_token
+    finally:
+        await client.aclose()
+
+
 @pytest.mark.parametrize("cls", [redlease.Elector, redlease.aio.Elector])
 def test_elector_work_must_be_callable(cls: Any) -> None:
     client = _client(redlease.aio.Lock if cls is redlease.aio.Elector else redlease.Lock)

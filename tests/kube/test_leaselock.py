@@ -10,8 +10,8 @@ import pytest
 from redlease.core.campaign import Granted, Held
 from redlease.core.timing import Timing
 from redlease.devtools.kubeemulator import Emulator, declare
+from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
-from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.leaselock import ElectionConfig, LeaseLock
 from redlease.kube.leasewriter import LeaseWriter
 

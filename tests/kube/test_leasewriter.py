@@ -15,8 +15,8 @@ import pytest
 
 from redlease.devtools.kubeemulator import LEASES, Emulator, declare
 from redlease.errors import KubeConflict
+from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
-from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.lease import LeaseRecord
 from redlease.kube.leasewriter import LeaseWriter
 

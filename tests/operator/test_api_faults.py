@@ -50,12 +50,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
         operator = await start_operator(proxy.url, tmp_path)
         try:
             cluster = Cluster(emulator, None, proxy.url)  # type: ignore[arg-type]
-            await until(
-                lambda: emulator.lists() or operator.proc.returncode is not None,
-                timeout=60,
-                what="the operator's first list",
-            )
-            assert operator.proc.returncode is None, operator.text()
+            await operator.listing(emulator)
             yield emulator, proxy, operator, cluster
         finally:
             code = await operator.stop()

@@ -132,7 +132,7 @@ async def test_cycle_reads_with_the_collector_paused(
     """The cycle holds every lock from its preparation to its status: the collector is off
     meanwhile (so those objects are not promoted), and on again once the cycle is over."""
     from redlease.core import view as lockview
-    from redlease.kube.kubeconfig import ClusterAuth
+    from redlease.kube.auth import ClusterAuth
     from redlease.kube.spec import LockSpec
     from redlease.operator.handlers import OperatorConfig, Runtime
 

@@ -1,9 +1,10 @@
 """The operator reaches the API server with the credentials and TLS of its login.
 
-``ClusterAuth`` (in-cluster or a kubeconfig's current context) is the one source for the
-operator's API client and for kopf's login: the service-account token is read again on every
-request (bound tokens rotate); the CA, the client certificate and insecure-skip-tls-verify
-carry over; credentials that need a program (exec) are refused with one line.
+The login (in-cluster ``ClusterAuth``, or a kubeconfig's current context loaded by the
+``kubernetes`` client's loader) is the one source for the operator's API client and for kopf's
+login: the service-account token is read again on every request (bound tokens rotate); the CA,
+the client certificate and insecure-skip-tls-verify carry over; a kubeconfig it cannot use is
+one line on KUBECONFIG. Exec plugins and token refresh: tests/kube/test_credentials.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from redlease.errors import ConfigError
-from redlease.kube.kubeconfig import ClusterAuth, from_kubeconfig, in_cluster
+from redlease.kube.auth import ClusterAuth, in_cluster
+from redlease.kube.credentials import from_kubeconfig
 from redlease.operator.handlers import connection_info
 
 trustme = pytest.importorskip("trustme")
@@ -63,7 +65,12 @@ def test_a_kubeconfig_context_with_ca_and_client_certificate(tmp_path: Path) -> 
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
     assert len(context.get_ca_certs()) == 1  # the kubeconfig's CA, not the system's
     info = connection_info(auth)
-    assert info.ca_data == ca.cert_pem.bytes().decode() and info.certificate_data
+    # kopf gets the same CA and client certificate (the loader's files)
+    assert info.ca_path and Path(info.ca_path).read_bytes() == ca.cert_pem.bytes()
+    assert info.certificate_path and Path(info.certificate_path).read_bytes() == (
+        cert.cert_chain_pems[0].bytes()
+    )
+    assert info.private_key_path and info.default_namespace == "apps"
 
     loose = ClusterAuth("https://api.example", insecure=True).ssl_context()
     assert isinstance(loose, ssl.SSLContext)
@@ -73,28 +80,33 @@ def test_a_kubeconfig_context_with_ca_and_client_certificate(tmp_path: Path) -> 
 
 def test_the_first_kubeconfig_naming_an_entry_wins(tmp_path: Path) -> None:
     first, second = tmp_path / "a", tmp_path / "b"
-    first.write_text("current-context: x\nusers: [{name: u, user: {tokenFile: /t}}]\n")
+    (tmp_path / "t").write_text("from-file\n")
+    first.write_text(
+        f"current-context: x\nusers: [{{name: u, user: {{tokenFile: {tmp_path}/t}}}}]\n"
+    )
     second.write_text(
         "current-context: y\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
         "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:8001'}}]\n"
         "users: [{name: u, user: {token: other}}]\n"
     )
     auth = from_kubeconfig([first, second])
-    assert auth.server == "http://127.0.0.1:8001" and auth.token_file == Path("/t")
+    assert auth.base_url() == "http://127.0.0.1:8001"
+    assert auth.credentials() == {"Authorization": "Bearer from-file"}
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("kind: Config\n", "no current-context"),
-        ("current-context: gone\n", "context 'gone' not found"),
+        ("kind: Config\n", "current-context"),
+        ("current-context: gone\n", "gone"),
         ("current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n",
-         "no cluster with a server"),
+         "cluster"),
         ("current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
          "clusters: [{name: c, cluster: {server: 'https://k'}}]\n"
-         "users: [{name: u, user: {exec: {command: aws}}}]\n", "exec and auth-provider"),
-        ("- a list\n", "is not a kubeconfig"),
-        ("current-context: x\n  bad: [\n", "cannot read"),
+         "users: [{name: u, user: {exec: {command: aws}}}]\n", "exec plugin gave no credentials"),
+        ("- a list\n", "cannot use the kubeconfig"),
+        ("current-context: x\n  bad: [\n", "cannot use the kubeconfig"),
+        ("", "cannot use the kubeconfig"),
     ],
 )  # fmt: skip
 def test_a_kubeconfig_it_cannot_use_is_one_line(tmp_path: Path, text: str, message: str) -> None:

@@ -159,7 +159,7 @@ async def test_refresher_batches_one_read_per_cycle() -> None:
 def test_health_fails_without_refresh_loop() -> None:
     import kopf
 
-    from redlease.kube.kubeconfig import ClusterAuth
+    from redlease.kube.auth import ClusterAuth
     from redlease.operator.handlers import OperatorConfig, Runtime
 
     config = OperatorConfig(namespaces=("a",), kube=ClusterAuth("http://127.0.0.1:9"))

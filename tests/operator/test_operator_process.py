@@ -1,8 +1,10 @@
-"""`redlease operator` as a real process: kubeconfig login, status, liveness, metrics, SIGTERM."""
+"""`redlease operator` as a real process: kubeconfig login, status, liveness, metrics, SIGTERM,
+its log (kopf's lines included) as JSON lines."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -81,3 +83,7 @@ async def test_operator_process(
     out = raw.decode(errors="replace")
     assert proc.returncode == 0, out
     assert "test-token" not in out
+    # one log format: kopf's lines are JSON like redlease's (--log-format auto, not a terminal)
+    records = [json.loads(line) for line in out.splitlines() if line.strip()]
+    kopf_lines = [r for r in records if "Initial authentication" in str(r.get("event"))]
+    assert kopf_lines and kopf_lines[0]["level"] == "info" and "timestamp" in kopf_lines[0]

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from redlease.errors import ConfigError
+from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
-from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.spec import SecretRef
 from redlease.operator.secrets import SecretSource
 

@@ -32,8 +32,8 @@ from redlease.devtools.kubeemulator import (
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import Sidecar, env
 from redlease.errors import KubeError
+from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
-from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.spec import CREDENTIALS_LABEL, FORCE_RELEASE_ANNOTATION, SHARED_KEYS_LABEL
 from redlease.operator.handlers import OperatorConfig, Runtime, build_registry
 from redlease.operator.secrets import SecretSource

@@ -29,7 +29,7 @@ import helm_python as helm
 import pytest
 
 from redlease.devtools import e2e
-from redlease.devtools.kubeemulator import NAMESPACE, running_cluster
+from redlease.devtools.kubeemulator import AS_ADMIN, NAMESPACE, running_cluster
 from redlease.devtools.kubeemulator import until as harness_until
 from redlease.devtools.localredis import RedisServer, free_port
 from redlease.devtools.manifests import load_all
@@ -157,7 +157,7 @@ async def test_readme_quickstart_on_the_emulator_finds_the_lock_held(tmp_path: P
             nodes = [{**n, "url": local_node(n["url"], server.port)} for n in lock["spec"]["nodes"]]
             body = {**lock, "spec": {**lock["spec"], "nodes": nodes}}
             path = f"/apis/redlease.dev/v1alpha1/namespaces/{namespace}/distributedlocks"
-            async with cluster.api.post(path, json=body) as resp:
+            async with cluster.api.post(path, json=body, headers=AS_ADMIN) as resp:
                 assert resp.status == 201, await resp.text()
             spec = deploy["spec"]["template"]["spec"]
             (container,) = [c for c in spec["initContainers"] if c["name"] == "redlease"]

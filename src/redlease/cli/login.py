@@ -1,10 +1,10 @@
 """Where this process runs and who it is to the Kubernetes API.
 
 :func:`this_pod` reads the pod's name and namespace once per command (the Downward API's
-``POD_NAME`` / ``POD_NAMESPACE``, else the service account's namespace). Both logins are a
-:class:`~redlease.kube.kubeconfig.ClusterAuth` carrying the command's identity in the user
-agent: the operator's (in-cluster, else a kubeconfig's current context) and the sidecar's
-(in-cluster, or ``--kube-api``).
+``POD_NAME`` / ``POD_NAMESPACE``, else the service account's namespace). Both logins carry the
+command's identity in the user agent: the operator's (in-cluster, else a kubeconfig's current
+context through the ``kubernetes`` client's loader: :mod:`redlease.kube.credentials`, imported
+only then) and the sidecar's (in-cluster, or ``--kube-api``: never the ``kubernetes`` package).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from redlease.errors import ConfigError
 from redlease.kube import sidecar_args as sa
 
 if TYPE_CHECKING:
-    from redlease.kube.kubeconfig import ClusterAuth
+    from redlease.kube.auth import ClusterAuth, Login
 
 SA_DIR = sa.SERVICE_ACCOUNT_DIR
 
@@ -32,7 +32,7 @@ class Pod:
 
 
 def this_pod() -> Pod:
-    from redlease.kube.kubeconfig import service_account_namespace
+    from redlease.kube.auth import service_account_namespace
 
     namespace = os.environ.get(sa.POD_NAMESPACE_ENV) or service_account_namespace(Path(SA_DIR))
     return Pod(name=os.environ.get(sa.POD_NAME_ENV) or None, namespace=namespace or None)
@@ -52,8 +52,8 @@ def sidecar_login(api: str | None, pod: Pod, identity: str) -> ClusterAuth | Non
     ``--pod-label``, ``--lease-mirror`` and ``--events`` need one). The service account's
     token (re-read on every request) and CA go with https only: a plain-http proxy on this
     host (:func:`~redlease.kube.client.check_api_url`) gets no token."""
+    from redlease.kube.auth import ClusterAuth
     from redlease.kube.client import check_api_url
-    from redlease.kube.kubeconfig import ClusterAuth
 
     api = api or in_cluster_api()
     if not api:
@@ -70,23 +70,25 @@ def sidecar_login(api: str | None, pod: Pod, identity: str) -> ClusterAuth | Non
     )
 
 
-def operator_login(pod: Pod, identity: str) -> ClusterAuth:
-    """In-cluster (the service account), else the kubeconfig's current context; found before
-    kopf starts, since kopf itself retries a missing login for ever."""
-    from redlease.kube import kubeconfig
+def operator_login(pod: Pod, identity: str) -> Login:
+    """In-cluster (the service account), else the kubeconfig's current context (every
+    kubeconfig kubectl accepts); found before kopf starts, since kopf itself retries a missing
+    login for ever."""
+    from redlease.kube.auth import in_cluster
 
     api = in_cluster_api()
     if api and Path(SA_DIR, "token").exists():
-        auth = kubeconfig.in_cluster(api, Path(SA_DIR), pod.namespace)
-    else:
-        paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-        paths = paths or [os.path.expanduser("~/.kube/config")]
-        found = [Path(p) for p in paths if os.path.isfile(p)]
-        if not found:
-            raise ConfigError(
-                "KUBECONFIG",
-                "no Kubernetes API: not in a pod (no KUBERNETES_SERVICE_HOST and service "
-                f"account token) and no kubeconfig at {os.pathsep.join(paths)}",
-            )
-        auth = kubeconfig.from_kubeconfig(found)
-    return replace(auth, identity=identity)
+        return replace(in_cluster(api, Path(SA_DIR), pod.namespace), identity=identity)
+
+    paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    paths = paths or [os.path.expanduser("~/.kube/config")]
+    found = [Path(p) for p in paths if os.path.isfile(p)]
+    if not found:
+        raise ConfigError(
+            "KUBECONFIG",
+            "no Kubernetes API: not in a pod (no KUBERNETES_SERVICE_HOST and service "
+            f"account token) and no kubeconfig at {os.pathsep.join(paths)}",
+        )
+    from redlease.kube.credentials import from_kubeconfig
+
+    return from_kubeconfig(found, identity=identity)

@@ -1,6 +1,7 @@
 """structlog set-up for the `redlease` commands: JSON lines when stderr is not a TTY (containers,
-log shippers), readable console output on a TTY. The library's stdlib ``redlease`` logger is routed
-through the same renderer, so every line has one format.
+log shippers), readable console output on a TTY. The library's stdlib ``redlease`` logger, and in
+``redlease operator`` kopf's loggers, are routed through the same renderer, so every line has one
+format.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def configure(level: str = "info", fmt: str = "auto", stream: Any = None) -> Non
             *shared,
             structlog.stdlib.ExtraAdder(),
             _library_fields,
+            _kopf_fields,
             structlog.processors.format_exc_info,
         ],
         processors=[
@@ -78,4 +80,15 @@ def _library_fields(_: Any, __: str, event: MutableMapping[str, Any]) -> Mutable
         event["event"] = str(args[0])
         for key, value in fields.items():
             event.setdefault(key, value)
+    return event
+
+
+def _kopf_fields(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """kopf's per-object records carry the object as ``k8s_ref`` (``object``, as kopf's own JSON
+    format names it) next to its internals (``settings``, ``k8s_skip``), which are dropped."""
+    event.pop("settings", None)
+    event.pop("k8s_skip", None)
+    ref = event.pop("k8s_ref", None)
+    if isinstance(ref, dict):
+        event.setdefault("object", ref)
     return event

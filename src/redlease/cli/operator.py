@@ -44,7 +44,11 @@ FLAGS = (
     Flag(
         ("--metrics",), "serve Prometheus /metrics on HOST:PORT, e.g. 127.0.0.1:9090 (default: off)"
     ),
-    Flag(("--verbose", "-v"), "debug logging", kind="switch"),
+    Flag(
+        ("--verbose", "-v"),
+        "debug logging (--log-level debug), kopf's per-object lines too",
+        kind="switch",
+    ),
     Flag(
         ("--leader-election",),
         "run several replicas: one active (holds a coordination.k8s.io Lease), the others "
@@ -66,6 +70,7 @@ FLAGS = (
     ),
     Flag(("--identity",), "this replica's identity (default: $POD_NAME, else hostname:pid)"),
     *WEBHOOK,
+    *flags.LOG,
 )
 
 
@@ -134,8 +139,11 @@ def election_config(args: argparse.Namespace, pod: Pod) -> ElectionConfig:
 
 
 def main(args: argparse.Namespace) -> int:
+    from redlease.cli import logs
     from redlease.operator.runner import run_operator
 
+    # kopf's lines in the same format as every other command's (JSON unless on a terminal)
+    logs.configure("debug" if args.verbose else args.log_level, args.log_format)
     pod = this_pod()
     config = operator_config(args, pod)
     login = operator_login(pod, flags.identity(args))

@@ -25,8 +25,8 @@ from typing import Any
 import structlog
 
 from redlease.cli.runspec import LEASE_LOST, NOT_EXECUTABLE, NOT_FOUND, UNAVAILABLE, RunConfig
+from redlease.kube.auth import required
 from redlease.kube.client import KubeClient
-from redlease.kube.kubeconfig import required
 from redlease.sidecar.config import ElectionConfig
 from redlease.sidecar.election import Transition
 from redlease.sidecar.elector import Elector, Hooks

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from redlease.kube.kubeconfig import ClusterAuth
+    from redlease.kube.auth import ClusterAuth
     from redlease.sidecar.config import ElectionConfig, LockRef
 
 # Exit statuses of `redlease run` itself (README's table, docs/sidecar.md; tests/cli/test_readme.py

@@ -16,7 +16,7 @@ from redlease.kube import sidecar_args as sa
 from redlease.kube.spec import DEFAULT_READY, READY_MODES
 
 if TYPE_CHECKING:
-    from redlease.kube.kubeconfig import ClusterAuth
+    from redlease.kube.auth import ClusterAuth
     from redlease.sidecar.config import SidecarConfig
 
 OWN = (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Hashable
@@ -14,7 +13,7 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core import gate, idle, lent, waiting, wire
+from redlease.core import gate, idle, lent, topology, waiting, wire
 from redlease.core.primitives import give_up_together
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, bounded, resume
 from redlease.core.timing import GIVE_UP_WAIT, REPLY_GRACE, Budget
@@ -49,7 +48,7 @@ class AsyncNode(_redis.NodeBase):
     async def _wait_replicas(self, req: Replicate) -> Any:
         """``WAIT`` on the connection the write went out on (see the blocking driver's)."""
         args = ("WAIT", req.replicas, req.timeout_ms)
-        home = await self._home(req.key)
+        home = await self._home(req.key, req.timeout)
         if home is None:  # the cluster's slot map is not ready: through the client's routing
             node = self.client.get_node_from_key(req.key)
             return await self.client.execute_command(*args, target_nodes=node)
@@ -58,25 +57,36 @@ class AsyncNode(_redis.NodeBase):
             raise reply
         return reply
 
-    async def _home(self, key: str) -> Any:
+    async def _home(self, key: str, wait: float | None = None) -> Any:
         """The pool (or cluster node) serving ``key``; None: let the cluster client route.
 
-        A cluster client learns its slot map first (once; redis-py's ``initialize`` is a no-op
-        after that): before it, redis-py's own routing sends a keyed command to a default node,
-        and its fifth MOVED reply makes it close every connection of every node, those other
-        requests of this process are reading from included ("Connection closed by server")."""
+        A cluster client learns its slot map first (once, and again when redis-py's own
+        commands found it stale): before it, redis-py's own routing sends a keyed command to a
+        default node, and its fifth MOVED reply makes it close every connection of every node,
+        those other requests of this process are reading from included ("Connection closed by
+        server"). The map is read beside the request (:mod:`redlease.core.topology`), awaited
+        ``wait`` seconds at most (None: until read): a client that has no node for ``key`` by
+        then sends nothing (no answer in time)."""
         if not self.cluster:
             return self.client.connection_pool
-        await self.client.initialize()
+        read = True
+        if getattr(self.client, "_initialize", True):  # redis-py's flag: a map read is due
+            read = await topology.arefresh(self.client, self.client.initialize, wait)
         try:
             return self.client.get_node_from_key(key)
         except RedisClusterException:  # slot not covered (yet): the client refreshes its map
+            if not read:
+                raise _redis.no_reply(wait or 0.0) from None
             return None
 
     async def _call(self, req: Call) -> Any:
-        home = await self._home(req.keys[0]) if req.keys else None
-        if home is None:
+        if not req.keys:
             return await self._routed(req)
+        # when the request stops waiting, for a cluster's slot-map read (no call: per request)
+        end = time.monotonic() + req.timeout if self.cluster and req.timeout is not None else None
+        home = await self._home(req.keys[0], req.timeout)
+        if home is None:
+            home = await self._uncovered(req.keys[0], end)
         for _ in range(_redis.HOPS):
             try:
                 reply = await self._script(home, req)
@@ -84,7 +94,7 @@ class AsyncNode(_redis.NodeBase):
                 reply = exc
             if not isinstance(reply, rex.RedisError):
                 return reply
-            moved = await self._reroute(home, req, reply)
+            moved = await self._reroute(home, req, reply, end)
             if moved is None:
                 if isinstance(reply, rex.AskError) and not isinstance(reply, rex.MovedError):
                     return await self._routed(req)  # a slot being migrated: redis-py's ASKING
@@ -102,27 +112,44 @@ class AsyncNode(_redis.NodeBase):
                 reply = await self._exchange(home, sent, req.owner, req.timeout)
         return reply
 
-    async def _reroute(self, home: Any, req: Call, error: BaseException) -> Any:
-        """After ``error`` on ``home``: refresh the slot map if it may be stale; the node to send
-        ``req`` to now (see the blocking driver's), or None."""
+    async def _reroute(self, home: Any, req: Call, error: BaseException, end: float | None) -> Any:
+        """After ``error`` on ``home``: refresh the slot map if it may be stale (waiting for it
+        until ``end`` at most); the node to send ``req`` to now (see the blocking driver's), or
+        None."""
         if not (self.cluster and _redis.stale_map(error)):
             return None
-        await self._refresh(home, error)
-        if not _redis.resendable(error):
+        if not await self._refresh(home, error, end) or not _redis.resendable(error):
             return None
-        moved = await self._home(req.keys[0])
+        moved = await self._home(req.keys[0], _redis.left(end))
         return moved if moved is not None and moved is not home else None
 
-    async def _refresh(self, home: Any, error: BaseException) -> None:
-        """Re-read the slot map after ``error`` on cluster node ``home``; a node that dropped us
-        keeps no idle connection (redis-py >= 7 can close them)."""
+    async def _uncovered(self, key: str, end: float | None) -> Any:
+        """The node of ``key`` once the slot map, which did not cover its slot, was read again
+        (see the blocking driver's); else an outage, nothing sent."""
+        client = self.client
+        # a client whose first read failed reads through initialize() (its own back-off)
+        read = client.initialize if getattr(client, "_initialize", True) else None
+        read = read or client.nodes_manager.initialize
+        await topology.arefresh(client, read, _redis.left(end))
+        try:
+            return client.get_node_from_key(key)
+        except RedisClusterException:
+            raise rex.SlotNotCoveredError(
+                f"the cluster's slot map does not cover {key!r}"
+            ) from None
+
+    async def _refresh(self, home: Any, error: BaseException, end: float | None) -> bool:
+        """Re-read the slot map after ``error`` on cluster node ``home``, waiting for it until
+        ``end`` at most (see the blocking driver's); a node that dropped us keeps no idle
+        connection (redis-py >= 7 can close them). True if the map was read again by then."""
         drop = getattr(home, "disconnect_free_connections", None)
         if isinstance(error, rex.ConnectionError) and drop is not None:
             await drop()
         manager = self.client.nodes_manager
-        # no node answers: the request's own error is reported, the next one tries again
-        with contextlib.suppress(rex.RedisError, RedisClusterException):
-            await manager.initialize(**_redis.refresh_options(manager, home.name))
+        options = _redis.refresh_options(manager, home.name)
+        return await topology.arefresh(
+            self.client, lambda: manager.initialize(**options), _redis.left(end)
+        )
 
     async def _exchange(
         self, home: Any, args: tuple[Any, ...], owner: str = "", timeout: float | None = None
@@ -175,7 +202,7 @@ class AsyncNode(_redis.NodeBase):
         requests take): [key, value], or None if nothing arrived. The reply is awaited a second
         longer (Redis checks blocking timeouts at its ``hz`` tick); then, or when cancelled, the
         connection is dropped. Only the listener of a lock's waiters calls this."""
-        home = await self._home(keys[0])
+        home = await self._home(keys[0], timeout + 1.0)
         if home is None:
             return None  # the cluster's slot map is not ready: the next attempt re-routes
         conn = await _checkout(home, timeout + 1.0)
@@ -202,13 +229,15 @@ class AsyncNode(_redis.NodeBase):
             raise reply
         return reply
 
-    async def read(self, key: str, *args: Any) -> Any:
-        """One plain command on the node of ``key`` (``args`` includes it); raises an error
-        reply. None when the cluster's slot map is not ready."""
-        home = await self._home(key)
+    async def read(self, key: str, *args: Any, timeout: float | None = None) -> Any:
+        """One plain command on the node of ``key`` (``args`` includes it), its reply (and a
+        connection, and the cluster's slot map) awaited at most ``timeout`` seconds (None: the
+        client's socket timeout); raises an error reply. None when the cluster's slot map is
+        not ready."""
+        home = await self._home(key, timeout)
         if home is None:
             return None
-        reply = await self._exchange(home, args)
+        reply = await self._exchange(home, args, timeout=timeout)
         if isinstance(reply, rex.ResponseError):
             raise reply
         return reply
@@ -224,23 +253,26 @@ class AsyncNode(_redis.NodeBase):
         takes them off the queue when another owner holds it."""
         return waiting.owner_of(await self.execute(give_up_together(waits, GIVE_UP_WAIT)))
 
-    async def run_all(self, calls: list[Call]) -> None:
+    async def run_all(self, calls: list[Call], budget: Budget | None = None) -> None:
         """Run ``calls`` (scripts on the node of the first one's key, no owner's request
         unanswered) written back to back and read in order: one write for all. The calls answered
         with an error (a script not loaded yet, a moved slot) run again: the first alone, which
         loads the script or follows the slot, then the others in one write (on a server without
         the scripts, 3 round trips for the batch, not one per call); every call runs alone
-        while the server's library is still to be checked."""
-        home = await self._home(calls[0].keys[0])
+        while the server's library is still to be checked. The batch ends where ``budget``
+        ends one request of its operation (:meth:`~redlease.core.client.NodeBase.batch_end`),
+        the same rule as the blocking driver's."""
+        end = self.batch_end(budget)
+        home = await self._home(calls[0].keys[0], _redis.left(end))
         replies: list[Any] = [None] * len(calls)
         run = _redis.scripting(home) if home is not None else None
         if run is None or not run.settled:  # no slot map yet, or the library to be checked
             for call in calls:
-                await self.execute(call)
+                await self.execute(bounded(call, budget, time.monotonic(), self.socket_timeout))
             return
-        slot = await gate.aenter(home, self.socket_timeout)
+        slot = await gate.aenter(home, _redis.left(end))
         try:
-            conn = await _checkout(home)
+            conn = await _checkout(home, _redis.left(end))
             unread = 0
             try:
                 writer = getattr(conn, "_writer", None)
@@ -248,10 +280,14 @@ class AsyncNode(_redis.NodeBase):
                     raise rex.ConnectionError(f"connection to {self.name} lost")
                 writer.writelines([part for c in calls for part in wire.pack(conn, run.command(c))])
                 unread = len(calls)
-                async with asyncio.timeout(conn.socket_timeout):
-                    for i in range(len(calls)):
-                        replies[i] = await _read(conn)
-                        unread -= 1
+                left = _redis.left(end)
+                try:
+                    async with asyncio.timeout(left):
+                        for i in range(len(calls)):
+                            replies[i] = await _read(conn)
+                            unread -= 1
+                except TimeoutError:
+                    raise _redis.no_reply(left or 0.0) from None
             except BaseException:
                 await _close([_redis.Pinned(home, conn, unread, 0.0)])
                 raise
@@ -260,9 +296,9 @@ class AsyncNode(_redis.NodeBase):
             slot.release()
         failed = [c for c, r in zip(calls, replies, strict=True) if isinstance(r, rex.RedisError)]
         if failed:  # the first alone loads the script (or follows the slot); the rest in one write
-            await self.execute(failed[0])
+            await self.execute(bounded(failed[0], budget, time.monotonic(), self.socket_timeout))
             if failed[1:]:
-                await self.run_all(failed[1:])
+                await self.run_all(failed[1:], budget)
 
     async def _routed(self, req: Call) -> Any:
         """Through the client's own routing (a cluster whose slot map changed)."""

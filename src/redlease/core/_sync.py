@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -13,7 +12,7 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core import gate, idle, waiting, wire
+from redlease.core import gate, idle, topology, waiting, wire
 from redlease.core.primitives import give_up_together
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, bounded, resume
 from redlease.core.timing import GIVE_UP_WAIT, Budget
@@ -68,9 +67,13 @@ class SyncNode(_redis.NodeBase):
             return None
 
     def _call(self, req: Call) -> Any:
-        pool = self._pool(req.keys[0]) if req.keys else None
-        if pool is None:
+        if not req.keys:
             return self._routed(req)
+        # when the request stops waiting, for a cluster's slot-map read (no call: per request)
+        end = time.monotonic() + req.timeout if self.cluster and req.timeout is not None else None
+        pool = self._pool(req.keys[0])
+        if pool is None:
+            pool = self._uncovered(req.keys[0], end)
         for _ in range(_redis.HOPS):
             try:
                 reply = self._script(pool, req)
@@ -78,7 +81,7 @@ class SyncNode(_redis.NodeBase):
                 reply = exc
             if not isinstance(reply, rex.RedisError):
                 return reply
-            moved = self._reroute(pool, req, reply)
+            moved = self._reroute(pool, req, reply, end)
             if moved is None:
                 if isinstance(reply, rex.AskError) and not isinstance(reply, rex.MovedError):
                     return self._routed(req)  # a slot being migrated: redis-py's ASKING
@@ -96,28 +99,42 @@ class SyncNode(_redis.NodeBase):
                 reply = self._exchange(pool, sent, req.owner, req.timeout)
         return reply
 
-    def _reroute(self, pool: Any, req: Call, error: BaseException) -> Any:
+    def _reroute(self, pool: Any, req: Call, error: BaseException, end: float | None) -> Any:
         """After ``error`` on ``pool``'s node: refresh the cluster's slot map if it may be
-        stale; the pool to send ``req`` to now if it certainly did not run and its slot has
-        another node (None: report the error)."""
+        stale (waiting for it until ``end`` at most); the pool to send ``req`` to now if it
+        certainly did not run and its slot has another node (None: report the error)."""
         if not (self.cluster and _redis.stale_map(error)):
             return None
-        self._refresh(pool, error)
-        if not _redis.resendable(error):
+        if not self._refresh(pool, error, end) or not _redis.resendable(error):
             return None
         moved = self._pool(req.keys[0])
         return moved if moved is not None and moved is not pool else None
 
-    def _refresh(self, pool: Any, error: BaseException) -> None:
+    def _uncovered(self, key: str, end: float | None) -> Any:
+        """The pool of ``key``'s node once the cluster's slot map, which did not cover its slot,
+        was read again (waiting for it until ``end`` at most); else an outage, nothing sent
+        (redis-py's own routing would retry with its own timeouts)."""
+        manager = self.client.nodes_manager
+        topology.refresh(self.client, manager.initialize, _redis.left(end))
+        pool = self._pool(key)
+        if pool is None:
+            raise rex.SlotNotCoveredError(f"the cluster's slot map does not cover {key!r}")
+        return pool
+
+    def _refresh(self, pool: Any, error: BaseException, end: float | None) -> bool:
         """Re-read the slot map (shared by every lock on this client) after ``error`` on
-        ``pool``'s node; a node that dropped us keeps no idle connection."""
+        ``pool``'s node, waiting for it until ``end`` at most (None: until it is read; see
+        :mod:`redlease.core.topology`); a node that dropped us keeps no idle connection. True
+        if the map was read again by then (no node answering counts: the request's own error
+        is reported, the next one tries again)."""
         if isinstance(error, rex.ConnectionError):
             idle.drop(pool)
             pool.disconnect(inuse_connections=False)
         manager = self.client.nodes_manager
-        # no node answers: the request's own error is reported, the next one tries again
-        with contextlib.suppress(rex.RedisError, RedisClusterException):
-            manager.initialize(**_redis.refresh_options(manager, _redis.home_name(pool)))
+        options = _redis.refresh_options(manager, _redis.home_name(pool))
+        return topology.refresh(
+            self.client, lambda: manager.initialize(**options), _redis.left(end)
+        )
 
     def _exchange(
         self, pool: Any, args: tuple[Any, ...], owner: str = "", timeout: float | None = None
@@ -180,23 +197,26 @@ class SyncNode(_redis.NodeBase):
             raise reply
         return reply
 
-    def run_all(self, calls: list[Call]) -> None:
+    def run_all(self, calls: list[Call], budget: Budget | None = None) -> None:
         """Run ``calls`` (scripts on the node of the first one's key, no owner's request
         unanswered) written back to back and read in order: one write for all. The calls answered
         with an error (a script not loaded yet, a moved slot) run again: the first alone, which
         loads the script or follows the slot, then the others in one write (on a server without
         the scripts, 3 round trips for the batch, not one per call); every call runs alone
-        while the server's library is still to be checked."""
+        while the server's library is still to be checked. The batch ends where ``budget``
+        ends one request of its operation (:meth:`~redlease.core.client.NodeBase.batch_end`),
+        the same rule as the asyncio driver's."""
+        end = self.batch_end(budget)
         pool = self._pool(calls[0].keys[0])
         run = _redis.scripting(pool) if pool is not None else None
         if run is None or not run.settled:  # no slot map yet, or the library to be checked
             for call in calls:
-                self.execute(call)
+                self.execute(bounded(call, budget, time.monotonic(), self.socket_timeout))
             return
         replies: list[Any] = [None] * len(calls)
-        slot = gate.enter(pool, self.socket_timeout)
+        slot = gate.enter(pool, _redis.left(end))
         try:
-            conn = idle.take(pool)
+            conn = idle.take(pool, _redis.left(end))
             unread = 0
             try:
                 packed = [part for c in calls for part in wire.pack(conn, run.command(c))]
@@ -204,7 +224,7 @@ class SyncNode(_redis.NodeBase):
                 unread = len(calls)
                 for i in range(len(calls)):
                     try:
-                        replies[i] = _redis.read_within(conn, self.socket_timeout or None)
+                        replies[i] = _redis.read_within(conn, _redis.left(end))
                     except rex.ResponseError as exc:
                         replies[i] = exc
                     unread -= 1
@@ -217,9 +237,9 @@ class SyncNode(_redis.NodeBase):
                 slot.release()
         failed = [c for c, r in zip(calls, replies, strict=True) if isinstance(r, rex.RedisError)]
         if failed:  # the first alone loads the script (or follows the slot); the rest in one write
-            self.execute(failed[0])
+            self.execute(bounded(failed[0], budget, time.monotonic(), self.socket_timeout))
             if failed[1:]:
-                self.run_all(failed[1:])
+                self.run_all(failed[1:], budget)
 
     # -- what a listener of this node's waiters uses (a quorum executor has its own) --------------
 
@@ -247,7 +267,7 @@ class SyncNode(_redis.NodeBase):
             conn = idle.take(pool, timeout + 1.0)
         except rex.RedisError as exc:
             if self.cluster and _redis.stale_map(exc):
-                self._refresh(pool, exc)
+                self._refresh(pool, exc, time.monotonic() + timeout + 1.0)
             raise
         try:
             conn.send_command("BLPOP", *keys, round(timeout, 3))

@@ -116,12 +116,10 @@ class _AsyncHandle(HandleCore):
                 await renewer.stop()
         lost = renewer is not None and renewer.cancelled_guard
         if lost and t is not None and issubclass(t, asyncio.CancelledError):
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
+            error = block_lost(self.name)
             with contextlib.suppress(NotOwned):
                 await self.release()
-            raise LeaseLost(self.name, "lease lost; the guarded block was cancelled") from None
+            raise error from None
         await self.release()
 
     @asynccontextmanager
@@ -153,10 +151,7 @@ class _AsyncHandle(HandleCore):
                 yield lease
             except asyncio.CancelledError:
                 if renewer and renewer.cancelled_guard and guarded is not None:
-                    guarded.uncancel()
-                    raise LeaseLost(
-                        self.name, "lease lost; the guarded block was cancelled"
-                    ) from None
+                    raise block_lost(self.name) from None
                 raise
         finally:
             if renewer:
@@ -207,6 +202,17 @@ class ReadWriteLock(ReadWritePair[ReadLock, WriteLock]):
 
     reader_class = ReadLock
     writer_class = WriteLock
+
+
+def block_lost(lock: str, why: str = "lease lost") -> LeaseLost:
+    """What a block guarded by a lease (``async with lock``, :meth:`Lock.hold`, an elector's
+    ``leading()``) exits with once the lease is lost and its task was cancelled for it: that
+    cancellation taken back (``uncancel``), :class:`LeaseLost` raised instead of a bare
+    ``CancelledError``."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+    return LeaseLost(lock, f"{why}; the guarded block was cancelled")
 
 
 class AsyncRenewer(RenewerBase):

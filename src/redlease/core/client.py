@@ -20,6 +20,7 @@ import redis.sentinel as sentinel
 from redlease.core import homes
 from redlease.core.requests import Request
 from redlease.core.scripting import Scripting
+from redlease.core.timing import MIN_WAIT, Budget
 from redlease.errors import ConnectionLimit, LockError, LockUnavailable, ProtocolError
 
 PIN_HOLD = 30.0  # a pinned connection nobody came back for is closed after this many seconds
@@ -48,6 +49,17 @@ class NodeBase:
         self.socket_timeout = socket_timeout(client)
         self.cluster = not hasattr(client, "connection_pool")
         self.pins = Pins()
+
+    def batch_end(self, budget: Budget | None) -> float | None:
+        """When a batch of requests written together (``run_all``) stops waiting for its
+        replies, connecting included: where one request of the operation would (``budget``:
+        :func:`redlease.core.requests.bounded`), the whole batch as one; without a budget, the
+        client's socket timeout from now (None: no end)."""
+        now = time.monotonic()
+        wait = (
+            self.socket_timeout if budget is None else budget.bound(None, now, self.socket_timeout)
+        )
+        return None if wait is None else now + wait
 
     def error(self, exc: BaseException, home: Any = None) -> BaseException:
         """The redlease exception to raise for a redis-py error on this node (``home``: the
@@ -179,6 +191,12 @@ def keeps_order(owner: str, unread: int, exc: BaseException) -> bool:
     owner token): it has requests without replies and is still open (a closed one was dropped
     by the server, which then runs nothing more from it)."""
     return bool(owner) and unread > 0 and not isinstance(exc, rex.ConnectionError)
+
+
+def left(end: float | None) -> float | None:
+    """The time left until ``end`` (a monotonic time); None: no end. Once it passed, still
+    :data:`~redlease.core.timing.MIN_WAIT` (a socket given no time at all would not block)."""
+    return None if end is None else max(MIN_WAIT, end - time.monotonic())
 
 
 def no_reply(timeout: float) -> rex.TimeoutError:

@@ -18,6 +18,7 @@ leader's successor leads a round trip later, not a TTL later. See docs/elector.m
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
@@ -34,7 +35,7 @@ from redlease.core.lease import Lease
 from redlease.core.timing import DEFAULT_TTL, Timing, validate_timing
 from redlease.errors import ConfigError, RedleaseError
 
-__all__ = ["STOPPED", "AsyncElector", "Elector", "ElectorCore"]
+__all__ = ["STOPPED", "AsyncElector", "Elector", "ElectorCore", "Leading"]
 
 STOPPED = SHUTDOWN  # the reason given to on_stopped_leading by stop(): the lease is released
 Callback = Callable[[Any], Any]  # returns None, or an awaitable (asyncio flavour)
@@ -226,11 +227,6 @@ class _Facade:
         return self.core.identity
 
     @property
-    def leading(self) -> bool:
-        """True while this process leads (before its renew deadline)."""
-        return self.core.leading()
-
-    @property
     def lease(self) -> Lease | None:
         """The lease while leading (``lease.fencing_token``), else None."""
         return self.core.lease()
@@ -242,12 +238,110 @@ class _Facade:
         return self.core.holder
 
 
+class Leading:
+    """:attr:`AsyncElector.leading`: true while this process leads (before its renew deadline),
+    as the blocking elector's ``leading``; called, the context manager that runs a block while
+    leading::
+
+        async with elector.leading() as lease:
+            ...  # cancelled if the term ends; the async with then raises LeaseLost
+
+    It campaigns (as :meth:`AsyncElector.start`) until this process leads, runs the block with
+    the term's lease (``lease.fencing_token``), and when the term ends while the block runs
+    (lost, renew deadline passed) cancels it before ``on_stopped_leading``: client-go's
+    ``OnStartedLeading(ctx)``, the rule of :meth:`AsyncElector.run`'s ``work``, with the block
+    as the term's work. The block then ends with :class:`~redlease.errors.LeaseLost`, not a
+    bare ``CancelledError``. Leaving the block (normally or by an error) stops the campaign and
+    releases the lease (:meth:`AsyncElector.stop`), so a standby takes over at once.
+    """
+
+    __slots__ = ("_elector",)
+
+    def __init__(self, elector: AsyncElector) -> None:
+        self._elector = elector
+
+    def __bool__(self) -> bool:
+        return self._elector.core.leading()
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self) == other if isinstance(other, bool) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(bool(self))
+
+    def __repr__(self) -> str:
+        return repr(bool(self))
+
+    def __call__(self) -> Term:
+        return Term(self._elector)
+
+
+class Term:
+    """One term as an ``async with`` block (see :class:`Leading`)."""
+
+    def __init__(self, elector: AsyncElector) -> None:
+        self._elector = elector
+        self._block: asyncio.Task[Any] | None = None  # the task running the block
+        self._left = asyncio.Event()  # the block is over (its __aexit__ has begun)
+        self._cut = False  # the block was cancelled because the term ended
+
+    async def _work(self, lease: Lease, started: asyncio.Future[Lease]) -> None:
+        """The term's work for the elector's core: the block runs in its own task, so this
+        stands in for it until it ends; cancelled (the term ended) it cancels the block and
+        waits for it to leave, so that the rule holds: work ends before
+        ``on_stopped_leading``."""
+        if started.done():  # a later term of a campaign whose block is over: nothing to run
+            return
+        started.set_result(lease)
+        try:
+            await self._left.wait()
+        except asyncio.CancelledError:
+            block = self._block
+            if not self._left.is_set() and block is not None and not block.done():
+                self._cut = True
+                block.cancel(f"redlease: leadership of {self._elector.core.lock.name!r} ended")
+                await self._left.wait()
+            raise
+
+    async def __aenter__(self) -> Lease:
+        self._block = asyncio.current_task()
+        started: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
+        elector = self._elector
+        await elector.start(functools.partial(self._work, started=started))
+        campaign = elector._task
+        assert campaign is not None
+        either: set[asyncio.Future[Any]] = {started, campaign}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            self._left.set()
+            await elector.stop()
+            raise
+        if not started.done():  # the campaign ended before this process led
+            self._left.set()
+            await elector.stop()
+            campaign.result()  # its error, if any
+            raise RedleaseError("the campaign ended before this process led")
+        return started.result()
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._left.set()
+        await self._elector.stop()
+        if self._cut:  # the term ended first: its cancellation is taken back, LeaseLost instead
+            lost = aio.block_lost(self._elector.core.lock.name, "leadership ended")
+            if t is not None and issubclass(t, asyncio.CancelledError):
+                raise lost from None
+
+
 class AsyncElector(_Facade):
     """Leader election on one lock, asyncio (``redlease.aio.Elector``).
 
     ``client``: ``redis.asyncio.Redis``, ``redis.asyncio.cluster.RedisCluster`` or an asyncio
     :class:`redlease.quorum.NodeSet`. Callbacks may be plain functions or coroutine functions;
     they run inline on the elector's task (keep them short: renewals wait for them).
+    ``async with elector.leading() as lease:`` runs a block while leading (:class:`Leading`).
     """
 
     lock_class = aio.Lock
@@ -255,6 +349,12 @@ class AsyncElector(_Facade):
     def _setup(self) -> None:
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def leading(self) -> Leading:
+        """Truthy while this process leads (before its renew deadline); ``leading()`` runs a
+        block while leading (:class:`Leading`)."""
+        return Leading(self)
 
     async def run(self, work: Callable[[Lease], Awaitable[Any]] | None = None) -> None:
         """Campaign until :meth:`stop` (or cancellation); releases the lease on the way out.
@@ -324,11 +424,17 @@ class Elector(_Facade):
     :class:`redlease.quorum.NodeSet`. The campaign runs on an asyncio loop of its own (in the
     thread of :meth:`run`, or a background thread from :meth:`start`); its Redis calls go to
     one worker thread. Callbacks are plain functions; they run on the elector's thread, one at
-    a time (keep them short: renewals wait for them). Give the client a ``socket_timeout`` so
-    a hung Redis frees the worker (the elector stops leading at its renew deadline regardless).
+    a time (keep them short: renewals wait for them). A hung Redis frees the worker by each
+    call's own deadline (docs/safety.md, "Deadlines own the I/O"), whatever the client's
+    ``socket_timeout``; the elector stops leading at its renew deadline regardless.
     """
 
     lock_class = locks.Lock
+
+    @property
+    def leading(self) -> bool:
+        """True while this process leads (before its renew deadline)."""
+        return self.core.leading()
 
     def _setup(self) -> None:
         self._guard = threading.Lock()

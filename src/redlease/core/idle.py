@@ -7,26 +7,34 @@ and part of every hand-off. A connection kept here stays checked out of its pool
 back costs one readiness check, the same check the pool makes: a connection with unread bytes or
 a closed peer (a restarted server) goes back through the pool, which reconnects it.
 
-Only plain pools (the default of ``redis.Redis``, a cluster node's pool): a Sentinel pool
-decides on return whether a connection still points at the master, and a blocking pool is
-bounded, so both keep their own checkout. At most :data:`KEEP` connections per pool and
-process (the state of a forked child starts empty). The pool's ``disconnect()`` reaches those
-it lent; those made here for a bounded request (:func:`connect`) it does not know: they are
-closed when passed over, dropped (:func:`drop`) or garbage-collected.
+Only plain pools (the default of ``redis.Redis``, a cluster node's pool) and the pools of a
+Sentinel-managed master (``Sentinel.master_for``), whose connections are kept only while they
+lead to the master the pool knows (:func:`redlease.core.masters.current`: a failover's new
+master leaves the old one's connections unused); a blocking pool is bounded, so it keeps its
+own checkout. At most :data:`KEEP` connections per pool and process (the state of a forked
+child starts empty). The pool's ``disconnect()`` reaches those it lent; those made here for a
+bounded request (:func:`connect`) it does not know: they are closed when passed over, dropped
+(:func:`drop`) or garbage-collected.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import time
 import weakref
 from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.sentinel
+import redis.sentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from redlease.core import masters
+from redlease.core.timing import MIN_WAIT
 
 # connections kept per pool: a request per slot of the gate (redlease.core.gate) and a
 # waiters' BLPOP, so that those made here (:func:`connect`) are made once, not per request
@@ -35,9 +43,13 @@ _OWN: weakref.WeakSet[Any] = weakref.WeakSet()  # the connections made here, not
 _ATTR = "_redlease_idle"
 
 
-def _kept(pool: Any, plain: type) -> list[Any] | None:
-    """The kept connections of ``pool`` in this process (None: not a plain pool)."""
-    if type(pool) is not plain:
+_KEPT = (redis.ConnectionPool, redis.sentinel.SentinelConnectionPool)
+_AKEPT = (redis.asyncio.ConnectionPool, redis.asyncio.sentinel.SentinelConnectionPool)
+
+
+def _kept(pool: Any, kinds: tuple[type, ...]) -> list[Any] | None:
+    """The kept connections of ``pool`` in this process (None: not a pool of ``kinds``)."""
+    if type(pool) not in kinds:
         return None
     state = pool.__dict__.get(_ATTR)
     pid = os.getpid()
@@ -72,15 +84,15 @@ def take(pool: Any, timeout: float | None = None) -> Any:
     by the pool: connected and greeted within ``timeout``, in one attempt. redis-py's pool
     connects with the client's retries (redis-py 8: 10, with back-off) and socket timeouts
     (5 s): 53 s for one acquire against a paused server."""
-    kept = _kept(pool, redis.ConnectionPool)
+    kept = _kept(pool, _KEPT)
     while kept:
         try:
             conn = kept.pop()
         except IndexError:  # another thread took the last one
             break
-        if _clean(conn):
+        if _clean(conn) and (type(pool) is redis.ConnectionPool or masters.current(pool, conn)):
             return conn
-        _dispose(pool, conn)
+        discard(pool, conn)
     if timeout is not None and kept is not None and not _limited(pool):
         return connect(pool, timeout)
     return pool.get_connection()
@@ -100,8 +112,12 @@ _DEFAULT_LIMIT: int = redis.ConnectionPool().max_connections  # 100 in redis-py 
 def connect(pool: Any, timeout: float) -> Any:
     """A new connection made with ``pool``'s settings (its connection class and arguments:
     TLS, credentials) but not lent by it, connected in one attempt with every socket wait of
-    the connect and the handshake at most ``timeout``; then the client's own socket timeout
-    again. Owned by this module: kept (:func:`give`) or closed, never given to the pool."""
+    the connect and the handshake within ``timeout`` (a Sentinel pool's lookup of its master
+    included: :mod:`redlease.core.masters`); then the client's own socket timeout again.
+    Owned by this module: kept (:func:`give`) or closed, never given to the pool."""
+    end = time.monotonic() + timeout
+    address = masters.master(pool, timeout) if masters.managed(pool) else None
+    timeout = max(MIN_WAIT, end - time.monotonic())
     conn = pool.connection_class(**pool.connection_kwargs)
     _OWN.add(conn)
     saved = conn.retry, conn.socket_connect_timeout, conn.socket_timeout
@@ -109,7 +125,10 @@ def connect(pool: Any, timeout: float) -> Any:
     conn.socket_connect_timeout = min(saved[1] or timeout, timeout)
     conn.socket_timeout = min(saved[2] or timeout, timeout)
     try:
-        conn.connect()
+        if address is None:
+            conn.connect()
+        else:
+            conn.connect_to(address)
     finally:
         conn.retry, conn.socket_connect_timeout, conn.socket_timeout = saved
     sock = getattr(conn, "_sock", None)
@@ -118,8 +137,8 @@ def connect(pool: Any, timeout: float) -> Any:
     return conn
 
 
-def _dispose(pool: Any, conn: Any) -> None:
-    """Close ``conn``; the pool takes back a connection it lent."""
+def discard(pool: Any, conn: Any) -> None:
+    """Close ``conn`` (its reply was not read in full); the pool takes back one it lent."""
     conn.disconnect()
     if conn not in _OWN:
         pool.release(conn)
@@ -127,19 +146,24 @@ def _dispose(pool: Any, conn: Any) -> None:
 
 def drop(pool: Any) -> None:
     """Close the connections kept for ``pool`` (its node is gone: they lead nowhere)."""
-    kept = _kept(pool, redis.ConnectionPool)
+    kept = _kept(pool, _KEPT)
     while kept:
         try:
             conn = kept.pop()
         except IndexError:
             break
-        _dispose(pool, conn)
+        discard(pool, conn)
 
 
 def give(pool: Any, conn: Any) -> None:
     """Return a connection after a request whose reply was read in full."""
-    kept = _kept(pool, redis.ConnectionPool)
-    if kept is not None and len(kept) < KEEP and getattr(conn, "_sock", None) is not None:
+    kept = _kept(pool, _KEPT)
+    if (
+        kept is not None
+        and len(kept) < KEEP
+        and getattr(conn, "_sock", None) is not None
+        and (type(pool) is redis.ConnectionPool or masters.current(pool, conn))
+    ):
         kept.append(conn)
     elif conn in _OWN:
         conn.disconnect()
@@ -149,13 +173,15 @@ def give(pool: Any, conn: Any) -> None:
 
 async def atake(pool: Any, timeout: float | None = None) -> Any:
     """:func:`take` for a ``redis.asyncio`` pool."""
-    kept = _kept(pool, redis.asyncio.ConnectionPool)
+    kept = _kept(pool, _AKEPT)
     while kept:
         try:
             conn = kept.pop()
         except IndexError:
             break
-        if await aclean(conn):
+        if await aclean(conn) and (
+            type(pool) is redis.asyncio.ConnectionPool or masters.current(pool, conn)
+        ):
             return conn
         await arelease(pool, conn, close=True)
     if timeout is not None and kept is not None and not _limited(pool):
@@ -165,6 +191,9 @@ async def atake(pool: Any, timeout: float | None = None) -> Any:
 
 async def aconnect(pool: Any, timeout: float) -> Any:
     """:func:`connect` for a ``redis.asyncio`` pool."""
+    end = time.monotonic() + timeout
+    address = await masters.amaster(pool, timeout) if masters.managed(pool) else None
+    timeout = max(MIN_WAIT, end - time.monotonic())
     conn = pool.connection_class(**pool.connection_kwargs)
     _OWN.add(conn)
     saved = conn.retry, conn.socket_connect_timeout, conn.socket_timeout
@@ -172,7 +201,10 @@ async def aconnect(pool: Any, timeout: float) -> Any:
     conn.socket_connect_timeout = min(saved[1] or timeout, timeout)
     conn.socket_timeout = min(saved[2] or timeout, timeout)
     try:
-        await conn.connect()
+        if address is None:
+            await conn.connect()
+        else:
+            await conn.connect_to(address)
     finally:
         conn.retry, conn.socket_connect_timeout, conn.socket_timeout = saved
     return conn
@@ -205,8 +237,13 @@ async def aclean(conn: Any) -> bool:
 
 async def agive(pool: Any, conn: Any) -> None:
     """:func:`give` for a ``redis.asyncio`` pool."""
-    kept = _kept(pool, redis.asyncio.ConnectionPool)
-    if kept is not None and len(kept) < KEEP and conn.is_connected:
+    kept = _kept(pool, _AKEPT)
+    if (
+        kept is not None
+        and len(kept) < KEEP
+        and conn.is_connected
+        and (type(pool) is redis.asyncio.ConnectionPool or masters.current(pool, conn))
+    ):
         kept.append(conn)
     else:
         await arelease(pool, conn)

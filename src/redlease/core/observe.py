@@ -18,6 +18,7 @@ from redlease.core.quorum import _probe
 from redlease.core.requests import Flow
 from redlease.core.rules import OPERATOR, RESTART_DELAY, Outside, Probe, semaphore_quorum
 from redlease.core.state import LockState, read_state_flow
+from redlease.core.timing import REPLY_GRACE, Budget, within
 from redlease.core.view import LockView, NodeAnswer, lock_view
 from redlease.errors import LockError, LockUnavailable
 
@@ -47,6 +48,24 @@ async def node_probe(client: Any) -> Probe:
     return _probe.node(Probe("", 0.0, at, None, durable=False), replies, at)
 
 
+async def bounded_probe(node: _async.AsyncNode, budget: Budget) -> Probe:
+    """:func:`node_probe` through ``node``'s driver: each command within ``budget`` (a new
+    connection made in one attempt), where redis-py's pipeline retries a refused connection
+    with back-off for as long as the caller waits."""
+    replies: list[object] = []
+    for command in _probe.NODE:
+        now = time.monotonic()
+        try:
+            reply = await node.read(
+                _probe.MARKER_KEY, *command, timeout=budget.bound(None, now, node.socket_timeout)
+            )
+        except rex.ResponseError as exc:  # an error reply, as the pipeline hands it over
+            reply = exc
+        replies.append(reply)
+    at = time.monotonic()
+    return _probe.node(Probe("", 0.0, at, None, durable=False), replies, at)
+
+
 async def node_answer(
     node: _async.AsyncNode,
     keys: Sequence[str],
@@ -60,18 +79,21 @@ async def node_answer(
     or the error that kept it from answering within ``timeout`` seconds (``limit`` > 1: a
     counting semaphore's, its slots read too); with ``probe``, also
     what its server and marker say (read first, so a restart in between shows as a stale
-    marker rather than as a counted node)."""
+    marker rather than as a counted node). Every request, connecting included, ends by
+    ``timeout`` (a :class:`~redlease.core.timing.Budget`), whatever the client's settings; the
+    task is cut :data:`~redlease.core.timing.REPLY_GRACE` after that at the latest."""
     seen: Probe | None = None
+    budget = within(timeout, time.monotonic())
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout + REPLY_GRACE):
             if probe:
-                seen = await node_probe(node.client)
+                seen = await bounded_probe(node, budget)
             if before is not None:
-                await _async.drive(node, before)
+                await _async.drive(node, before, budget=budget)
             states: dict[str, LockState] = {}
             for key in keys:
                 states[key] = await _async.drive(
-                    node, read_state_flow(LockKeys.for_name(key), limit)
+                    node, read_state_flow(LockKeys.for_name(key), limit), budget=budget
                 )
             return states, seen
     except LockError as exc:

@@ -27,7 +27,9 @@ class Call:
     that owner's earlier requests to the same node that are still unanswered (same connection),
     so an undo can never overtake the request it undoes. ``timeout``: the longest to wait for
     the reply (``None``: the client's socket timeout). ``intent``: what the call means, for a
-    layer that runs it on several nodes (:mod:`redlease.core.intents`).
+    layer that runs it on several nodes (:mod:`redlease.core.intents`). ``deadline``: the
+    monotonic time its operation ends (None: none), for a layer that makes several round trips
+    of one request (a quorum's flow: :mod:`redlease.core.quorum.executor`).
     """
 
     script: scripts.Script
@@ -36,6 +38,7 @@ class Call:
     owner: str = ""
     timeout: float | None = None
     intent: Intent | None = None
+    deadline: float | None = None
 
     def evalsha(self) -> tuple[str | int, ...]:
         """The Redis command that runs the script by its SHA1 (the usual case)."""
@@ -90,12 +93,14 @@ class Wait:
 @dataclass(frozen=True, slots=True)
 class Replicate:
     """``WAIT replicas timeout_ms`` on the node of ``key``; the reply is the replica count.
-    ``timeout``: the longest to wait for the reply (None: the client's socket timeout)."""
+    ``timeout``: the longest to wait for the reply (None: the client's socket timeout);
+    ``deadline``: as a :class:`Call`'s."""
 
     key: str
     replicas: int
     timeout_ms: int
     timeout: float | None = None
+    deadline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,15 +120,17 @@ def bounded(
 ) -> Request:
     """``req`` with its wait for a reply bounded by ``budget`` (see
     :class:`~redlease.core.timing.Budget`; a shorter ``socket_timeout`` of the client still
-    counts); a :class:`Wait` keeps its own (its flow's pacing ends it at the deadline). The one
-    place the drivers take a request's limit from."""
+    counts) and its operation's deadline noted; a :class:`Wait` keeps its own (its flow's
+    pacing ends it at the deadline). The one place the drivers take a request's limit from."""
     if budget is None:
         return req
     if isinstance(req, Call):
         req.timeout = budget.bound(req.timeout, now, socket_timeout)
+        req.deadline = budget.deadline
         return req
     if isinstance(req, Replicate):
-        return replace(req, timeout=budget.bound(req.timeout, now, socket_timeout))
+        timeout = budget.bound(req.timeout, now, socket_timeout)
+        return replace(req, timeout=timeout, deadline=budget.deadline)
     return req
 
 

@@ -138,6 +138,12 @@ def operation_budget(
     return Budget(cap=ttl, deadline=deadline)
 
 
+def within(timeout: float, now: float) -> Budget:
+    """The :class:`Budget` of I/O given ``timeout`` seconds in all from ``now`` (a status read,
+    a heartbeat): every request of it, connecting included, ends by then."""
+    return Budget(cap=timeout, deadline=now + timeout)
+
+
 def cleanup_budget(ttl: float, now: float) -> Budget:
     """The :class:`Budget` of the undo after a failed or interrupted acquire."""
     return Budget(cap=min(ttl, CLEANUP_GRACE), deadline=now + CLEANUP_GRACE)

@@ -27,8 +27,8 @@ import kmock
 import kopf
 
 from redlease.core.times import format_time
+from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
-from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.spec import CREDENTIALS_LABEL, GROUP, PLURAL, SHARED_KEYS_LABEL, VERSION
 from redlease.operator.handlers import (
     OperatorConfig,
@@ -39,16 +39,23 @@ from redlease.operator.handlers import (
 from redlease.operator.secrets import SecretSource
 
 RESOURCE = f"{GROUP}/{VERSION}/{PLURAL}"
+ADMIN = "emulator-admin"  # the tests' own token: the token check lets it through
+AS_ADMIN = {"Authorization": f"Bearer {ADMIN}"}
 LEASES = "coordination.k8s.io/v1/leases"
 _rv = itertools.count(1)
 
 
 class Emulator(kmock.KubernetesEmulator):
-    """KubernetesEmulator plus the metadata and status codes kopf relies on, and an outage
+    """KubernetesEmulator plus the metadata and status codes kopf relies on, an outage
     switch: ``outage = "refuse"`` answers every request 503, ``"hang"`` answers none until the
-    outage is over (``outage = None``)."""
+    outage is over (``outage = None``), and a token check: with ``tokens`` set, a request whose
+    bearer token it refuses is answered 401 (``unauthorized`` counts them), as an API server
+    answers an expired token. The tests' own requests (:class:`Cluster`) carry ``ADMIN``, which
+    it always accepts."""
 
     outage: str | None = None
+    tokens: Callable[[str | None], bool] | None = None
+    unauthorized = 0
 
     def _current(self, request: kmock.Request) -> dict[str, Any] | None:
         # KMock's own key; typed Any: its annotations want a resource and a name a request may lack
@@ -92,6 +99,14 @@ class Emulator(kmock.KubernetesEmulator):
                 {"kind": "Status", "status": "Failure", "code": 503, "message": "outage"},
                 status=503,
             )
+        token = _bearer(request)
+        if self.tokens is not None and token != ADMIN and not self.tokens(token):
+            self.unauthorized += 1
+            return aiohttp.web.json_response(
+                {"kind": "Status", "status": "Failure", "code": 401, "reason": "Unauthorized",
+                 "message": "Unauthorized"},
+                status=401,
+            )  # fmt: skip
         if request.resource is not None:
             self._stamp(request)
         try:
@@ -111,6 +126,12 @@ class Emulator(kmock.KubernetesEmulator):
         if request.action == kmock.action.CREATE and response.status == 200:
             response.set_status(201)
         return response
+
+
+def _bearer(request: kmock.Request) -> str | None:
+    header = {k.lower(): v for k, v in request.headers.items()}.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token if scheme.lower() == "bearer" and token else None
 
 
 def _now() -> str:
@@ -288,20 +309,20 @@ class Cluster:
             "spec": spec,
         }
         path = f"/apis/redlease.dev/v1alpha1/namespaces/{NAMESPACE}/distributedlocks"
-        async with self.api.post(path, json=body) as resp:
+        async with self.api.post(path, json=body, headers=AS_ADMIN) as resp:
             assert resp.status == 201, await resp.text()
             result: dict[str, Any] = await resp.json()
             return result
 
     async def patch(self, name: str, patch: dict[str, Any]) -> None:
         path = f"/apis/redlease.dev/v1alpha1/namespaces/{NAMESPACE}/distributedlocks/{name}"
-        headers = {"Content-Type": "application/merge-patch+json"}
+        headers = {"Content-Type": "application/merge-patch+json", **AS_ADMIN}
         async with self.api.patch(path, json=patch, headers=headers) as resp:
             assert resp.status == 200, await resp.text()
 
     async def delete(self, name: str) -> None:
         path = f"/apis/redlease.dev/v1alpha1/namespaces/{NAMESPACE}/distributedlocks/{name}"
-        async with self.api.delete(path) as resp:
+        async with self.api.delete(path, headers=AS_ADMIN) as resp:
             assert resp.status == 200, await resp.text()
 
     async def create_secret(
@@ -311,7 +332,8 @@ class Cluster:
         labels = {CREDENTIALS_LABEL: "true"} if consent else {}
         metadata = {"name": name, "labels": labels, **meta}
         body = {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "data": data}
-        async with self.api.post(f"/api/v1/namespaces/{NAMESPACE}/secrets", json=body) as resp:
+        path = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+        async with self.api.post(path, json=body, headers=AS_ADMIN) as resp:
             assert resp.status == 201, await resp.text()
 
     def status(self, name: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from pathlib import Path
 import aiohttp.web
 import kmock
 
-from redlease.devtools.kubeemulator import NAMESPACE, Emulator, events, kubeconfig
+from redlease.devtools.kubeemulator import NAMESPACE, Emulator, events, kubeconfig, until
 from redlease.devtools.localredis import free_port
 from redlease.kube.spec import PLURAL
 
@@ -207,6 +207,16 @@ class OperatorProcess:
     def text(self) -> str:
         return self.log.read_text(errors="replace")
 
+    async def listing(self, emulator: FaultyEmulator) -> None:
+        """Wait (60 s at most) until the operator has listed the DistributedLocks (logged in,
+        watching); an ``AssertionError`` with its log if it exited instead."""
+        await until(
+            lambda: emulator.lists() or self.proc.returncode is not None,
+            timeout=60,
+            what="the operator's first list",
+        )
+        assert self.proc.returncode is None, self.text()
+
     async def stop(self) -> int:
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -219,9 +229,12 @@ class OperatorProcess:
         return self.proc.returncode
 
 
-async def start_operator(url: str, tmp: Path, *args: str, refresh: float = 0.3) -> OperatorProcess:
-    """`redlease operator --namespace apps` logged in through a kubeconfig pointing at ``url``."""
-    config = kubeconfig(tmp / "kubeconfig", url)
+async def start_operator(
+    url: str, tmp: Path, *args: str, refresh: float = 0.3, config: Path | None = None
+) -> OperatorProcess:
+    """`redlease operator --namespace apps` logged in through a kubeconfig pointing at ``url``
+    (a token), or through ``config``."""
+    config = config or kubeconfig(tmp / "kubeconfig", url)
     env = {**os.environ, "KUBECONFIG": str(config), "REDLEASE_REFRESH": str(refresh)}
     for name in ("KUBERNETES_SERVICE_HOST", "POD_NAME", "POD_NAMESPACE"):
         env.pop(name, None)

@@ -33,8 +33,8 @@ from redlease.devtools.kubeemulator import (
     watching,
 )
 from redlease.devtools.localredis import free_port
+from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
-from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.spec import CREDENTIALS_LABEL
 from redlease.operator.handlers import OperatorConfig, Runtime, build_registry
 from redlease.operator.injection import InjectConfig

@@ -3,9 +3,11 @@
 Only a few calls are needed (a pod's label, a DistributedLock and its Secrets, a Lease,
 Events), so this talks to the API directly instead of pulling in a full client. Where the API
 is and how to authenticate come from a :class:`KubeAuth`, asked again for every request (bound
-service-account tokens rotate): a :class:`~redlease.kube.kubeconfig.ClusterAuth`, the
-sidecar's (in-cluster, or ``--kube-api``: tests, ``kubectl proxy``) and the operator's
-(in-cluster or a kubeconfig's current context, the one kopf logs in with too).
+service-account tokens rotate, exec credentials expire; credentials that must be loaded first
+are asked for from a worker thread, never on the loop), and told about every 401 (it then
+loads its credentials again): a :class:`~redlease.kube.auth.ClusterAuth` (in-cluster, or the
+sidecar's ``--kube-api``: tests, ``kubectl proxy``) or the operator's kubeconfig login
+(:class:`~redlease.kube.credentials.KubeconfigAuth`, the one kopf logs in with too).
 
 One attempt per call, bounded by its ``timeout`` (connecting included): the caller decides
 whether to try again. One client may serve several event loops (the operator runs kopf in
@@ -35,7 +37,13 @@ class KubeAuth(Protocol):
         ...
 
     def credentials(self) -> dict[str, str]:
-        """The headers that authenticate a request (asked again for every request)."""
+        """The headers that authenticate a request (asked again for every request). May block
+        (a kubeconfig's exec plugin runs): the client asks from a worker thread."""
+        ...
+
+    def cached_credentials(self) -> dict[str, str] | None:
+        """The headers if they are at hand without blocking (the client's call on its event
+        loop); None: ask :meth:`credentials` from a worker thread."""
         ...
 
     def ssl_context(self) -> ssl.SSLContext | bool:
@@ -44,6 +52,11 @@ class KubeAuth(Protocol):
 
     def user_agent(self) -> str:
         """Who is calling, in the API server's audit log (as client-go's user agent says it)."""
+        ...
+
+    def rejected(self) -> None:
+        """The API server answered 401 Unauthorized (the credentials expired or were revoked:
+        the next :meth:`credentials` may load new ones; the caller decides whether to retry)."""
         ...
 
 
@@ -55,9 +68,15 @@ class KubeClient:
         self.base = auth.base_url()
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 
-    def _headers(self) -> dict[str, str]:
+    async def _headers(self) -> dict[str, str]:
+        """A request's headers. Credentials that must be loaded first (an exec plugin, which
+        may take seconds) are asked for from a worker thread: the loop, and what else it runs
+        (the operator's Lease renewal), goes on meanwhile."""
         headers = {"Accept": "application/json", "User-Agent": self.auth.user_agent()}
-        headers.update(self.auth.credentials())
+        credentials = self.auth.cached_credentials()
+        if credentials is None:
+            credentials = await asyncio.to_thread(self.auth.credentials)
+        headers.update(credentials)
         return headers
 
     def session(self) -> aiohttp.ClientSession:
@@ -86,7 +105,7 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: float = 10.0,
     ) -> Any:
-        headers = self._headers()
+        headers = await self._headers()
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
@@ -100,6 +119,8 @@ class KubeClient:
                 timeout=aiohttp.ClientTimeout(total=timeout),
             ) as resp:
                 text = await resp.text()
+                if resp.status == 401:
+                    self.auth.rejected()
                 if resp.status >= 400:
                     reason = f"HTTP {resp.status}: {_reason(text)}"
                     raise KubeError(f"{method} {path}: {reason}", resp.status, reason)
@@ -116,9 +137,11 @@ class KubeClient:
         try:
             async with self.session().get(
                 self.base + path,
-                headers=self._headers(),
+                headers=await self._headers(),
                 timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout),
             ) as resp:
+                if resp.status == 401:
+                    self.auth.rejected()
                 if resp.status >= 400:
                     raise KubeError(
                         f"watch {path}: HTTP {resp.status}: {_reason(await resp.text())}"

@@ -12,7 +12,9 @@ answers, no state-file writes). :class:`ConnectionGuard` wraps aiohttp's protoco
   closed; while its body arrives a connection is not busy, so at the cap it may be evicted like
   an idle one (a stalled body holds no slot a probe needs);
 * caps live connections below the descriptor limit; at the cap, a new connection evicts the
-  oldest idle one, so a kubelet probe still gets through while an attacker fills the cap;
+  oldest idle one, so a kubelet probe still gets through while an attacker fills the cap. A
+  port holds more descriptors than its cap while a flood is being accepted (:data:`IN_FLIGHT`):
+  the budget counts them, so every port of a process at its worst stays within the limit;
 * :class:`RateLimit` bounds repeated log lines (accept errors) to one per interval;
 * :func:`serve` lengthens the kernel's listen queue, which costs no descriptors;
 * a request that waits long on purpose (a long-poll) is parked (:meth:`~ConnectionGuard.park`):
@@ -48,19 +50,36 @@ from redlease.kube.throttle import Throttle
 MAX_CONNECTIONS = 256  # more than probes, scrapers and the API server need; see connection_cap
 REQUEST_TIMEOUT = 5.0  # a connection gets this long for each complete request (header + idle)
 FD_RESERVE = 64  # descriptors kept for Redis, the Kubernetes API, state-file writes, logging
-BACKLOG = 16  # asyncio accepts up to this many sockets before any of them reaches the guard
+BACKLOG = 4  # asyncio accepts up to this many sockets at once (per loop pass) on a port
+# Descriptors a port holds beyond its cap while a flood is accepted, from asyncio's accept
+# path: a pass accepts BACKLOG sockets; the next pass makes their transports; the one after
+# admits them (connection_made), evicting as many idle connections, whose sockets close a pass
+# later. So two batches not yet admitted and one evicted, not yet closed: cap + 3 * BACKLOG
+# (measured: 48 + 32 + 16 = 96 sockets on a port of cap 48 when BACKLOG was 16).
+IN_FLIGHT = 3 * BACKLOG
 LISTEN_QUEUE = 1024  # the kernel's queue of connected, not yet accepted sockets (no descriptors)
 BODY_TIMEOUT = REQUEST_TIMEOUT  # a request's body must arrive within this long of its headers
 
 
 def connection_cap(wanted: int, share: int = 1) -> int:
-    """``wanted``, but low enough that live connections, a burst of not yet admitted accepts
-    (:data:`BACKLOG`) and :data:`FD_RESERVE` stay within the soft descriptor limit, when the
-    process serves ``share`` ports (each gets an equal part)."""
+    """``wanted``, but low enough for the soft descriptor limit (:func:`cap_within`)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return wanted
-    return max(8, min(wanted, (soft - FD_RESERVE) // max(1, share) - BACKLOG))
+    return cap_within(soft, wanted, share)
+
+
+def cap_within(limit: int, wanted: int, share: int = 1) -> int:
+    """The cap of each of ``share`` ports of a process with ``limit`` descriptors: ``wanted``,
+    but low enough that every port at its worst (:func:`port_descriptors`) and
+    :data:`FD_RESERVE` fit in ``limit``."""
+    return max(8, min(wanted, (limit - FD_RESERVE) // max(1, share) - IN_FLIGHT))
+
+
+def port_descriptors(cap: int) -> int:
+    """The most descriptors a port of ``cap`` connections holds: the cap and
+    :data:`IN_FLIGHT`."""
+    return cap + IN_FLIGHT
 
 
 def park_cap(cap: int) -> int:

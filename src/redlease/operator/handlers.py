@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 import kopf
 
 from redlease.errors import ConfigError
+from redlease.kube.auth import Login
 from redlease.kube.client import KubeClient
-from redlease.kube.kubeconfig import ClusterAuth
 from redlease.kube.leaselock import ElectionConfig
 from redlease.kube.spec import (
     FORCE_RELEASE_ANNOTATION,
@@ -67,7 +67,7 @@ class OperatorConfig:
     metrics: tuple[str, int] | None = None  # (host, port) of /metrics; None: not served
     webhook: webhook.WebhookConfig | None = None  # sidecar injection; None: not served
     election: ElectionConfig | None = None  # several replicas, one active; None: just one
-    kube: ClusterAuth | None = None  # the API server and credentials (kopf's login too)
+    kube: Login | None = None  # the API server and credentials (kopf's login too)
 
 
 def api_client(config: OperatorConfig) -> KubeClient:
@@ -436,15 +436,19 @@ async def close_clients(locks: webhook.LockSource, secrets: SecretSource) -> Non
     await secrets.kube.close()
 
 
-def connection_info(auth: ClusterAuth) -> kopf.ConnectionInfo:
+def connection_info(login: Login) -> kopf.ConnectionInfo:
     """kopf's login from the operator's own credentials: one source for kopf and the API
-    client. kopf logs in again after an HTTP 401, which reads a rotated token."""
+    client. kopf logs in again after an HTTP 401 (a rotated token file is read again) and when
+    the credentials expire (an exec plugin's token: loaded again before its expiry)."""
+    auth = login.snapshot()
     return kopf.ConnectionInfo(
         server=auth.base_url(),
         ca_path=auth.ca_file,
         ca_data=auth.ca_data,
         insecure=auth.insecure,
-        token=auth.current_token(),
+        scheme=auth.scheme if auth.token else None,
+        token=auth.token,
+        expiration=auth.expires,
         certificate_path=auth.cert_file,
         certificate_data=auth.cert_data,
         private_key_path=auth.key_file,
@@ -453,7 +457,7 @@ def connection_info(auth: ClusterAuth) -> kopf.ConnectionInfo:
     )
 
 
-def client_login(registry: kopf.OperatorRegistry, auth: ClusterAuth | None) -> None:
+def client_login(registry: kopf.OperatorRegistry, auth: Login | None) -> None:
     """Log kopf in with ``auth`` (in-cluster service account or a kubeconfig's context, as
     the command line found it)."""
     if auth is None:

@@ -38,10 +38,11 @@ log = logging.getLogger("redlease.operator")
 
 
 def run_operator(config: OperatorConfig) -> int:
-    """Block running the operator until SIGTERM/SIGINT; returns the exit status."""
+    """Block running the operator until SIGTERM/SIGINT; returns the exit status. Logging is the
+    command's (:func:`redlease.cli.logs.configure`): kopf's records go through the same handler
+    and format as redlease's, so kopf's own log set-up (``kopf.configure``) is not used."""
     import kopf
 
-    kopf.configure(verbose=config.verbose, log_format=kopf.LogFormat.FULL)
     if not config.verbose:
         # One "Timer succeeded" line per lock per refresh would drown everything else.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)

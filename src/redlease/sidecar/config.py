@@ -19,7 +19,7 @@ from redlease.core.rules import check_limit
 from redlease.core.timing import Timing, validate_timing
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args
-from redlease.kube.kubeconfig import ClusterAuth
+from redlease.kube.auth import ClusterAuth
 from redlease.kube.spec import (
     DEFAULT_READY,
     LEADER_LABEL,

@@ -26,9 +26,9 @@ from redlease.core.connect import redact
 from redlease.core.view import iso_ms
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args
+from redlease.kube.auth import required
 from redlease.kube.client import KubeClient
 from redlease.kube.httpguard import GuardedServer
-from redlease.kube.kubeconfig import required
 from redlease.sidecar.changes import Changes
 from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
 from redlease.sidecar.dapr import DaprApi

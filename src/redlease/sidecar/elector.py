@@ -36,12 +36,14 @@ from redlease.core.lease import Lease
 from redlease.core.observe import Notices, node_drivers, read_view
 from redlease.core.rules import OPERATOR
 from redlease.core.state import heartbeat_flow
+from redlease.core.timing import REPLY_GRACE, within
 from redlease.core.view import LockView
 from redlease.errors import LockError
 from redlease.sidecar.config import ElectionConfig
 from redlease.sidecar.election import Election, Idle, StepDown, Transition
 
 log = structlog.get_logger("redlease.sidecar")
+WITHDRAW = 0.5  # seconds a node may take to drop this candidate's heartbeat on the way out
 
 
 class Hooks:
@@ -611,12 +613,15 @@ class Elector:
         )
 
     async def _withdraw(self) -> None:
+        """Take this candidate's heartbeat off every node: at most :data:`WITHDRAW` seconds
+        each (its requests, connecting included: a budget; the task cut a grace later)."""
         cfg = self.config
         keys = LockKeys.for_name(cfg.redis_lock)
         for _, node in node_drivers(self.client, cfg.redis_lock):
             try:
-                async with asyncio.timeout(0.5):
-                    await _async.drive(node, heartbeat_flow(keys, cfg.identity, 0))
+                async with asyncio.timeout(WITHDRAW + REPLY_GRACE):
+                    flow = heartbeat_flow(keys, cfg.identity, 0)
+                    await _async.drive(node, flow, budget=within(WITHDRAW, time.monotonic()))
             except (LockError, TimeoutError) as exc:
                 log.debug("candidate withdrawal failed", lock=cfg.lock, error=str(exc))
 

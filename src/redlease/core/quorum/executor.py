@@ -32,6 +32,7 @@ from redlease.core.quorum.flows import (
 )
 from redlease.core.requests import Call, GaveUp, Request, Wait
 from redlease.core.rules import LATE, Down, Probe, Reply, Result
+from redlease.core.timing import MIN_WAIT
 from redlease.errors import LockError, LockUnavailable
 
 
@@ -108,37 +109,41 @@ class QuorumExecutor:
         self._avoid: dict[int, float] = {}  # node -> until when to wait elsewhere (it failed)
 
     def steps(self, req: Request) -> Steps:
-        """Carry out ``req``; yields what the driver must wait for; returns the reply."""
+        """Carry out ``req``; yields what the driver must wait for; returns the reply. No wait
+        of its flow (each bounded by the node timeout, the first contact's by
+        :data:`FIRST_CONTACT`) goes past its operation's deadline (``req.deadline``:
+        :func:`~redlease.core.requests.bounded`)."""
         if isinstance(req, Wait):
             return (yield from self._wait(req))
-        return (yield from self._steps(run(self.settings, req)))
+        return (yield from self._steps(run(self.settings, req), req.deadline))
 
     def owner_steps(self, give_up: Call) -> Steps:
         """Who holds the lease by a quorum (:func:`~.flows.read_owner`): read once, by the
         ``give_up`` of the lock's waiters given up for together (:mod:`redlease.core.waiting`)."""
-        return self._steps(read_owner(self.settings, give_up))
+        return self._steps(read_owner(self.settings, give_up), give_up.deadline)
 
-    def _steps(self, flow: QFlow) -> Steps:
-        """Carry out the quorum ``flow``; return its result."""
+    def _steps(self, flow: QFlow, end: float | None) -> Steps:
+        """Carry out the quorum ``flow``, no wait of it past ``end`` (None: each its own);
+        return its result."""
         pins: list[int] = []  # per node: the connection this flow's decisions are for
         try:
             step = next(flow)
             while True:
-                step = flow.send((yield from self._serve(step, pins)))
+                step = flow.send((yield from self._serve(step, pins, end)))
         except StopIteration as stop:  # the flow is done: ``stop.value`` is the reply
             return stop.value
 
-    def _serve(self, step: QRequest, pins: list[int]) -> Steps:
+    def _serve(self, step: QRequest, pins: list[int], end: float | None) -> Steps:
         """Carry out one request of a quorum flow; return its reply."""
         if isinstance(step, FanOut):
-            return (yield from self._fan_out(step, pins if step.pinned else None))
+            return (yield from self._fan_out(step, pins if step.pinned else None, end))
         if isinstance(step, Ready):
-            return (yield from self._ready(step.timeout, pins))
+            return (yield from self._ready(step.timeout, pins, end))
         self.nodeset.channels()[step.index].remark(pins[step.index], step.probe)
         return None
 
     def _ready(
-        self, timeout: float, pins: list[int]
+        self, timeout: float, pins: list[int], end: float | None
     ) -> Generator[Step, Any, list[Probe | Down | None]]:
         """Every node's probe (or why it has none); ``pins`` gets the connections probed."""
         channels: list[Channel] = self.nodeset.channels()
@@ -149,7 +154,7 @@ class QuorumExecutor:
             for ch in channels:
                 ch.start()
             # the first contact needs a handshake and a probe: give it more than one round trip
-            wait = max(timeout, FIRST_CONTACT) if first_use else timeout
+            wait = _within(max(timeout, FIRST_CONTACT) if first_use else timeout, end)
             yield Settle(channels, time.monotonic() + wait)
             views = [ch.view for ch in channels]
             probes = [
@@ -159,9 +164,10 @@ class QuorumExecutor:
         return probes
 
     def _fan_out(
-        self, step: FanOut, pins: list[int] | None
+        self, step: FanOut, pins: list[int] | None, end: float | None
     ) -> Generator[Step, Any, dict[int, Result]]:
-        """Write to every node first, then collect the replies up to one shared deadline."""
+        """Write to every node first, then collect the replies up to one shared deadline (the
+        step's timeout, not past ``end``)."""
         channels: list[Channel] = self.nodeset.channels()
         memo: Memo = {}
         slots = {}
@@ -175,7 +181,8 @@ class QuorumExecutor:
             order = sorted(slots, key=lambda i: channels[i].queued)  # slow nodes last
             pairs = [(channels[i], slots[i][-1]) for i in order]
             needed = min(self.settings.quorum, len(pairs))
-            yield Collect(pairs, time.monotonic() + step.timeout, step.timeout, needed)
+            wait = _within(step.timeout, end)
+            yield Collect(pairs, time.monotonic() + wait, wait, needed)
         return {
             i: to_result(self.lock, channels[i].name, ss, isinstance(step.calls[i], tuple))
             for i, ss in slots.items()
@@ -211,6 +218,12 @@ class QuorumExecutor:
             self._avoid[i] = time.monotonic() + AVOID_FAILED
         yield Sleep(min(req.timeout, 0.05))
         return False
+
+
+def _within(wait: float, end: float | None) -> float:
+    """``wait`` seconds, or fewer where ``end`` comes sooner (still :data:`MIN_WAIT`: a reply
+    already on its way is read)."""
+    return wait if end is None else max(MIN_WAIT, min(wait, end - time.monotonic()))
 
 
 def to_result(lock: str, node: str, slots: list[Slot], batch: bool) -> Result:
