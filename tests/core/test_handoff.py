@@ -53,6 +53,19 @@ class Counting:
         return reply
 
 
+def _handed_over(a: Any, b: Any, client: Any, name: str) -> tuple[Any, Any]:
+    """``a`` acquires, ``b`` waits (enlisted), ``a`` releases: (a's lease, the lease ``b`` was
+    handed)."""
+    first = a.acquire()
+    got: list[redlease.Lease] = []
+    waiter = threading.Thread(target=lambda: got.append(b.acquire(timeout=10)))
+    waiter.start()
+    wait_until(lambda: _enlisted(client, name))
+    a.release()
+    waiter.join(10)
+    return first, got[0]
+
+
 @pytest.mark.parametrize("ttl", [1.5, 5.0], ids=["ttl-within-provisional", "ttl-above"])
 def test_release_hands_the_lease_to_the_waiter_in_one_round_trip(
     any_client: Any, lock_name: str, ttl: float
@@ -64,14 +77,7 @@ def test_release_hands_the_lease_to_the_waiter_in_one_round_trip(
     b = redlease.Lock(any_client, lock_name, ttl=ttl, identity="b")
     counting = Counting(b._node)
     b._node = counting
-    first = a.acquire()
-    got: list[redlease.Lease] = []
-    waiter = threading.Thread(target=lambda: got.append(b.acquire(timeout=10)))
-    waiter.start()
-    wait_until(lambda: _enlisted(any_client, lock_name))
-    a.release()
-    waiter.join(10)
-    lease = got[0]
+    first, lease = _handed_over(a, b, any_client, lock_name)
     assert lease.fencing_token > first.fencing_token and lease.valid
     assert ttl - 0.5 < lease.remaining() <= ttl
     confirm = ["extend"] if ttl * 1000 > scripts.HANDED_MS else []
@@ -134,14 +140,8 @@ def test_a_short_release_that_meets_a_waiter_hands_the_lease_over_after_all(
     a = redlease.Lock(any_client, lock_name, ttl=5, identity="a")
     b = redlease.Lock(any_client, lock_name, ttl=5, identity="b")
     a._node, b._node = Counting(a._node), Counting(b._node)
-    first = a.acquire()
-    got: list[redlease.Lease] = []
-    waiter = threading.Thread(target=lambda: got.append(b.acquire(timeout=10)))
-    waiter.start()
-    wait_until(lambda: _enlisted(any_client, lock_name))
-    a.release()
-    waiter.join(10)
-    assert got[0].fencing_token > first.fencing_token and b.state().holder == "b"
+    first, handed = _handed_over(a, b, any_client, lock_name)
+    assert handed.fencing_token > first.fencing_token and b.state().holder == "b"
     releases = [(keys, reply) for name, keys, _, reply in a._node.sent if name == "release"]
     assert releases == [(2, scripts.WAITERS), (7, 0)]
     b.release()
