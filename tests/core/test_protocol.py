@@ -9,7 +9,7 @@ from redlease.core import replies, scripts, timing
 from redlease.core.election import Election
 from redlease.core.handles import make_options
 from redlease.core.keys import LockKeys
-from redlease.core.lease import RenewSchedule
+from redlease.core.timing import RenewSchedule
 
 
 def test_all_keys_share_the_hash_tag() -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import structlog
 
 from redlease.cli.runspec import LEASE_LOST, NOT_EXECUTABLE, NOT_FOUND, UNAVAILABLE, RunConfig
+from redlease.core.timing import call_timeout, safe_grace
 from redlease.kube.auth import required
 from redlease.kube.client import KubeClient
 from redlease.sidecar.config import ElectionConfig
@@ -44,12 +45,6 @@ def child_environment(environ: Mapping[str, str], keep_credentials: bool) -> dic
     if keep_credentials:
         return dict(environ)
     return {k: v for k, v in environ.items() if k not in CREDENTIAL_ENV}
-
-
-def safe_grace(election: ElectionConfig) -> float:
-    """Longest grace that still ends before the lease could be granted elsewhere."""
-    timing = election.timing
-    return max(0.01, (timing.ttl - timing.renew_deadline) / 2)
 
 
 class _Hooks(Hooks):
@@ -191,7 +186,7 @@ async def _run(
     terminate: asyncio.Event,
     follow: tuple[LockRefFollower, list[Elector]] | None,
 ) -> int:
-    safe = safe_grace(election_cfg)
+    safe = safe_grace(election_cfg.timing)
     grace = safe if config.grace is None else config.grace
     if grace > safe:
         log.warning(
@@ -213,7 +208,7 @@ async def _run(
             if term_wait.done():
                 return 128 + signal.SIGTERM
             # a --timeout shorter than the first attempt or read: learn which it was first
-            await _first_word(hooks, elector, max(1.0, election_cfg.timing.retry_period) + 1.0)
+            await _first_word(hooks, elector, call_timeout(election_cfg.timing) + 1.0)
             observed = elector.election.observed
             reachable = None if observed is None else observed.view.nodes.reachable
             if gave_up(hooks.last, reachable):

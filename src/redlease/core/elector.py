@@ -32,7 +32,13 @@ from redlease.core.arguments import check_flavour, checked_keywords
 from redlease.core.campaign import SHUTDOWN, Campaign, Granted, RedisLease
 from redlease.core.election import DEADLINE_PASSED, Election
 from redlease.core.lease import Lease
-from redlease.core.timing import DEFAULT_TTL, Timing, validate_timing
+from redlease.core.timing import (
+    DEFAULT_TTL,
+    Timing,
+    acquire_timeout,
+    elector_periods,
+    validate_timing,
+)
 from redlease.errors import ConfigError, RedleaseError
 
 __all__ = ["STOPPED", "AsyncElector", "Elector", "ElectorCore", "Leading"]
@@ -93,10 +99,10 @@ class ElectorCore:
         self.holder = None
         await self._peek(backend)
         self.campaign = Campaign(
-            Election(timing.retry_period, timing.retry_period, timing.renew_deadline),
+            Election(*elector_periods(timing)),
             backend,
             self,
-            acquire_timeout=timing.retry_period * 2,
+            acquire_timeout=acquire_timeout(timing),
             watcher=self,
         )
         try:

@@ -11,6 +11,7 @@ from redlease.core import _log as log
 from redlease.core.clock import ServerTime
 from redlease.core.election import DEADLINE_PASSED, Action, Election, classify
 from redlease.core.flows import Grant
+from redlease.core.timing import RenewSchedule
 from redlease.errors import LeaseLost, NotOwned
 
 
@@ -61,23 +62,6 @@ class Lease:
     def valid(self) -> bool:
         """True while the lease has not been marked lost and its local deadline is ahead."""
         return not self.lost and time.monotonic() < self.deadline
-
-
-@dataclass(frozen=True, slots=True)
-class RenewSchedule:
-    """How often to renew: at ``fraction`` of the TTL after the last successful renewal was
-    sent, retrying failed attempts every ``retry`` seconds (until the local deadline)."""
-
-    ttl: float
-    fraction: float = 1 / 3
-
-    @property
-    def interval(self) -> float:
-        return self.ttl * self.fraction
-
-    @property
-    def retry(self) -> float:
-        return max(0.01, self.interval / 4)
 
 
 class RenewLoop:

@@ -1,5 +1,6 @@
 """Lease timing: the TTL, the renew deadline and the retry period, and the rules between them;
-the drift allowance and the local deadline of a granted lease.
+the drift allowance and the local deadline of a granted lease; every period derived from them
+(one module for the timing rules: docs/design.md's table points here).
 
 Pure. client-go's leader election names the three timings and its ratios give the defaults;
 every surface that takes them (the command-line flags, a DistributedLock's spec, the sidecar
@@ -10,6 +11,8 @@ must stop trusting its lease (the flows, quorum validity, the sidecar).
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from redlease.errors import ConfigError
@@ -70,6 +73,98 @@ def validate_timing(
             retry_name, f"must be > 0 and below {deadline_name} ({deadline:g}), got {retry:g}"
         )
     return Timing(float(ttl), float(deadline), float(retry))
+
+
+# --- periods derived from the timing (one place for each rule) ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RenewSchedule:
+    """A library renewer's periods: renew at ``fraction`` of the TTL after the last successful
+    renewal was sent (default a third), retry a failed one every quarter of that (at least
+    10 ms), until the local deadline."""
+
+    ttl: float
+    fraction: float = 1 / 3
+
+    @property
+    def interval(self) -> float:
+        return self.ttl * self.fraction
+
+    @property
+    def retry(self) -> float:
+        return max(0.01, self.interval / 4)
+
+
+def elector_periods(timing: Timing) -> tuple[float, float, float]:
+    """An elector's periods (the term machine's ``renew_every``, ``retry_every``,
+    ``renew_deadline``): renew and retry every retry period, lead until the renew deadline
+    (client-go's three timings): the public elector, the sidecar, the operator's Lease."""
+    return timing.retry_period, timing.retry_period, timing.renew_deadline
+
+
+def acquire_timeout(timing: Timing) -> float:
+    """How long an elector's acquire may take (the public elector, the operator's Lease):
+    two retry periods."""
+    return timing.retry_period * 2
+
+
+def backoff(timing: Timing, failures: int) -> float:
+    """The delay before the next attempt after ``failures`` (>= 1) outage errors in a row:
+    the retry period doubled each time, capped at the TTL (at most 10 s, at least a retry
+    period)."""
+    cap = max(timing.retry_period, min(timing.ttl, 10.0))
+    return float(min(cap, timing.retry_period * 2 ** min(failures - 1, 8)))
+
+
+def next_backoff(delay: float, ttl: float, retry_period: float) -> float:
+    """The doubling back-off of a retried write (the sidecar's Lease mirror): twice ``delay``,
+    at most the TTL (or the retry period, if longer)."""
+    return min(2 * delay, max(ttl, retry_period))
+
+
+def spread(seconds: float, draw: Callable[[float, float], float] = random.uniform) -> float:
+    """``seconds`` ± 10 %, so that candidates do not retry in lock-step."""
+    return seconds * draw(0.9, 1.1)
+
+
+def socket_timeout(ttl: float) -> float:
+    """The sidecar's socket timeout: a third of the TTL, between 0.5 and 5 s."""
+    return max(0.5, min(5.0, ttl / 3))
+
+
+def release_timeout(timing: Timing) -> float:
+    """How long giving a lease back may take (best effort: it expires by itself): the retry
+    period, between 0.2 and 2 s."""
+    return max(0.2, min(2.0, timing.retry_period))
+
+
+def stall_slack(timing: Timing) -> float:
+    """The watchdog's slack: an election loop whose step is overdue by more than this (two
+    retry periods, at least 2 s) counts as stalled."""
+    return max(2.0, 2 * timing.retry_period)
+
+
+def read_fresh(timing: Timing) -> float:
+    """How old a lock view may be and still count as connected: two retry periods plus 1 s."""
+    return 2 * timing.retry_period + 1.0
+
+
+def call_timeout(timing: Timing) -> float:
+    """How long one call of an election's side work may take (a read of the lock view with
+    its heartbeat, a write of the operator's Lease): a retry period, at least 1 s."""
+    return max(1.0, timing.retry_period)
+
+
+def heartbeat_ttl(timing: Timing) -> float:
+    """How long a candidate's heartbeat lives: the TTL, or three retry periods if longer."""
+    return max(timing.ttl, 3 * timing.retry_period)
+
+
+def safe_grace(timing: Timing) -> float:
+    """The longest grace that still ends before the lease could be granted elsewhere (half
+    the time between the renew deadline and the TTL; `redlease run`)."""
+    return max(0.01, (timing.ttl - timing.renew_deadline) / 2)
 
 
 def drift(ttl: float) -> float:

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Awaitable, Callable
 
 from redlease.core.campaign import SHUTDOWN, Campaign, Granted
 from redlease.core.election import Election
+from redlease.core.timing import acquire_timeout, call_timeout, elector_periods, spread
 from redlease.kube.client import KubeClient
 from redlease.kube.lease import LeaseRecord
 from redlease.kube.leaselock import ElectionConfig, LeaseLock
@@ -46,14 +46,14 @@ class LeaseElector:
     ) -> None:
         self.config = config
         timing = config.timing
-        timeout = max(1.0, timing.retry_period)
+        timeout = call_timeout(timing)
         self.writer = LeaseWriter(client, config.namespace, config.name, LABELS, timeout)
         self.campaign = Campaign(
-            Election(timing.retry_period, timing.retry_period, timing.renew_deadline),
+            Election(*elector_periods(timing)),
             LeaseLock(self.writer, config),
             self,
-            acquire_timeout=timing.retry_period * 2,
-            jitter=lambda wait: wait * random.uniform(0.9, 1.1),
+            acquire_timeout=acquire_timeout(timing),
+            jitter=spread,
         )
         self.on_started = on_started
         self.on_stopped = on_stopped

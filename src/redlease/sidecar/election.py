@@ -28,7 +28,7 @@ from typing import Any
 from redlease.core import election as elector
 from redlease.core import view as lockview
 from redlease.core.state import Holder
-from redlease.core.timing import Timing
+from redlease.core.timing import backoff, elector_periods, read_fresh
 from redlease.core.view import LockView
 from redlease.sidecar.config import ElectionConfig
 
@@ -117,7 +117,7 @@ class Election:
 
     def __init__(self, config: ElectionConfig) -> None:
         self.config = config
-        self.timer = elector.Election(*_periods(config.timing))  # the term's timing
+        self.timer = elector.Election(*elector_periods(config.timing))  # the term's timing
         self.term: Term | None = None  # set exactly while the timer runs a term
         self.observed: Observation | None = None
         self.failures = 0  # consecutive outage errors (drives the back-off)
@@ -139,7 +139,7 @@ class Election:
     def update(self, config: ElectionConfig) -> None:
         """Adopt new settings (from a changed DistributedLock spec); applies from now on."""
         self.config = config
-        self.timer.retime(*_periods(config.timing))
+        self.timer.retime(*elector_periods(config.timing))
 
     # -- questions ----------------------------------------------------------------------------
 
@@ -190,7 +190,7 @@ class Election:
         if self.leading(now):
             return True
         obs = self.observed
-        if obs is None or now - obs.at > 2 * self.config.timing.retry_period + 1.0:
+        if obs is None or now - obs.at > read_fresh(self.config.timing):
             return False
         return obs.view.nodes.reachable
 
@@ -219,9 +219,7 @@ class Election:
 
     def backoff(self) -> float:
         """Delay before the next attempt after ``failures`` outage errors in a row."""
-        timing = self.config.timing
-        cap = max(timing.retry_period, min(timing.ttl, 10.0))
-        return float(min(cap, timing.retry_period * 2 ** min(self.failures - 1, 8)))
+        return backoff(self.config.timing, self.failures)
 
     # -- the state machine --------------------------------------------------------------------
 
@@ -502,9 +500,3 @@ class Election:
     def _transition(self, kind: str, token: int | None, reason: str) -> Transition:
         holder = self.identity if kind == "elected" else None
         return Transition(kind, self.lock, self.identity, token, reason, holder)
-
-
-def _periods(timing: Timing) -> tuple[float, float, float]:
-    """The elector's periods for the sidecar: renew and retry every retry period, lead until
-    the renew deadline (client-go's three timings)."""
-    return timing.retry_period, timing.retry_period, timing.renew_deadline

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import functools
 import math
-import random
 import time
 from typing import Any
 
@@ -36,7 +35,16 @@ from redlease.core.lease import Lease
 from redlease.core.observe import Notices, node_drivers, read_view
 from redlease.core.rules import OPERATOR
 from redlease.core.state import heartbeat_flow
-from redlease.core.timing import REPLY_GRACE, within
+from redlease.core.timing import (
+    REPLY_GRACE,
+    call_timeout,
+    heartbeat_ttl,
+    release_timeout,
+    socket_timeout,
+    spread,
+    stall_slack,
+    within,
+)
 from redlease.core.view import LockView
 from redlease.errors import LockError
 from redlease.sidecar.config import ElectionConfig
@@ -193,7 +201,7 @@ class Elector:
         if self._task is None or self._task.done():
             return -math.inf
         due = self._born + 30.0 if self.campaign is None else self.campaign.due_by
-        return due + max(2.0, 2 * self.config.timing.retry_period)
+        return due + stall_slack(self.config.timing)
 
     def reconfigure(self, config: ElectionConfig) -> None:
         """Adopt new settings; a new lock name or node set makes the elector step down first."""
@@ -275,7 +283,7 @@ class Elector:
             self.lease,
             self,
             acquire_timeout=self._socket_timeout() + 1.0,
-            jitter=jitter,
+            jitter=spread,
             watcher=self,
             policy=self,
             on_error=self._failed,
@@ -486,13 +494,13 @@ class Elector:
         while self._observing:
             cfg = self.config
             started = time.monotonic()
-            hb_ms = int(max(cfg.timing.ttl, 3 * cfg.timing.retry_period) * 1000)
+            hb_ms = int(heartbeat_ttl(cfg.timing) * 1000)
             heartbeat = LockKeys.for_name(cfg.redis_lock)
             view = await read_view(
                 self.client,
                 cfg.redis_keys,
                 cfg.target.quorum,
-                max(1.0, cfg.timing.retry_period),
+                call_timeout(cfg.timing),
                 functools.partial(heartbeat_flow, heartbeat, cfg.identity, hb_ms),
                 limit=cfg.holders,
             )
@@ -602,10 +610,10 @@ class Elector:
 
     def release_timeout(self) -> float:
         """How long giving a lease back may take (best effort: it expires by itself)."""
-        return max(0.2, min(2.0, self.config.timing.retry_period))
+        return release_timeout(self.config.timing)
 
     def _socket_timeout(self) -> float:
-        return max(0.5, min(5.0, self.config.timing.ttl / 3))
+        return socket_timeout(self.config.timing.ttl)
 
     def _connect(self) -> Any:
         return connect_target(
@@ -631,8 +639,3 @@ class Elector:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2.0):
                     await client.aclose()
-
-
-def jitter(seconds: float) -> float:
-    """``seconds`` ± 10 %, so that candidates do not retry in lock-step."""
-    return seconds * random.uniform(0.9, 1.1)

@@ -32,6 +32,7 @@ from urllib.parse import quote
 import structlog
 
 from redlease.core.times import parse_time
+from redlease.core.timing import next_backoff
 from redlease.errors import KubeConflict, KubeError
 from redlease.kube.client import KubeClient
 from redlease.kube.events import event_body
@@ -101,7 +102,7 @@ class LeaseMirror:
                 self._failing = True
                 self._lease = None
                 await asyncio.sleep(delay)
-                delay = min(2 * delay, max(self.ttl, self.retry_period))
+                delay = next_backoff(delay, self.ttl, self.retry_period)
                 self._wake.set()
                 continue
             if self._failing:
