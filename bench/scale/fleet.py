@@ -56,7 +56,7 @@ async def _electors(url: str, first: int, count: int, conn: Any) -> None:
 
     from redlease.core.connect import Target
     from redlease.sidecar.config import ElectionConfig
-    from redlease.sidecar.elector import Elector, Hooks
+    from redlease.sidecar.elector import Hooks, SidecarElector
 
     class Counting(Hooks):
         renewals = 0
@@ -66,7 +66,7 @@ async def _electors(url: str, first: int, count: int, conn: Any) -> None:
 
     target = Target((url,))
     electors = [
-        Elector(
+        SidecarElector(
             ElectionConfig(keys=(f"fleet-{i}",), identity=f"pod-{i}", target=target), Counting()
         )
         for i in range(first, first + count)

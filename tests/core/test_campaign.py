@@ -11,14 +11,14 @@ import redis.asyncio as aioredis
 
 import redlease
 from redlease import aio
-from redlease.core.campaign import SHUTDOWN, Campaign, Granted, Held, Policy, RedisLease, Wait
+from redlease.core.campaign import SHUTDOWN, Campaign, Defer, Granted, Policy, RedisLease, Refused
 from redlease.core.election import DEADLINE_PASSED, Election
 from redlease.core.lease import Lease
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.polling import async_wait_until
 from redlease.errors import LockUnavailable, NotOwned
 
-Answer = Callable[[], Granted[str] | Held]
+Answer = Callable[[], Granted[str] | Refused]
 
 
 class Script:
@@ -32,18 +32,18 @@ class Script:
         self.waits: list[float | None] = []
         self.changed = asyncio.Event()
 
-    async def _answer(self, kind: str) -> Granted[str] | Held:
+    async def _answer(self, kind: str) -> Granted[str] | Refused:
         self.attempts.append(kind)
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         if isinstance(answer, BaseException):
             raise answer
         return answer()
 
-    async def acquire(self, wait: float | None = None) -> Granted[str] | Held:
+    async def acquire(self, wait: float | None = None) -> Granted[str] | Refused:
         self.waits.append(wait)
         return await self._answer("acquire")
 
-    async def renew(self) -> Granted[str] | Held:
+    async def renew(self) -> Granted[str] | Refused:
         return await self._answer("renew")
 
     async def release(self) -> bool:
@@ -116,7 +116,7 @@ async def campaign_until(
 
 
 async def test_acquires_after_held_leads_renews_and_releases_on_stop() -> None:
-    script = Script(lambda: Held("other"), lambda: Held("other"), granted())
+    script = Script(lambda: Refused("other"), lambda: Refused("other"), granted())
     told = await campaign_until(script, lambda: bool(script.told))
     assert told == ["started mine", f"stopped {SHUTDOWN}", "released True"]
     assert script.attempts[:3] == ["acquire", "acquire", "acquire"]
@@ -124,7 +124,7 @@ async def test_acquires_after_held_leads_renews_and_releases_on_stop() -> None:
 
 
 async def test_a_refusal_ends_the_term_at_once() -> None:
-    script = Script(granted(), NotOwned("L", "gone"), lambda: Held("other"))
+    script = Script(granted(), NotOwned("L", "gone"), lambda: Refused("other"))
     told = await campaign_until(script, lambda: len(script.told) >= 2)
     assert told[:2] == ["started mine", "stopped refused"]
     assert "release" not in script.attempts  # nothing left to give back
@@ -143,12 +143,12 @@ class Rules:
     """A policy the test changes as it goes."""
 
     def __init__(self) -> None:
-        self.wait: float | Wait | None = None
+        self.wait: float | Defer | None = None
         self.hand: str | None = None
         self.after: float | None = None
         self.asked = 0
 
-    def acquire(self, now: float) -> float | Wait | None:
+    def acquire(self, now: float) -> float | Defer | None:
         self.asked += 1
         return self.wait
 
@@ -161,7 +161,7 @@ class Rules:
 
 async def test_the_policy_may_decline_an_acquire_and_wake_runs_at_once() -> None:
     rules = Rules()
-    rules.wait = Wait(3600.0, "paused")  # an hour: only wake() ends it
+    rules.wait = Defer(3600.0, "paused")  # an hour: only wake() ends it
     script = Script(granted())
     run = Running(script, rules)
 
@@ -169,7 +169,7 @@ async def test_the_policy_may_decline_an_acquire_and_wake_runs_at_once() -> None
         return rules.asked > 0
 
     await async_wait_until(asked)
-    assert script.attempts == [] and run.campaign.idle == Wait(3600.0, "paused")
+    assert script.attempts == [] and run.campaign.idle == Defer(3600.0, "paused")
     rules.wait = 0.25  # unpaused: the acquire may wait 0.25 s for a release
     run.campaign.wake()
     await run.elected(script)
@@ -190,7 +190,7 @@ async def test_the_policy_hands_off_before_a_renewal() -> None:
     rules = Rules()
     script = Script(granted())
     run = await Running(script, rules).elected(script)
-    rules.wait, rules.hand = Wait(3600.0), "hand-off to 'b'"  # and defer to it afterwards
+    rules.wait, rules.hand = Defer(3600.0), "hand-off to 'b'"  # and defer to it afterwards
     await until(script, lambda: len(script.told) >= 3)
     assert script.told == ["started mine", "stopped hand-off to 'b'", "released True"]
     assert not run.campaign.leading()
@@ -241,7 +241,7 @@ async def test_a_redis_lease_is_one_backend(redis_server: RedisServer, lock_name
             await leads.wait()
         assert campaign.leading() and (await lock.state()).holder == "me"
         other = RedisLease(aio.Lock(client, lock_name, ttl=1, identity="other"))
-        assert await other.acquire() == Held("me")  # contention is an answer naming the holder
+        assert await other.acquire() == Refused("me")  # contention is an answer naming the holder
         stop.set()
         await task
         assert told[1:] == [SHUTDOWN, True] and isinstance(told[0], int)
@@ -263,7 +263,7 @@ async def test_a_blocking_lock_runs_on_its_worker_and_a_late_grant_is_kept(
         other = redlease.Lock(client, lock_name, ttl=5, identity="other")
         other.acquire()
         held = await backend.acquire()  # waited for a release that did not come
-        assert held == Held("other", waited=True)
+        assert held == Refused("other", waited=True)
         other.release()
         lock.acquire()  # what a late grant leaves: the handle holds a lease
         first = lock.lease()
@@ -283,13 +283,13 @@ async def test_stop_cuts_a_pending_acquire_short_and_errors_are_heard() -> None:
     never = asyncio.Event()
 
     class Slow(Script):
-        async def acquire(self, wait: float | None = None) -> Granted[str] | Held:
+        async def acquire(self, wait: float | None = None) -> Granted[str] | Refused:
             self.attempts.append("acquire")
             if len(self.attempts) == 1:
                 raise LockUnavailable("L", "down")
             self.changed.set()
             await never.wait()
-            return Held("other")
+            return Refused("other")
 
     script = Slow(granted())
     errors: list[tuple[str, bool]] = []
@@ -318,7 +318,7 @@ async def test_a_slow_failure_is_retried_a_period_after_its_send() -> None:
     failed: list[float] = []
 
     class Slow(Script):
-        async def renew(self) -> Granted[str] | Held:
+        async def renew(self) -> Granted[str] | Refused:
             sent.append(time.monotonic())
             if len(sent) == 1:
                 await asyncio.sleep(1.2)  # the failed attempt's own duration
@@ -350,11 +350,11 @@ async def test_end_cuts_a_hung_renewal_short() -> None:
     never = asyncio.Event()
 
     class Hung(Script):
-        async def renew(self) -> Granted[str] | Held:
+        async def renew(self) -> Granted[str] | Refused:
             self.attempts.append("renew")
             self.changed.set()
             await never.wait()
-            return Held()
+            return Refused()
 
     script = Hung(granted())
     election = Election(renew_every=0.01, retry_every=0.01, renew_deadline=3600.0)

@@ -89,14 +89,6 @@ def test_first_reason_stays_and_reset_runs_again() -> None:
     assert e.next(2.0).action is Action.ACQUIRE
 
 
-def test_release_on_stop() -> None:
-    e = leader()
-    assert e.release(1.0).action is Action.RELEASED
-    assert not e.leading(1.0)
-    idle = Election(renew_every=2.0, retry_every=1.0)
-    assert idle.release(0.0).action is Action.ACQUIRE  # nothing to give back
-
-
 def test_acquire_retries_at_the_retry_period() -> None:
     e = Election(renew_every=2.0, retry_every=1.0, renew_deadline=10.0)
     step = e.failed(0.0, None)

@@ -7,12 +7,12 @@ from collections.abc import AsyncIterator
 import kmock
 import pytest
 
-from redlease.core.campaign import Granted, Held
+from redlease.core.campaign import Granted, Refused
 from redlease.core.timing import Timing
 from redlease.devtools.kubeemulator import Emulator, declare
 from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
-from redlease.kube.leaselock import ElectionConfig, LeaseLock
+from redlease.kube.leaselock import LeaseElectionConfig, LeaseLock
 from redlease.kube.leasewriter import LeaseWriter
 
 NS, NAME = "ops", "the-lease"
@@ -33,7 +33,7 @@ async def client() -> AsyncIterator[KubeClient]:
 def candidate(client: KubeClient, identity: str, clock: list[float]) -> LeaseLock:
     """``identity``'s lock; its monotonic clock is ``clock[0]``, its wall clock 1000 + that."""
     writer = LeaseWriter(client, NS, NAME, {"app": "test"})
-    config = ElectionConfig(NS, NAME, identity, TIMING)
+    config = LeaseElectionConfig(NS, NAME, identity, TIMING)
     return LeaseLock(writer, config, clock=lambda: clock[0], wall=lambda: 1000 + clock[0])
 
 
@@ -44,12 +44,12 @@ async def test_one_holder_renews_the_other_waits_then_takes_it_once_released(
     a, b = candidate(client, "a", clock), candidate(client, "b", clock)
     first = await a.acquire()
     assert isinstance(first, Granted) and first.sent_at == 0.0 and first.record.holder == "a"
-    assert await b.acquire() == Held("a")
+    assert await b.acquire() == Refused("a")
     clock[0] = 2.0
     renewed = await a.renew()
     assert isinstance(renewed, Granted) and renewed.sent_at == 2.0
     assert renewed.record.acquire_time == 1000.0 and renewed.record.renew_time == 1002.0
-    assert await b.renew() == Held("a")  # not its own: the renew deadline decides
+    assert await b.renew() == Refused("a")  # not its own: the renew deadline decides
     assert await a.release() and not await b.release()
     taken = await b.acquire()
     assert isinstance(taken, Granted) and taken.record.holder == "b"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from redlease.core.timing import Timing
 from redlease.kube.lease import LeaseRecord
-from redlease.kube.leaselock import ElectionConfig, Leadership
+from redlease.kube.leaselock import Leadership, LeaseElectionConfig
 
-CONFIG = ElectionConfig("ns", "op", "me", Timing(ttl=15.0, renew_deadline=10.0, retry_period=2.0))
+CONFIG = LeaseElectionConfig(
+    "ns", "op", "me", Timing(ttl=15.0, renew_deadline=10.0, retry_period=2.0)
+)
 
 
 def test_takes_a_missing_lease() -> None:

@@ -165,7 +165,7 @@ async def test_elector_fails_closed_and_follows_replicas() -> None:
     from redlease.core.connect import validate_target
     from redlease.core.timing import validate_timing
     from redlease.sidecar.config import ElectionConfig
-    from redlease.sidecar.elector import Elector, Hooks
+    from redlease.sidecar.elector import Hooks, SidecarElector
 
     errors: list[str] = []
 
@@ -187,7 +187,7 @@ async def test_elector_fails_closed_and_follows_replicas() -> None:
             target=validate_target([server.url]),
             timing=validate_timing(3, 2, 0.1),
         )
-        elector = Elector(config, Record())
+        elector = SidecarElector(config, Record())
         task = asyncio.create_task(elector.run())
         try:
             await until(elector.leading, "leading without WAIT")
@@ -201,7 +201,7 @@ async def test_elector_fails_closed_and_follows_replicas() -> None:
         # stopped (no attempt in flight), well within the TTL: every refused grant was undone
         assert holder_on(server, lock).holder is None
 
-        again = Elector(config)
+        again = SidecarElector(config)
         task = asyncio.create_task(again.run())
         try:
             await until(again.leading, "leading again without WAIT")

@@ -11,7 +11,7 @@ import pytest
 from redlease.core.state import LockState
 from redlease.core.view import LockView, lock_view
 from redlease.sidecar.changes import MAX_WAIT, Changes
-from redlease.sidecar.election import Election
+from redlease.sidecar.election import Candidate
 from redlease.sidecar.web import BadParameter, long_poll
 
 from .test_election import CFG, leader
@@ -28,7 +28,7 @@ def view(holder: str | None, token: int = 7, down: bool = False, left: int = 900
     return lock_view(["L"], {"a": {"L": one}, "b": second}, 1)
 
 
-def stamped(changes: Changes, e: Election, now: float) -> dict[str, Any]:
+def stamped(changes: Changes, e: Candidate, now: float) -> dict[str, Any]:
     return changes.stamp(e.snapshot(now, WALL + now))
 
 
@@ -46,7 +46,7 @@ def test_version_is_stable_across_renewals_and_countdowns() -> None:
 
 def test_version_of_a_follower_is_stable_while_the_holder_renews() -> None:
     changes = Changes()
-    e = Election(CFG)
+    e = Candidate(CFG)
     e.observe(view("other", left=9000), 10.0)
     first = stamped(changes, e, 10.5)
     e.observe(view("other", left=14000), 12.0)
@@ -59,7 +59,7 @@ def test_version_of_a_follower_is_stable_while_the_holder_renews() -> None:
 )
 def test_version_changes_with_what_the_view_says(change: str) -> None:
     changes = Changes()
-    e = Election(CFG)
+    e = Candidate(CFG)
     e.observe(view("other"), 10.0)
     before = stamped(changes, e, 10.1)
     if change == "leader":
@@ -77,7 +77,7 @@ def test_version_changes_with_what_the_view_says(change: str) -> None:
 
 def test_a_change_back_is_a_new_version_and_boots_differ() -> None:
     changes = Changes()
-    e = Election(CFG)
+    e = Candidate(CFG)
     e.observe(view("other"), 10.0)
     v1 = stamped(changes, e, 10.1)["version"]
     e.observe(view("other", down=True), 11.0)

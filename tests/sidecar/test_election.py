@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from redlease.cli.wait import is_leader
+from redlease.core.campaign import Defer
 from redlease.core.connect import validate_target
 from redlease.core.election import classify
 from redlease.core.state import Holder, LockState
@@ -17,7 +18,7 @@ from redlease.errors import ConfigError, LockUnavailable, NotOwned
 from redlease.kube.spec import CREDENTIALS_LABEL, SecretRef, credentials_from_secret, parse_spec
 from redlease.operator.reader import targets_for
 from redlease.sidecar.config import ElectionConfig, election_from_spec
-from redlease.sidecar.election import Acquire, Election, Idle, Renew, StepDown, Term, Transition
+from redlease.sidecar.election import Candidate, Term, Transition
 
 CONSENT = {"metadata": {"labels": {CREDENTIALS_LABEL: "true"}}}
 CFG = ElectionConfig(
@@ -28,13 +29,13 @@ CFG = ElectionConfig(
 )
 
 
-def elected(e: Election, at: float = 100.0, token: int = 5) -> None:
+def elected(e: Candidate, at: float = 100.0, token: int = 5) -> None:
     t = e.acquired(fencing_token=token, server_ms=1, transitions=3, sent_at=at,
                    lease_deadline=at + 15 - 0.152)  # fmt: skip
     assert t.kind == "elected" and t.fencing_token == token
 
 
-def renewal_failed(e: Election, sent: float, exc: BaseException) -> Transition | None:
+def renewal_failed(e: Candidate, sent: float, exc: BaseException) -> Transition | None:
     """What the campaign (core/campaign.py) does with a renewal sent at ``sent`` that failed
     with ``exc``: the one rule (``classify``) decides, retried a retry period after the send;
     a loss ends the term at the next check."""
@@ -42,9 +43,16 @@ def renewal_failed(e: Election, sent: float, exc: BaseException) -> Transition |
     return e.check(sent)
 
 
-def leader() -> tuple[Election, Term]:
+def renews(e: Candidate, now: float, at: float, budget: float) -> None:
+    """Leading at ``now``, no step-down: the term machine the campaign asks renews at ``at``,
+    the renewal sent then may take ``budget`` seconds (up to the term's deadline)."""
+    assert e.step_down(now) is None
+    assert e.timer.next(now).at == at and e.timer.budget(at) == budget
+
+
+def leader() -> tuple[Candidate, Term]:
     """An election whose term was granted to an acquire sent at 100 (deadline 110)."""
-    e = Election(CFG)
+    e = Candidate(CFG)
     elected(e)
     assert e.term is not None
     return e, e.term
@@ -58,15 +66,16 @@ def state(holder: str | None, candidates: tuple[str, ...] = ()) -> LockView:
 
 
 def test_candidate_acquires_then_renews_every_retry_period() -> None:
-    e = Election(CFG)
-    assert e.next_action(0.0) == Acquire(2.0)
+    e = Candidate(CFG)
+    assert e.candidate(0.0) == 2.0
     elected(e)
-    assert e.leading(100.0) and e.next_action(101.0) == Renew(1.0, 8.0)
-    assert isinstance(e.next_action(102.0), Renew) and e.next_action(102.0).wait == 0.0
+    assert e.leading(100.0)
+    renews(e, 101.0, 102.0, 8.0)
+    renews(e, 102.0, 102.0, 8.0)
 
 
 def test_leader_steps_down_at_renew_deadline_not_at_ttl() -> None:
-    e = Election(CFG)
+    e = Candidate(CFG)
     elected(e)
     term = e.term
     assert term is not None
@@ -79,7 +88,7 @@ def test_leader_steps_down_at_renew_deadline_not_at_ttl() -> None:
 
 
 def test_late_renewal_never_revives_an_ended_term() -> None:
-    e = Election(CFG)
+    e = Candidate(CFG)
     elected(e)
     term = e.term
     assert term is not None and e.check(111.0) is not None
@@ -88,7 +97,7 @@ def test_late_renewal_never_revives_an_ended_term() -> None:
 
 
 def test_refused_renewal_is_lost_at_once() -> None:
-    e = Election(CFG)
+    e = Candidate(CFG)
     elected(e)
     assert e.term is not None
     t = renewal_failed(e, 101.0, NotOwned("L", "gone"))
@@ -96,16 +105,16 @@ def test_refused_renewal_is_lost_at_once() -> None:
 
 
 def test_paused_and_preferred_holder() -> None:
-    e = Election(dataclasses.replace(CFG, paused=True))
-    assert e.next_action(0.0) == Idle(2.0, "paused")
+    e = Candidate(dataclasses.replace(CFG, paused=True))
+    assert e.candidate(0.0) == Defer(2.0, "paused")
     e.update(dataclasses.replace(CFG, preferred_holder="other"))
     e.observe(state(None, ("me", "other")), 0.0)
-    assert isinstance(e.next_action(0.0), Idle)  # defer while the preferred one is alive
-    assert e.next_action(16.0) == Acquire(2.0)  # ...as last seen (a stale read does not count)
+    assert isinstance(e.candidate(0.0), Defer)  # defer while the preferred one is alive
+    assert e.candidate(16.0) == 2.0  # ...as last seen (a stale read does not count)
     elected(e, at=20.0, token=7)  # the token the view below shows
     e.observe(state("me", ("me", "other")), 21.0)
-    assert isinstance(e.next_action(21.0), Renew)  # hand-off happens at the next renewal
-    assert isinstance(e.next_action(22.0), StepDown)
+    assert e.step_down(21.0) is None  # hand-off happens at the next renewal
+    assert e.step_down(22.0) == "hand-off to preferred holder 'other'"
     t = e.stepped_down("hand-off")
     assert t is not None and t.kind == "stepped_down"
 
@@ -122,7 +131,7 @@ def slots(*holders: tuple[str, int], candidates: tuple[str, ...] = ()) -> LockVi
 
 
 def test_several_holders_a_term_ends_only_when_its_own_slot_is_gone() -> None:
-    e = Election(dataclasses.replace(CFG, holders=2))
+    e = Candidate(dataclasses.replace(CFG, holders=2))
     elected(e, at=20.0, token=8)
     assert e.observe(slots(("other", 7), ("me", 8)), 21.0) is None  # another holder first
     assert e.leading(21.0)
@@ -139,14 +148,14 @@ def test_a_new_holder_never_lists_more_holders_than_the_limit() -> None:
     slot expired since (aged to 0) is not listed; if the view still lists as many as the
     limit, one of them released since, unknown which: none of them is listed until the next
     read."""
-    e = Election(dataclasses.replace(CFG, holders=2))
+    e = Candidate(dataclasses.replace(CFG, holders=2))
     crashed = (Holder("other", 7, 9000), Holder("gone", 8, 400))
     e.observe(lock_view(["L"], {"n": {"L": LockState(name="L", now_ms=0, holder="other",
               fencing_token=7, expires_in_ms=9000, holders=crashed)}}, 1), 20.0)  # fmt: skip
     elected(e, at=20.5, token=9)  # the slot of "gone" expired at 20.4
     doc = e.snapshot(20.6, 0.0)
     assert [(h["holder"], h["fencing_token"]) for h in doc["holders"]] == [("other", 7), ("me", 9)]
-    e = Election(dataclasses.replace(CFG, holders=2))
+    e = Candidate(dataclasses.replace(CFG, holders=2))
     e.observe(slots(("other", 7), ("gone", 8)), 20.0)
     elected(e, at=20.5, token=9)  # "gone" released its slot at 20.2
     assert [(h["holder"], h["fencing_token"]) for h in e.snapshot(20.6, 0.0)["holders"]] == [
@@ -158,35 +167,35 @@ def test_a_new_holder_never_lists_more_holders_than_the_limit() -> None:
 
 def test_several_holders_only_the_newest_makes_room_for_the_preferred_one() -> None:
     cfg = dataclasses.replace(CFG, holders=2, preferred_holder="boss")
-    newest, oldest = Election(cfg), Election(dataclasses.replace(cfg, identity="old"))
+    newest, oldest = Candidate(cfg), Candidate(dataclasses.replace(cfg, identity="old"))
     elected(newest, at=20.0, token=8)
     elected(oldest, at=20.0, token=7)
     view = slots(("old", 7), ("me", 8), candidates=("boss", "me", "old"))
     for e in (newest, oldest):
         e.observe(view, 21.0)
-    assert isinstance(newest.next_action(22.0), StepDown)  # the newest holder yields
-    assert isinstance(oldest.next_action(22.0), Renew)  # one slot is enough
-    waiting = Election(dataclasses.replace(cfg, identity="third"))
+    assert newest.step_down(22.0) is not None  # the newest holder yields
+    assert oldest.step_down(22.0) is None and oldest.leading(22.0)  # one slot is enough
+    waiting = Candidate(dataclasses.replace(cfg, identity="third"))
     waiting.observe(view, 21.0)
-    assert isinstance(waiting.next_action(21.0), Idle)  # deferring to the preferred one
+    assert isinstance(waiting.candidate(21.0), Defer)  # deferring to the preferred one
     held = slots(("boss", 9), ("old", 7), candidates=("boss", "me", "old", "third"))
     for e in (newest, oldest, waiting):
         e.observe(held, 23.0)
-    assert isinstance(oldest.next_action(24.0), Renew)  # the preferred one holds a slot
-    assert waiting.next_action(23.0) == Acquire(2.0)
+    assert oldest.step_down(24.0) is None  # the preferred one holds a slot
+    assert waiting.candidate(23.0) == 2.0
 
 
 def test_outage_backoff_grows_and_is_capped() -> None:
-    e = Election(CFG)
+    e = Candidate(CFG)
     delays = [e.failed_attempt(0.0) for _ in range(8)]
     assert delays[0] == 2.0 and delays == sorted(delays) and max(delays) == 10.0
-    assert isinstance(e.next_action(1.0), Idle)
+    assert isinstance(e.candidate(1.0), Defer)
     e.reachable()
-    assert e.next_action(1.0) == Acquire(2.0)
+    assert e.candidate(1.0) == 2.0
 
 
 def test_snapshot_of_a_follower_shows_the_holder() -> None:
-    e = Election(CFG)
+    e = Candidate(CFG)
     t = e.observe(state("boss", ("me", "boss")), 50.0)
     assert t is not None and t.kind == "observed" and t.holder == "boss"
     assert e.observe(state("boss", ("me", "boss")), 51.0) is None  # logged once
@@ -198,7 +207,7 @@ def test_snapshot_of_a_follower_shows_the_holder() -> None:
 
 
 def test_node_health_has_one_writer_the_view() -> None:
-    e = Election(CFG)
+    e = Candidate(CFG)
     assert e.snapshot(0.0, 0.0)["nodes"]["healthy"] == 0  # nothing read yet
     e.observe(state(None), 1.0)
     assert e.snapshot(1.0, 0.0)["nodes"] == {"total": 1, "healthy": 1, "quorum": 1}
@@ -301,7 +310,7 @@ def _held_by(holder: str | None, token: int) -> LockView:
 def test_a_view_read_after_the_grant_without_this_lease_ends_the_term(
     holder: str | None, token: int
 ) -> None:
-    e = Election(CFG)
+    e = Candidate(CFG)
     e.acquired(fencing_token=5, server_ms=1, transitions=1, sent_at=100.0,
                lease_deadline=114.8, received_at=100.01)  # fmt: skip
     t = e.observe(_held_by(holder, token), 101.0)
@@ -310,7 +319,7 @@ def test_a_view_read_after_the_grant_without_this_lease_ends_the_term(
 
 
 def test_a_view_read_before_the_grant_or_showing_it_changes_nothing() -> None:
-    e = Election(CFG)
+    e = Candidate(CFG)
     e.acquired(fencing_token=5, server_ms=1, transitions=1, sent_at=100.0,
                lease_deadline=114.8, received_at=100.01)  # fmt: skip
     assert e.observe(_held_by(None, 0), 100.005) is None  # the read started before the grant
@@ -319,11 +328,11 @@ def test_a_view_read_before_the_grant_or_showing_it_changes_nothing() -> None:
 
 
 def test_a_grant_void_on_arrival_begins_no_term() -> None:
-    e = Election(CFG)
+    e = Candidate(CFG)
     t = e.acquired(fencing_token=5, server_ms=1, transitions=1, sent_at=100.0,
                    lease_deadline=114.8, received_at=110.0)  # fmt: skip
     assert t is None and e.term is None and not e.leading(110.0)
-    assert e.next_action(110.0) == Acquire(2.0)
+    assert e.candidate(110.0) == 2.0
 
 
 def test_a_renewal_in_hand_after_the_deadline_ends_the_term() -> None:
@@ -337,9 +346,10 @@ def test_a_renewal_in_hand_after_the_deadline_ends_the_term() -> None:
 def test_a_slow_failed_renewal_is_retried_a_retry_period_after_its_send() -> None:
     e, _ = leader()
     assert renewal_failed(e, 102.0, TimeoutError()) is None  # in hand at 103.5
-    assert e.next_action(103.5) == Renew(0.5, 6.0)
+    renews(e, 103.5, 104.0, 6.0)
     renewal_failed(e, 104.0, LockUnavailable("L", "down"))
-    assert e.next_action(107.0) == Renew(0.0, 3.0)  # due at 106: at once
+    assert e.timer.next(107.0).at == 107.0  # due at 106: at once
+    assert e.timer.budget(107.0) == 3.0
 
 
 def test_drain_publishes_not_leader_renews_then_steps_down_when_the_app_is_done() -> None:
@@ -352,12 +362,12 @@ def test_drain_publishes_not_leader_renews_then_steps_down_when_the_app_is_done(
     assert doc["leader"] is False and doc["draining"] is True
     assert doc["holder"] is None and doc["leader_until"] is None
     assert e.leading(101.0)  # the term runs on: renewed, so nobody else is granted the lease
-    assert e.next_action(101.0) == Renew(1.0, 4.0)  # the budget ends with the drain (106)
-    assert e.next_action(102.0) == Renew(0.0, 4.0)
+    renews(e, 101.0, 102.0, 8.0)  # renewed on while draining
+    assert e.drain_end() == 106.0  # the elector steps down then at the latest
     e.renewed(term, sent_at=102.0, server_ms=2, lease_deadline=117.0)
-    assert e.next_action(103.0) == Renew(1.0, 2.0)  # the next renewal, within the drain
+    renews(e, 103.0, 104.0, 8.0)  # the next renewal, within the drain
     assert e.app_drained(103.0)
-    assert e.next_action(103.0) == StepDown("shutting down: the app drained")
+    assert e.step_down(103.0) == "shutting down: the app drained"
     t = e.stepped_down("shutting down: the app drained")
     assert t is not None and t.kind == "stepped_down" and e.drain is None
     assert e.snapshot(103.0, 0.0)["draining"] is False
@@ -366,8 +376,9 @@ def test_drain_publishes_not_leader_renews_then_steps_down_when_the_app_is_done(
 def test_drain_ends_at_its_timeout() -> None:
     e, _ = leader()
     assert e.begin_drain(101.0, 0.5, "hand-off")
-    assert e.next_action(101.25) == Renew(0.25, 0.0)  # wakes at the drain's end
-    assert e.next_action(101.5) == StepDown("hand-off: drain timed out (0.5s)")
+    assert e.drain_end() == 101.5  # the elector wakes then
+    assert e.step_down(101.25) is None
+    assert e.step_down(101.5) == "hand-off: drain timed out (0.5s)"
 
 
 def test_drain_ends_before_the_lease_deadline_when_renewals_fail() -> None:
@@ -375,12 +386,13 @@ def test_drain_ends_before_the_lease_deadline_when_renewals_fail() -> None:
     the term's deadline (110), so the lease is released, never lost."""
     e, _ = leader()
     assert e.begin_drain(101.0, 60.0, "shutting down")
+    assert e.drain_end() == 108.0  # one retry period before the term's deadline
     for at in (102.0, 104.0, 106.0):
-        assert e.next_action(at) == Renew(0.0, 108.0 - at)  # budget ends at the drain's end
+        renews(e, at, at, 110.0 - at)
         assert renewal_failed(e, at, LockUnavailable("L", "down")) is None
-    assert e.next_action(107.0) == Renew(1.0, 0.0)
+    assert e.step_down(107.0) is None
     reason = "shutting down: drain ended before the lease's deadline (60s)"
-    assert e.next_action(108.0) == StepDown(reason)
+    assert e.step_down(108.0) == reason
     assert e.leading(108.0)
 
 

@@ -16,7 +16,7 @@ from redlease.core.timing import TTL_RANGE
 from redlease.errors import ConfigError
 
 if TYPE_CHECKING:
-    from redlease.kube.leaselock import ElectionConfig
+    from redlease.kube.leaselock import LeaseElectionConfig
     from redlease.operator import OperatorConfig
 
 SCOPE = "scope"  # --namespace or --all-namespaces
@@ -113,11 +113,11 @@ def operator_config(args: argparse.Namespace, pod: Pod) -> OperatorConfig:
     )
 
 
-def election_config(args: argparse.Namespace, pod: Pod) -> ElectionConfig:
+def election_config(args: argparse.Namespace, pod: Pod) -> LeaseElectionConfig:
     """The operator's Lease: name, namespace (the pod's unless given), identity and
     client-go's timing rules."""
     from redlease.core.timing import validate_timing
-    from redlease.kube.leaselock import ElectionConfig
+    from redlease.kube.leaselock import LeaseElectionConfig
     from redlease.kube.spec import validate_object_name
 
     namespace = args.lease_namespace or pod.namespace
@@ -130,7 +130,7 @@ def election_config(args: argparse.Namespace, pod: Pod) -> ElectionConfig:
         for value, flag in zip(given, names, strict=True)
     )
     timing = validate_timing(ttl or 15.0, deadline, retry, names=names)
-    return ElectionConfig(
+    return LeaseElectionConfig(
         namespace=validate_object_name(namespace, "--lease-namespace"),
         name=validate_object_name(args.lease_name, "--lease-name"),
         identity=flags.identity(args),

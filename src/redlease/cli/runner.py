@@ -1,7 +1,7 @@
 """How `redlease run` runs COMMAND only while this process leads (:mod:`redlease.cli.run`
 parses it).
 
-The election is the sidecar's (:class:`~redlease.sidecar.elector.Elector`: the one campaign
+The election is the sidecar's (:class:`~redlease.sidecar.elector.SidecarElector`: the one campaign
 loop with the sidecar's rules; `run` declines every acquire after its one term). Once elected,
 COMMAND starts in its own process group with ``REDLEASE_FENCING_TOKEN`` set. When the lease is
 lost (at the local renew deadline) the group gets SIGTERM, then SIGKILL after ``grace`` seconds;
@@ -30,7 +30,7 @@ from redlease.kube.auth import required
 from redlease.kube.client import KubeClient
 from redlease.sidecar.config import ElectionConfig
 from redlease.sidecar.election import Transition
-from redlease.sidecar.elector import Elector, Hooks
+from redlease.sidecar.elector import Hooks, SidecarElector
 from redlease.sidecar.lockref import LockRefFollower
 
 log = structlog.get_logger("redlease.run")
@@ -161,7 +161,7 @@ async def run_async(config: RunConfig) -> int:
         return await _run(config, config.election, terminate, None)
     kube = KubeClient(required(config.kube))
     try:
-        holder: list[Elector] = []  # the elector, once the first read made it
+        holder: list[SidecarElector] = []  # the elector, once the first read made it
 
         def reconfigure(election: ElectionConfig) -> None:
             for elector in holder:
@@ -184,7 +184,7 @@ async def _run(
     config: RunConfig,
     election_cfg: ElectionConfig,
     terminate: asyncio.Event,
-    follow: tuple[LockRefFollower, list[Elector]] | None,
+    follow: tuple[LockRefFollower, list[SidecarElector]] | None,
 ) -> int:
     safe = safe_grace(election_cfg.timing)
     grace = safe if config.grace is None else config.grace
@@ -196,7 +196,7 @@ async def _run(
             safe=safe,
         )
     hooks = _Hooks(election_cfg.lock, config.wait)
-    elector = Elector(election_cfg, hooks)
+    elector = SidecarElector(election_cfg, hooks)
     election = asyncio.create_task(elector.run())
     following = None
     if follow is not None:
@@ -270,7 +270,7 @@ async def _run(
             await election
 
 
-async def _first_word(hooks: _Hooks, elector: Elector, limit: float) -> None:
+async def _first_word(hooks: _Hooks, elector: SidecarElector, limit: float) -> None:
     """Wait until an attempt ended or a lock view was read (at most ``limit`` seconds, the
     observer's read timeout and a margin): held and outage are told apart by what was seen."""
     with contextlib.suppress(TimeoutError):

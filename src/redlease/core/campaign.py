@@ -4,7 +4,7 @@ client-go's ``LeaderElector.Run`` over its ``resourcelock.Interface``: :class:`C
 :class:`~redlease.core.election.Election` what to do and when, does it through a
 :class:`LockBackend` and tells its hooks when leading starts and stops. A backend is one lock
 (a Redis lease: :class:`RedisLease`; a Kubernetes Lease: ``redlease.kube.leaselock``); it
-answers every attempt with a typed result, :class:`Granted` or :class:`Held`, and says which of
+answers every attempt with a typed result, :class:`Granted` or :class:`Refused`, and says which of
 its errors mean the lock is gone (:meth:`LockBackend.loss`). Every attempt is bounded: by the
 term's deadline while leading, by ``acquire_timeout`` while acquiring. An optional
 :class:`Watcher` hears the holder each refusal names (the public elector's ``on_new_leader``).
@@ -54,7 +54,7 @@ class Granted(Generic[R_co]):
 
 
 @dataclass(frozen=True, slots=True)
-class Held:
+class Refused:
     """Someone else holds the lock (``holder`` when the backend knows who): try again later.
     ``waited``: the attempt itself waited for a release (a blocking acquire), so that wait
     counts as the retry period: the next attempt is due a retry period after this one's send.
@@ -65,7 +65,7 @@ class Held:
 
 
 @dataclass(frozen=True, slots=True)
-class Wait:
+class Defer:
     """A policy's answer: make no attempt now; ask again in ``seconds`` (``reason``: why)."""
 
     seconds: float
@@ -76,13 +76,13 @@ class LockBackend(Protocol[R_co]):
     """One lock an elector runs for (client-go's ``resourcelock.Interface``, its get and
     create-or-update folded into each attempt): one attempt per call, errors raised."""
 
-    async def acquire(self, wait: float | None = None) -> Granted[R_co] | Held:
+    async def acquire(self, wait: float | None = None) -> Granted[R_co] | Refused:
         """Take the lock if it is free (or ours), waiting at most ``wait`` seconds for a
         release (None: the backend's own choice; a backend that cannot wait ignores it)."""
         ...
 
-    async def renew(self) -> Granted[R_co] | Held:
-        """Extend our hold; :class:`Held` (or an error :meth:`loss` names) if it is not ours."""
+    async def renew(self) -> Granted[R_co] | Refused:
+        """Extend our hold; :class:`Refused` (or an error :meth:`loss` names) if it is not ours."""
         ...
 
     async def release(self) -> bool:
@@ -94,7 +94,7 @@ class LockBackend(Protocol[R_co]):
         ...
 
 
-class Hooks(Protocol[R_contra]):
+class TermHooks(Protocol[R_contra]):
     """What a campaign tells its owner (client-go's callbacks); awaited inline, so start
     quickly: renewals wait for them."""
 
@@ -116,9 +116,9 @@ class Policy(Protocol):
     """The owner's rules for running and handing off (pure decisions, asked by the campaign;
     ``now`` is the campaign's monotonic clock)."""
 
-    def acquire(self, now: float) -> float | Wait | None:
+    def acquire(self, now: float) -> float | Defer | None:
         """An acquire is due: how long it may wait for a release (None: the backend's own
-        choice), or :class:`Wait`: make none now."""
+        choice), or :class:`Defer`: make none now."""
         ...
 
     def hand_off(self, now: float) -> str | None:
@@ -137,7 +137,7 @@ class Policy(Protocol):
 class Eager:
     """The default :class:`Policy`: always run, never hand off, give the lock back at once."""
 
-    def acquire(self, now: float) -> float | Wait | None:
+    def acquire(self, now: float) -> float | Defer | None:
         return None
 
     def hand_off(self, now: float) -> str | None:
@@ -170,7 +170,7 @@ class Campaign(Generic[R]):
         self,
         election: Election,
         backend: LockBackend[R],
-        hooks: Hooks[R],
+        hooks: TermHooks[R],
         *,
         acquire_timeout: float,
         jitter: Callable[[float], float] = lambda wait: wait,
@@ -192,7 +192,7 @@ class Campaign(Generic[R]):
         self.holder: str | None = None  # the last holder an attempt saw (None: unknown)
         self.last_error: str | None = None  # why the last attempt failed
         self.granted: Granted[R] | None = None  # the last grant of the running (or last) term
-        self.idle: Wait | None = None  # why the last due acquire was not made
+        self.idle: Defer | None = None  # why the last due acquire was not made
         self._ending: str | None = None  # end() asked to step down, with this reason
         self._wake = asyncio.Event()
         self._woken = False  # the last wait was ended by wake()
@@ -238,7 +238,7 @@ class Campaign(Generic[R]):
         wait: float | None = None
         if not self.is_leader:
             decision = self.policy.acquire(self.clock())
-            if isinstance(decision, Wait):
+            if isinstance(decision, Defer):
                 self.idle = decision
                 return
             wait = decision
@@ -268,7 +268,7 @@ class Campaign(Generic[R]):
             return  # stopped or ended meanwhile: the loop ends the term
         result = answer
         self.last_error = None
-        if isinstance(result, Held):
+        if isinstance(result, Refused):
             self.holder = result.holder
             self.election.failed(sent if result.waited else self.clock(), None)
             if self.watcher is not None:
@@ -282,8 +282,8 @@ class Campaign(Generic[R]):
                 await self.hooks.started(result)
 
     async def _bounded(
-        self, call: Awaitable[Granted[R] | Held], budget: float
-    ) -> Granted[R] | Held | None:
+        self, call: Awaitable[Granted[R] | Refused], budget: float
+    ) -> Granted[R] | Refused | None:
         """``call``'s answer within ``budget`` seconds (else TimeoutError), or None when the
         campaign is stopped or :meth:`end` is called first (a pending attempt must not hold up
         a hand-off)."""
@@ -413,7 +413,7 @@ class RedisLease:
     executor its calls run on, one at a time: one worker). An acquire waits at most ``wait``
     seconds for a release (a release hands the lease over at once: notified, not polled); a
     renewal waits at most ``renew_timeout`` for Redis (None: the client's socket timeout).
-    A refusal names the holder the script saw (:class:`Held`), no extra round trip."""
+    A refusal names the holder the script saw (:class:`Refused`), no extra round trip."""
 
     def __init__(
         self,
@@ -440,7 +440,7 @@ class RedisLease:
         state: LockState = await self._call("state")
         return state.holder
 
-    async def acquire(self, wait: float | None = None) -> Granted[Lease] | Held:
+    async def acquire(self, wait: float | None = None) -> Granted[Lease] | Refused:
         if self.lock.lease() is not None:
             # a blocking lock's acquire runs on in its worker after the attempt's bound and
             # may be granted: that lease is ours, renew it (an expired one is forgotten)
@@ -449,10 +449,10 @@ class RedisLease:
         try:
             lease: Lease = await self._call("acquire", timeout=wait)
         except LockContention as exc:
-            return Held(exc.holder, waited=wait > 0)
+            return Refused(exc.holder, waited=wait > 0)
         return Granted(lease.sent_at, lease, lease.deadline)
 
-    async def renew(self) -> Granted[Lease] | Held:
+    async def renew(self) -> Granted[Lease] | Refused:
         lease: Lease = await self._call("extend", timeout=self.renew_timeout)
         return Granted(lease.sent_at, lease, lease.deadline)
 

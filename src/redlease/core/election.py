@@ -33,7 +33,6 @@ class Action(Enum):
     ACQUIRE = "acquire"
     RENEW = "renew"
     LOST = "lost"
-    RELEASED = "released"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +77,6 @@ class Election:
         self.retry_every = retry_every
         self.renew_deadline = renew_deadline
         self.deadline = -math.inf  # monotonic: leader strictly before this instant
-        self.last_sent = -math.inf  # send time of the last successful attempt
         self.anchor = -math.inf  # the next attempt is due a period after this instant
         self.retrying = False  # the last attempt failed: that period is retry_every
         self.term = False  # a term began and has not ended
@@ -133,7 +131,7 @@ class Election:
             return False
         self.term = True
         self.deadline = deadline
-        self.last_sent = self.anchor = sent_at
+        self.anchor = sent_at
         self.retrying = False
         return True
 
@@ -152,7 +150,7 @@ class Election:
         :meth:`next` reports it lost at once if ``deadline`` has already passed."""
         self.term, self.reason = True, ""
         self.deadline = deadline
-        self.last_sent = self.anchor = sent_at
+        self.anchor = sent_at
         self.retrying = False
 
     def lose(self, reason: str) -> None:
@@ -160,13 +158,6 @@ class Election:
         if self.term and not self.reason:
             self.reason = reason
         self.deadline = -math.inf
-
-    def release(self, now: float) -> Step:
-        """Stop: RELEASED when a running term should be given back, else what ended it."""
-        if self.leading(now):
-            self.reset()
-            return Step(Action.RELEASED, now)
-        return self.next(now)
 
     def reset(self) -> None:
         """After a loss was handled, run for the lock again."""

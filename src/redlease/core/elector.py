@@ -9,7 +9,7 @@ on an asyncio loop and turns its hooks into the user's callbacks. :class:`AsyncE
 whose calls go to one worker thread.
 
 Who leads is learned without extra round trips per period: a refused acquire names the holder
-the script saw (``Held(holder)``), a grant names this process, and one read of the lock view at
+the script saw (``Refused(holder)``), a grant names this process, and one read of the lock view at
 the start names the holder before the first acquire. A standby's acquire waits up to a retry
 period for a release, which hands the lease over at once (notified, not polled), so a stopped
 leader's successor leads a round trip later, not a TTL later. See docs/elector.md.
@@ -278,11 +278,11 @@ class Leading:
     def __repr__(self) -> str:
         return repr(bool(self))
 
-    def __call__(self) -> Term:
-        return Term(self._elector)
+    def __call__(self) -> LeadingBlock:
+        return LeadingBlock(self._elector)
 
 
-class Term:
+class LeadingBlock:
     """One term as an ``async with`` block (see :class:`Leading`)."""
 
     def __init__(self, elector: AsyncElector) -> None:

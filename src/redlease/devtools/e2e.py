@@ -24,7 +24,7 @@ from redlease.devtools.quickstart import (
     HELD_TIMEOUT,
     LOCK,
     ROOT,
-    Step,
+    Stage,
     leader,
     parse,
     plan,
@@ -71,7 +71,7 @@ def wait_leader(namespace: str, timeout: float, run: Runner, other_than: str | N
         time.sleep(1.0)  # a cluster poll interval, not a test's synchronisation
 
 
-def _step(step: Step, run: Runner) -> None:
+def _step(step: Stage, run: Runner) -> None:
     print("+ " + " ".join(step.argv), flush=True)
     done = run(step.argv)
     sys.stdout.write(done.stdout)
@@ -104,18 +104,19 @@ def main(argv: Sequence[str] | None = None, run: Runner = _run) -> int:
         first = wait_leader(namespace, HELD_TIMEOUT, run)
         print(f"leader: {first} ({time.monotonic() - start:.1f} s after the rollout)")
         _step(
-            Step("readme", ["kubectl", "delete", "pod", "-n", namespace, first, "--wait=false"]),
+            Stage("readme", ["kubectl", "delete", "pod", "-n", namespace, first, "--wait=false"]),
             run,
         )
         start = time.monotonic()
         second = wait_leader(namespace, FAILOVER_TIMEOUT, run, other_than=first)
         print(f"failover: {first} -> {second} in {time.monotonic() - start:.1f} s "
               "(pod deleted -> the DistributedLock's status names the new holder)")  # fmt: skip
-        _step(Step("readme", ["kubectl", "get", "dlock", "-n", namespace]), run)
+        _step(Stage("readme", ["kubectl", "get", "dlock", "-n", namespace]), run)
     except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as exc:
         print(f"make e2e: FAILED: {exc}", file=sys.stderr)
         _step(
-            Step("diagnose", ["kubectl", "get", "pods,dlock", "-n", namespace, "-o", "wide"]), run
+            Stage("diagnose", ["kubectl", "get", "pods,dlock", "-n", namespace, "-o", "wide"]),
+            run,
         )
         failed = True
     finally:

@@ -119,28 +119,28 @@ def leader(lock: dict[str, Any]) -> str | None:
 
 
 @dataclass(frozen=True)
-class Step:
+class Stage:
     """One command of the e2e plan: ``argv`` as run, ``why`` as printed."""
 
     why: str
     argv: list[str]
 
 
-def plan(qs: QuickStart | None = None) -> list[Step]:
+def plan(qs: QuickStart | None = None) -> list[Stage]:
     """The README's commands in order (``redlease`` run from this checkout), then the teardown:
     the applied manifests deleted (each lock's finalizer needs the operator), the release
     uninstalled. The waits and the failover between them are :mod:`redlease.devtools.e2e`'s."""
     import sys
 
     qs = parse() if qs is None else qs
-    steps: list[Step] = []
+    steps: list[Stage] = []
     for argv in qs.commands:
         run = [sys.executable, "-m", "redlease", *argv[1:]] if argv[0] == "redlease" else argv
         if argv[:3] == ["kubectl", "rollout", "status"]:
             run = [*run, f"--timeout={ROLLOUT_TIMEOUT:.0f}s"]  # its default waits for ever
-        steps.append(Step("readme", run))
+        steps.append(Stage("readme", run))
     for namespace, path in reversed(qs.applied):
-        steps.append(Step("teardown", ["kubectl", "delete", "-n", namespace, "-f", str(path),
+        steps.append(Stage("teardown", ["kubectl", "delete", "-n", namespace, "-f", str(path),
                                        "--ignore-not-found", "--wait"]))  # fmt: skip
-    steps.append(Step("teardown", ["helm", "uninstall", qs.release, "-n", qs.release_namespace]))
+    steps.append(Stage("teardown", ["helm", "uninstall", qs.release, "-n", qs.release_namespace]))
     return steps

@@ -14,14 +14,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from redlease.core.campaign import Granted, Held
+from redlease.core.campaign import Granted, Refused
 from redlease.core.timing import Timing
 from redlease.kube.lease import LeaseRecord, duration_seconds
 from redlease.kube.leasewriter import LeaseWriter
 
 
 @dataclass(frozen=True, slots=True)
-class ElectionConfig:
+class LeaseElectionConfig:
     """Which Lease, who this replica is, and client-go's three timings (15 s / 10 s / 2 s)."""
 
     namespace: str
@@ -34,7 +34,7 @@ class Leadership:
     """Whether this candidate may write the Lease, from what it has seen of it (no I/O); how
     long it leads is :class:`~redlease.core.election.Election`'s."""
 
-    def __init__(self, config: ElectionConfig) -> None:
+    def __init__(self, config: LeaseElectionConfig) -> None:
         self.config = config
         self.observed: LeaseRecord | None = None
         self.observed_at = 0.0  # monotonic time the observed record last changed
@@ -67,7 +67,7 @@ class LeaseLock:
     def __init__(
         self,
         writer: LeaseWriter,
-        config: ElectionConfig,
+        config: LeaseElectionConfig,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -76,7 +76,7 @@ class LeaseLock:
         self.clock = clock
         self.wall = wall
 
-    async def acquire(self, wait: float | None = None) -> Granted[LeaseRecord] | Held:
+    async def acquire(self, wait: float | None = None) -> Granted[LeaseRecord] | Refused:
         """Acquire or renew (one rule, as client-go's ``tryAcquireOrRenew``); the write's send
         time starts the term. A Lease cannot wait for a release: ``wait`` is ignored."""
         lease = await self.writer.read()
@@ -84,12 +84,12 @@ class LeaseLock:
         record = None if lease is None else LeaseRecord.of(lease)
         claim = self.state.claim(record, now, self.wall())
         if claim is None:
-            return Held(record.holder if record is not None else None)
+            return Refused(record.holder if record is not None else None)
         await self.writer.write(lease, claim)
         self.state.observe(claim, now)
         return Granted(now, claim)
 
-    async def renew(self) -> Granted[LeaseRecord] | Held:
+    async def renew(self) -> Granted[LeaseRecord] | Refused:
         return await self.acquire()
 
     async def release(self) -> bool:

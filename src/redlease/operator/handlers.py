@@ -28,7 +28,7 @@ import kopf
 from redlease.errors import ConfigError
 from redlease.kube.auth import Login
 from redlease.kube.client import KubeClient
-from redlease.kube.leaselock import ElectionConfig
+from redlease.kube.leaselock import LeaseElectionConfig
 from redlease.kube.spec import (
     FORCE_RELEASE_ANNOTATION,
     GROUP,
@@ -66,7 +66,7 @@ class OperatorConfig:
     verbose: bool = False
     metrics: tuple[str, int] | None = None  # (host, port) of /metrics; None: not served
     webhook: webhook.WebhookConfig | None = None  # sidecar injection; None: not served
-    election: ElectionConfig | None = None  # several replicas, one active; None: just one
+    election: LeaseElectionConfig | None = None  # several replicas, one active; None: just one
     kube: Login | None = None  # the API server and credentials (kopf's login too)
 
 

@@ -26,7 +26,7 @@ from redlease.core.election import Election
 from redlease.core.timing import acquire_timeout, call_timeout, elector_periods, spread
 from redlease.kube.client import KubeClient
 from redlease.kube.lease import LeaseRecord
-from redlease.kube.leaselock import ElectionConfig, LeaseLock
+from redlease.kube.leaselock import LeaseElectionConfig, LeaseLock
 from redlease.kube.leasewriter import LeaseWriter
 
 __all__ = ["LABELS", "LeaseElector"]
@@ -42,7 +42,7 @@ class LeaseElector:
     this replica starts and stops leading (start quickly: renewals wait for them)."""
 
     def __init__(
-        self, config: ElectionConfig, client: KubeClient, on_started: Hook, on_stopped: Hook
+        self, config: LeaseElectionConfig, client: KubeClient, on_started: Hook, on_stopped: Hook
     ) -> None:
         self.config = config
         timing = config.timing

@@ -8,6 +8,6 @@ calls go through :mod:`redlease.kube.client`.
 """
 
 from redlease.sidecar.config import ElectionConfig, SidecarConfig, Timing
-from redlease.sidecar.election import Election, Transition
+from redlease.sidecar.election import Candidate, Transition
 
-__all__ = ["Election", "ElectionConfig", "SidecarConfig", "Timing", "Transition"]
+__all__ = ["Candidate", "ElectionConfig", "SidecarConfig", "Timing", "Transition"]

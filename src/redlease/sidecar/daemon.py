@@ -33,7 +33,7 @@ from redlease.sidecar.changes import Changes
 from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
 from redlease.sidecar.dapr import DaprApi
 from redlease.sidecar.election import Transition
-from redlease.sidecar.elector import Elector, Hooks
+from redlease.sidecar.elector import Hooks, SidecarElector
 from redlease.sidecar.lockapi import LockApi
 from redlease.sidecar.lockref import LockRefFollower
 from redlease.sidecar.metrics import Metrics
@@ -54,7 +54,7 @@ class Sidecar(Hooks):
         self._probes = probes  # --probes: a process of its own, answering from our verdict
         self.state_file: StateFile | None = None
         self.metrics_ = Metrics(config.election.lock if config.election else "")
-        self.elector: Elector | None = None
+        self.elector: SidecarElector | None = None
         self.labeller: PodLabeller | None = None
         self.mirror: LeaseMirror | None = None
         self.events: LeaderEvents | None = None
@@ -277,7 +277,7 @@ class Sidecar(Hooks):
             return None
         return initial.result()
 
-    async def _start(self, election: ElectionConfig) -> Elector:
+    async def _start(self, election: ElectionConfig) -> SidecarElector:
         """The outputs named after the lock, the elector, the HTTP ports and the background
         tasks (pod label, DistributedLock follower, Lease mirror, Events)."""
         cfg = self.config
@@ -286,7 +286,7 @@ class Sidecar(Hooks):
         if cfg.state_dir is not None:
             self.state_file = StateFile(cfg.state_dir, election.lock)
         self.metrics_ = Metrics(election.lock)
-        self.elector = Elector(election, hooks=self, drain_timeout=cfg.drain_timeout)
+        self.elector = SidecarElector(election, hooks=self, drain_timeout=cfg.drain_timeout)
         if self.lockapi is not None:  # the election's nodes, credentials, scope, replicas
             self.lockapi.follow(election)
         if self.follower is None:

@@ -12,9 +12,10 @@ the drain's end), the lock view read after the grant that
 must show this term's lease, and the ``/status`` document.
 
 The driver (:mod:`redlease.sidecar.elector`: the one campaign loop,
-:class:`redlease.core.campaign.Campaign`) asks :meth:`Election.candidate` and
-:meth:`Election.leader` (:meth:`Election.next_action`: either) as its policy, does the I/O and
-reports the outcome; every call that changes who leads returns a :class:`Transition` for the
+:class:`redlease.core.campaign.Campaign`) asks :meth:`Candidate.candidate` (whether and how long
+to acquire) and :meth:`Candidate.step_down` (whether to hand off) as its policy; when to renew
+and how long a renewal may take are the term machine's (:attr:`Candidate.timer`, which the
+campaign drives). Every call that changes who leads returns a :class:`Transition` for the
 driver to log and publish. Times are passed in, so tests drive it with a fake clock.
 """
 
@@ -27,45 +28,11 @@ from typing import Any
 
 from redlease.core import election as elector
 from redlease.core import view as lockview
+from redlease.core.campaign import Defer
 from redlease.core.state import Holder
 from redlease.core.timing import backoff, elector_periods, read_fresh
 from redlease.core.view import LockView
 from redlease.sidecar.config import ElectionConfig
-
-# --- what the driver is asked to do --------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Acquire:
-    """Try to acquire, waiting (woken by notification) at most ``timeout`` seconds."""
-
-    timeout: float
-
-
-@dataclass(frozen=True, slots=True)
-class Renew:
-    """Sleep ``wait`` seconds, then extend; the extend may take at most ``budget`` seconds."""
-
-    wait: float
-    budget: float
-
-
-@dataclass(frozen=True, slots=True)
-class StepDown:
-    """Release the lease now (planned hand-off)."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Idle:
-    """Do nothing for ``wait`` seconds (paused, deferring to the preferred holder, backing off)."""
-
-    wait: float
-    reason: str
-
-
-Action = Acquire | Renew | StepDown | Idle
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +79,7 @@ class Observation:
     at: float
 
 
-class Election:
+class Candidate:
     """Decides what one candidate does next; holds what it knows about the lock."""
 
     def __init__(self, config: ElectionConfig) -> None:
@@ -231,33 +198,30 @@ class Election:
         step = self.timer.next(now)
         return self._end("lost", step.reason) if step.action is elector.Action.LOST else None
 
-    def next_action(self, now: float) -> Action:
-        return self.candidate(now) if self.term is None else self.leader(now)
-
-    def leader(self, now: float) -> Renew | StepDown:
-        """While a term runs: renew (when, and how long it may take), or step down (the
-        hand-off to the preferred holder when a renewal is due, the end of a drain)."""
+    def step_down(self, now: float) -> str | None:
+        """While a term runs: why to step down now (the hand-off to the preferred holder when a
+        renewal is due, the end of a drain), or None to go on renewing."""
         step = self.timer.next(now)
         if step.action is not elector.Action.RENEW:
-            return Renew(0.0, 0.0)  # over: the next check() ends the term
+            return None  # over: the next check() ends the term
         if self.drain is not None:
-            return self._draining(now, step.at)
-        wait = max(0.0, step.at - now)
-        if wait == 0.0 and self.preferred_alive(now) and self.yields_slot():
-            return StepDown(f"hand-off to preferred holder {self.config.preferred_holder!r}")
-        return Renew(wait, max(0.0, self.timer.deadline - now - wait))
+            return self._drain_over(now)
+        if step.at <= now and self.preferred_alive(now) and self.yields_slot():
+            return f"hand-off to preferred holder {self.config.preferred_holder!r}"
+        return None
 
-    def candidate(self, now: float) -> Acquire | Idle:
-        """While no term runs: acquire (waiting at most a retry period for a release), or not
-        now (backing off after an outage, paused, deferring to the preferred holder)."""
+    def candidate(self, now: float) -> float | Defer:
+        """While no term runs: how long an acquire may wait for a release (a retry period), or
+        :class:`Defer`: not now (backing off after an outage, paused, deferring to the
+        preferred holder)."""
         timing = self.config.timing
         if now < self.retry_at:
-            return Idle(self.retry_at - now, "backing off after an outage")
+            return Defer(self.retry_at - now, "backing off after an outage")
         if self.config.paused:
-            return Idle(timing.retry_period, "paused")
+            return Defer(timing.retry_period, "paused")
         if self.preferred_alive(now):
-            return Idle(timing.retry_period, "deferring to the preferred holder")
-        return Acquire(timing.retry_period)
+            return Defer(timing.retry_period, "deferring to the preferred holder")
+        return timing.retry_period
 
     def acquired(
         self,
@@ -483,19 +447,18 @@ class Election:
         self.last_holder = None
         return self._transition(kind, term.fencing_token if term else None, reason)
 
-    def _draining(self, now: float, renew_at: float) -> Renew | StepDown:
+    def _drain_over(self, now: float) -> str | None:
         """While draining: renew as usual until the app is done or :meth:`drain_end`, then
-        step down."""
+        step down (with this reason)."""
         drain = self.drain
         assert drain is not None
         end = self.drain_end()
         if drain.drained:
-            return StepDown(f"{drain.reason}: the app drained")
+            return f"{drain.reason}: the app drained"
         if now >= end:
             why = "timed out" if end >= drain.until else "ended before the lease's deadline"
-            return StepDown(f"{drain.reason}: drain {why} ({drain.timeout:g}s)")
-        wait = min(renew_at, end) - now
-        return Renew(wait, max(0.0, min(self.timer.deadline, end) - now - wait))
+            return f"{drain.reason}: drain {why} ({drain.timeout:g}s)"
+        return None
 
     def _transition(self, kind: str, token: int | None, reason: str) -> Transition:
         holder = self.identity if kind == "elected" else None

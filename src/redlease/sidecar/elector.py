@@ -3,15 +3,15 @@ a :class:`~redlease.core.campaign.RedisLease`) with the sidecar's rules, and the
 
 The campaign acquires, renews and ends terms by the elector state machine every surface shares;
 this module gives it the sidecar's rules as its :class:`~redlease.core.campaign.Policy` (from
-:class:`~redlease.sidecar.election.Election`: back-off after an outage, pause, deferring to and
+:class:`~redlease.sidecar.election.Candidate`: back-off after an outage, pause, deferring to and
 handing off to the preferred holder, the drain, the hold of a lease whose step-down could not be
 published) and turns its hooks into transitions. Beside it, the observer loop heartbeats and
 reads the lock view every retry period. With a drain timeout, a planned step-down
-(:meth:`Elector.stop` while leading, the hand-off to the preferred holder) first drains: the
-election publishes ``leader: false, draining: true`` and the campaign keeps renewing until
-:meth:`Elector.drained` or the drain's end, then the lease is released. What it learns goes to
-:class:`Hooks` (publish state, metrics, logs); the sidecar and `redlease run` are two different
-sets of hooks on the same elector.
+(:meth:`SidecarElector.stop` while leading, the hand-off to the preferred holder) first
+drains: the election publishes ``leader: false, draining: true`` and the campaign keeps
+renewing until :meth:`SidecarElector.drained` or the drain's end, then the lease is released.
+What it learns goes to :class:`Hooks` (publish state, metrics, logs); the sidecar and `redlease
+run` are two different sets of hooks on the same elector.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 
 from redlease.core import _async, aio
-from redlease.core.campaign import SHUTDOWN, Campaign, Granted, Held, RedisLease, Wait
+from redlease.core.campaign import SHUTDOWN, Campaign, Defer, Granted, RedisLease, Refused
 from redlease.core.connect import connect_target
 from redlease.core.durability import read_config, restart_loss
 from redlease.core.election import classify
@@ -48,7 +48,7 @@ from redlease.core.timing import (
 from redlease.core.view import LockView
 from redlease.errors import LockError
 from redlease.sidecar.config import ElectionConfig
-from redlease.sidecar.election import Election, Idle, StepDown, Transition
+from redlease.sidecar.election import Candidate, Transition
 
 log = structlog.get_logger("redlease.sidecar")
 WITHDRAW = 0.5  # seconds a node may take to drop this candidate's heartbeat on the way out
@@ -97,13 +97,13 @@ class _Lease(RedisLease):
     semaphore (:class:`redlease.core.aio.Semaphore`; one key only), made afresh for each term
     from the settings of the time; a renewal's outcome and latency go to the elector."""
 
-    def __init__(self, elector: Elector) -> None:
+    def __init__(self, elector: SidecarElector) -> None:
         super().__init__(self._lock(elector))
         self.elector = elector
         self.unclaimed = False  # the last grant did not start a term (void on arrival)
 
     @staticmethod
-    def _lock(elector: Elector) -> aio.MultiLock | aio.Semaphore:
+    def _lock(elector: SidecarElector) -> aio.MultiLock | aio.Semaphore:
         cfg = elector.config
         if cfg.holders > 1:  # N active of M: one slot of the lock's counting semaphore
             return aio.Semaphore(
@@ -124,7 +124,7 @@ class _Lease(RedisLease):
             replica_timeout=cfg.replica_timeout,
         )
 
-    async def acquire(self, wait: float | None = None) -> Granted[Lease] | Held:
+    async def acquire(self, wait: float | None = None) -> Granted[Lease] | Refused:
         if self.unclaimed and self.lock.lease() is not None:
             log.warning("grant came after its deadline: giving it back", lock=self.lock.name)
             with contextlib.suppress(LockError, TimeoutError):
@@ -135,7 +135,7 @@ class _Lease(RedisLease):
         self.unclaimed = isinstance(granted, Granted)  # until the campaign starts a term on it
         return granted
 
-    async def renew(self) -> Granted[Lease] | Held:
+    async def renew(self) -> Granted[Lease] | Refused:
         started = time.monotonic()
         granted = await super().renew()
         if isinstance(granted, Granted):
@@ -143,13 +143,13 @@ class _Lease(RedisLease):
         return granted
 
 
-class Elector:
+class SidecarElector:
     """Runs the election for one lock until :meth:`stop`; releases and withdraws on the way out."""
 
     def __init__(
         self, config: ElectionConfig, hooks: Hooks | None = None, drain_timeout: float = 0.0
     ) -> None:
-        self.election = Election(config)
+        self.election = Candidate(config)
         self.drain_timeout = drain_timeout  # seconds; 0: a planned step-down releases at once
         self._stop_after_drain = False
         self.hooks = hooks or Hooks()
@@ -306,7 +306,7 @@ class Elector:
         assert new is not None
         await self._withdraw()
         await self._close_client()
-        self.election = Election(new)
+        self.election = Candidate(new)
         self.client = self._connect()
         self._end_reason = "shutting down"
         self._applied(new)
@@ -336,14 +336,14 @@ class Elector:
 
     # -- the campaign's policy: the sidecar's rules (sidecar/election.py) ----------------------
 
-    def acquire(self, now: float) -> float | Wait | None:
+    def acquire(self, now: float) -> float | Defer | None:
         self.refresh()
         self.hooks.changed()
-        action = self.election.candidate(time.monotonic())
-        if isinstance(action, Idle):
-            return Wait(action.wait, action.reason)
-        timeout = self.hooks.acquire_timeout(action.timeout)
-        return Wait(action.timeout, "not now") if timeout is None else timeout
+        planned = self.election.candidate(time.monotonic())
+        if isinstance(planned, Defer):
+            return planned
+        timeout = self.hooks.acquire_timeout(planned)
+        return Defer(planned, "not now") if timeout is None else timeout
 
     def hand_off(self, now: float) -> str | None:
         self.refresh()
@@ -351,12 +351,12 @@ class Elector:
         if self.election.term is None:
             return None
         mono = time.monotonic()
-        action = self.election.leader(mono)
-        if isinstance(action, StepDown):
-            if self._drain(action.reason):
+        reason = self.election.step_down(mono)
+        if reason is not None:
+            if self._drain(reason):
                 return None  # a planned hand-off drains first
-            self._planned.add(action.reason)
-            return action.reason
+            self._planned.add(reason)
+            return reason
         if self.election.drain is not None:  # ask again at the drain's end
             if self._drain_wake is not None:
                 self._drain_wake.cancel()
@@ -371,9 +371,9 @@ class Elector:
         renewal under way short (the lease is released, never lost to a hung renewal)."""
         if self.election.drain is None:
             return
-        action = self.election.leader(time.monotonic())
-        if isinstance(action, StepDown):
-            self._end(action.reason)
+        reason = self.election.step_down(time.monotonic())
+        if reason is not None:
+            self._end(reason)
 
     def release_after(self) -> float | None:
         """Keep the lease of the term that just ended while a published claim of it may still
