@@ -12,9 +12,10 @@ from redlease.core.state import LockState
 from redlease.core.view import LockView, lock_view
 from redlease.sidecar.changes import MAX_WAIT, Changes
 from redlease.sidecar.election import Candidate
+from redlease.sidecar.status import document
 from redlease.sidecar.web import BadParameter, long_poll
 
-from .test_election import CFG, leader
+from .test_election import CFG, grant, leader, renewed
 
 WALL = 1_800_000_000.0
 
@@ -29,14 +30,14 @@ def view(holder: str | None, token: int = 7, down: bool = False, left: int = 900
 
 
 def stamped(changes: Changes, e: Candidate, now: float) -> dict[str, Any]:
-    return changes.stamp(e.snapshot(now, WALL + now))
+    return changes.stamp(document(e, now, WALL + now))
 
 
 def test_version_is_stable_across_renewals_and_countdowns() -> None:
     changes = Changes()
-    e, term = leader()
+    e = leader()
     first = stamped(changes, e, 101.0)
-    e.renewed(term, sent_at=102.0, server_ms=2000, lease_deadline=117.0)
+    renewed(e, sent_at=102.0, server_ms=2000, lease_deadline=117.0)
     second = stamped(changes, e, 103.5)
     assert first["renewed_at"] != second["renewed_at"]
     assert first["leader_until"] != second["leader_until"]
@@ -63,7 +64,7 @@ def test_version_changes_with_what_the_view_says(change: str) -> None:
     e.observe(view("other"), 10.0)
     before = stamped(changes, e, 10.1)
     if change == "leader":
-        e.acquired(fencing_token=8, server_ms=1, transitions=4, sent_at=11.0, lease_deadline=25.0)
+        grant(e, fencing_token=8, server_ms=1, transitions=4, sent_at=11.0, lease_deadline=25.0)
     elif change == "holder":
         e.observe(view("third", token=8), 11.0)
     elif change == "token":

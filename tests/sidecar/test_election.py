@@ -11,6 +11,7 @@ from redlease.cli.wait import is_leader
 from redlease.core.campaign import Defer
 from redlease.core.connect import validate_target
 from redlease.core.election import classify
+from redlease.core.lease import Lease
 from redlease.core.state import Holder, LockState
 from redlease.core.timing import validate_timing
 from redlease.core.view import LockView, lock_view
@@ -18,7 +19,8 @@ from redlease.errors import ConfigError, LockUnavailable, NotOwned
 from redlease.kube.spec import CREDENTIALS_LABEL, SecretRef, credentials_from_secret, parse_spec
 from redlease.operator.reader import targets_for
 from redlease.sidecar.config import ElectionConfig, election_from_spec
-from redlease.sidecar.election import Candidate, Term, Transition
+from redlease.sidecar.election import Candidate, Transition
+from redlease.sidecar.status import document
 
 CONSENT = {"metadata": {"labels": {CREDENTIALS_LABEL: "true"}}}
 CFG = ElectionConfig(
@@ -29,10 +31,47 @@ CFG = ElectionConfig(
 )
 
 
+def grant(
+    e: Candidate,
+    *,
+    fencing_token: int,
+    server_ms: int,
+    transitions: int,
+    sent_at: float,
+    lease_deadline: float,
+    received_at: float | None = None,
+) -> Transition | None:
+    """What the campaign does with a grant of an acquire sent at ``sent_at`` (in hand at
+    ``received_at``, default the send): the term machine takes it, the lease its record, and
+    when it starts a term the sidecar announces it (the hook ``started``)."""
+    lease = Lease("L", fencing_token, 15.0, lease_deadline, server_ms, transitions=transitions,
+                  sent_at=sent_at, renewed_ms=server_ms)  # fmt: skip
+    now = sent_at if received_at is None else received_at
+    return e.acquired(now) if e.timer.succeeded(sent_at, now, lease_deadline, lease) else None
+
+
+def renewed(
+    e: Candidate,
+    *,
+    sent_at: float,
+    server_ms: int,
+    lease_deadline: float,
+    received_at: float | None = None,
+) -> None:
+    """What the campaign does with a renewal's grant: the term machine takes it (the term's
+    one state; the sidecar shows what it holds)."""
+    assert e.timer.observed is not None
+    lease = dataclasses.replace(
+        e.timer.observed, deadline=lease_deadline, sent_at=sent_at, renewed_ms=server_ms
+    )
+    now = sent_at if received_at is None else received_at
+    e.timer.succeeded(sent_at, now, lease_deadline, lease)
+
+
 def elected(e: Candidate, at: float = 100.0, token: int = 5) -> None:
-    t = e.acquired(fencing_token=token, server_ms=1, transitions=3, sent_at=at,
-                   lease_deadline=at + 15 - 0.152)  # fmt: skip
-    assert t.kind == "elected" and t.fencing_token == token
+    t = grant(e, fencing_token=token, server_ms=1, transitions=3, sent_at=at,
+              lease_deadline=at + 15 - 0.152)  # fmt: skip
+    assert t is not None and t.kind == "elected" and t.fencing_token == token
 
 
 def renewal_failed(e: Candidate, sent: float, exc: BaseException) -> Transition | None:
@@ -50,12 +89,12 @@ def renews(e: Candidate, now: float, at: float, budget: float) -> None:
     assert e.timer.next(now).at == at and e.timer.budget(at) == budget
 
 
-def leader() -> tuple[Candidate, Term]:
+def leader() -> Candidate:
     """An election whose term was granted to an acquire sent at 100 (deadline 110)."""
     e = Candidate(CFG)
     elected(e)
     assert e.term is not None
-    return e, e.term
+    return e
 
 
 def state(holder: str | None, candidates: tuple[str, ...] = ()) -> LockView:
@@ -84,7 +123,7 @@ def test_leader_steps_down_at_renew_deadline_not_at_ttl() -> None:
     assert not e.leading(110.0)  # renew deadline: 10 s after the last successful send
     t = e.check(110.0)
     assert t is not None and t.kind == "lost" and t.fencing_token == 5
-    assert e.snapshot(110.0, 0.0)["leader"] is False
+    assert document(e, 110.0, 0.0)["leader"] is False
 
 
 def test_late_renewal_never_revives_an_ended_term() -> None:
@@ -92,7 +131,7 @@ def test_late_renewal_never_revives_an_ended_term() -> None:
     elected(e)
     term = e.term
     assert term is not None and e.check(111.0) is not None
-    e.renewed(term, sent_at=109.0, server_ms=2, lease_deadline=124.0)
+    renewed(e, sent_at=109.0, server_ms=2, lease_deadline=124.0)
     assert not e.leading(111.0)
 
 
@@ -135,12 +174,12 @@ def test_several_holders_a_term_ends_only_when_its_own_slot_is_gone() -> None:
     elected(e, at=20.0, token=8)
     assert e.observe(slots(("other", 7), ("me", 8)), 21.0) is None  # another holder first
     assert e.leading(21.0)
-    doc = e.snapshot(21.0, 0.0)
+    doc = document(e, 21.0, 0.0)
     assert doc["leader"] and doc["fencing_token"] == 8 and doc["holders_limit"] == 2
     assert [(h["holder"], h["fencing_token"]) for h in doc["holders"]] == [("other", 7), ("me", 8)]
     t = e.observe(slots(("other", 7), ("third", 9)), 22.0)  # our slot is gone from Redis
     assert t is not None and t.kind == "lost" and "holders 'other' (token 7)" in t.reason
-    assert [h["holder"] for h in e.snapshot(22.0, 0.0)["holders"]] == ["other", "third"]
+    assert [h["holder"] for h in document(e, 22.0, 0.0)["holders"]] == ["other", "third"]
 
 
 def test_a_new_holder_never_lists_more_holders_than_the_limit() -> None:
@@ -153,16 +192,16 @@ def test_a_new_holder_never_lists_more_holders_than_the_limit() -> None:
     e.observe(lock_view(["L"], {"n": {"L": LockState(name="L", now_ms=0, holder="other",
               fencing_token=7, expires_in_ms=9000, holders=crashed)}}, 1), 20.0)  # fmt: skip
     elected(e, at=20.5, token=9)  # the slot of "gone" expired at 20.4
-    doc = e.snapshot(20.6, 0.0)
+    doc = document(e, 20.6, 0.0)
     assert [(h["holder"], h["fencing_token"]) for h in doc["holders"]] == [("other", 7), ("me", 9)]
     e = Candidate(dataclasses.replace(CFG, holders=2))
     e.observe(slots(("other", 7), ("gone", 8)), 20.0)
     elected(e, at=20.5, token=9)  # "gone" released its slot at 20.2
-    assert [(h["holder"], h["fencing_token"]) for h in e.snapshot(20.6, 0.0)["holders"]] == [
+    assert [(h["holder"], h["fencing_token"]) for h in document(e, 20.6, 0.0)["holders"]] == [
         ("me", 9)
     ]
     e.observe(slots(("other", 7), ("me", 9)), 20.7)  # read after the grant
-    assert [h["holder"] for h in e.snapshot(20.7, 0.0)["holders"]] == ["other", "me"]
+    assert [h["holder"] for h in document(e, 20.7, 0.0)["holders"]] == ["other", "me"]
 
 
 def test_several_holders_only_the_newest_makes_room_for_the_preferred_one() -> None:
@@ -199,21 +238,21 @@ def test_snapshot_of_a_follower_shows_the_holder() -> None:
     t = e.observe(state("boss", ("me", "boss")), 50.0)
     assert t is not None and t.kind == "observed" and t.holder == "boss"
     assert e.observe(state("boss", ("me", "boss")), 51.0) is None  # logged once
-    doc = e.snapshot(52.0, 1_000.0)
+    doc = document(e, 52.0, 1_000.0)
     assert doc["leader"] is False and doc["holder"] == "boss" and doc["fencing_token"] == 7
     assert doc["expires_in_ms"] == 8000 and doc["candidates"] == 2
     assert doc["nodes"] == {"total": 1, "healthy": 1, "quorum": 1}
-    assert e.snapshot(60.0, 1_000.0)["holder"] is None  # its lease has run out since the read
+    assert document(e, 60.0, 1_000.0)["holder"] is None  # its lease has run out since the read
 
 
 def test_node_health_has_one_writer_the_view() -> None:
     e = Candidate(CFG)
-    assert e.snapshot(0.0, 0.0)["nodes"]["healthy"] == 0  # nothing read yet
+    assert document(e, 0.0, 0.0)["nodes"]["healthy"] == 0  # nothing read yet
     e.observe(state(None), 1.0)
-    assert e.snapshot(1.0, 0.0)["nodes"] == {"total": 1, "healthy": 1, "quorum": 1}
+    assert document(e, 1.0, 0.0)["nodes"] == {"total": 1, "healthy": 1, "quorum": 1}
     elected(e, at=2.0)  # a successful acquire or renewal does not touch node health
     e.observe(lock_view(["L"], {"n": OSError("down")}, 1), 3.0)
-    doc = e.snapshot(3.0, 0.0)
+    doc = document(e, 3.0, 0.0)
     assert doc["nodes"]["healthy"] == 0 and doc["leader"] is True  # leads until its deadline
     assert e.connected(3.0)  # its renewals reach a quorum until they don't
     assert not e.connected(13.0)  # deadline passed, and the last read saw no node
@@ -311,16 +350,16 @@ def test_a_view_read_after_the_grant_without_this_lease_ends_the_term(
     holder: str | None, token: int
 ) -> None:
     e = Candidate(CFG)
-    e.acquired(fencing_token=5, server_ms=1, transitions=1, sent_at=100.0,
+    grant(e, fencing_token=5, server_ms=1, transitions=1, sent_at=100.0,
                lease_deadline=114.8, received_at=100.01)  # fmt: skip
     t = e.observe(_held_by(holder, token), 101.0)
     assert t is not None and t.kind == "lost" and "Redis lost this lease" in t.reason
-    assert not e.leading(101.0) and e.snapshot(101.0, 0.0)["leader"] is False
+    assert not e.leading(101.0) and document(e, 101.0, 0.0)["leader"] is False
 
 
 def test_a_view_read_before_the_grant_or_showing_it_changes_nothing() -> None:
     e = Candidate(CFG)
-    e.acquired(fencing_token=5, server_ms=1, transitions=1, sent_at=100.0,
+    grant(e, fencing_token=5, server_ms=1, transitions=1, sent_at=100.0,
                lease_deadline=114.8, received_at=100.01)  # fmt: skip
     assert e.observe(_held_by(None, 0), 100.005) is None  # the read started before the grant
     assert e.observe(_held_by("me", 5), 101.0) is None
@@ -329,22 +368,22 @@ def test_a_view_read_before_the_grant_or_showing_it_changes_nothing() -> None:
 
 def test_a_grant_void_on_arrival_begins_no_term() -> None:
     e = Candidate(CFG)
-    t = e.acquired(fencing_token=5, server_ms=1, transitions=1, sent_at=100.0,
+    t = grant(e, fencing_token=5, server_ms=1, transitions=1, sent_at=100.0,
                    lease_deadline=114.8, received_at=110.0)  # fmt: skip
     assert t is None and e.term is None and not e.leading(110.0)
     assert e.candidate(110.0) == 2.0
 
 
 def test_a_renewal_in_hand_after_the_deadline_ends_the_term() -> None:
-    e, term = leader()
-    e.renewed(term, sent_at=109.0, server_ms=2, lease_deadline=123.8, received_at=110.5)
+    e = leader()
+    renewed(e, sent_at=109.0, server_ms=2, lease_deadline=123.8, received_at=110.5)
     assert not e.leading(110.5)
     t = e.check(110.5)
     assert t is not None and t.kind == "lost" and e.term is None
 
 
 def test_a_slow_failed_renewal_is_retried_a_retry_period_after_its_send() -> None:
-    e, _ = leader()
+    e = leader()
     assert renewal_failed(e, 102.0, TimeoutError()) is None  # in hand at 103.5
     renews(e, 103.5, 104.0, 6.0)
     renewal_failed(e, 104.0, LockUnavailable("L", "down"))
@@ -353,28 +392,28 @@ def test_a_slow_failed_renewal_is_retried_a_retry_period_after_its_send() -> Non
 
 
 def test_drain_publishes_not_leader_renews_then_steps_down_when_the_app_is_done() -> None:
-    e, term = leader()
+    e = leader()
     assert not e.app_drained(101.0)  # nothing to drain: POST /drained answers 409
     assert not e.begin_drain(101.0, 0.0, "shutting down")  # drain off
     assert e.begin_drain(101.0, 5.0, "shutting down")
     assert not e.begin_drain(101.5, 5.0, "shutting down")  # already draining
-    doc = e.snapshot(101.0, 0.0)
+    doc = document(e, 101.0, 0.0)
     assert doc["leader"] is False and doc["draining"] is True
     assert doc["holder"] is None and doc["leader_until"] is None
     assert e.leading(101.0)  # the term runs on: renewed, so nobody else is granted the lease
     renews(e, 101.0, 102.0, 8.0)  # renewed on while draining
     assert e.drain_end() == 106.0  # the elector steps down then at the latest
-    e.renewed(term, sent_at=102.0, server_ms=2, lease_deadline=117.0)
+    renewed(e, sent_at=102.0, server_ms=2, lease_deadline=117.0)
     renews(e, 103.0, 104.0, 8.0)  # the next renewal, within the drain
     assert e.app_drained(103.0)
     assert e.step_down(103.0) == "shutting down: the app drained"
     t = e.stepped_down("shutting down: the app drained")
     assert t is not None and t.kind == "stepped_down" and e.drain is None
-    assert e.snapshot(103.0, 0.0)["draining"] is False
+    assert document(e, 103.0, 0.0)["draining"] is False
 
 
 def test_drain_ends_at_its_timeout() -> None:
-    e, _ = leader()
+    e = leader()
     assert e.begin_drain(101.0, 0.5, "hand-off")
     assert e.drain_end() == 101.5  # the elector wakes then
     assert e.step_down(101.25) is None
@@ -384,7 +423,7 @@ def test_drain_ends_at_its_timeout() -> None:
 def test_drain_ends_before_the_lease_deadline_when_renewals_fail() -> None:
     """A drain longer than the term can run: renewals failing, it ends one retry period before
     the term's deadline (110), so the lease is released, never lost."""
-    e, _ = leader()
+    e = leader()
     assert e.begin_drain(101.0, 60.0, "shutting down")
     assert e.drain_end() == 108.0  # one retry period before the term's deadline
     for at in (102.0, 104.0, 106.0):
@@ -397,8 +436,8 @@ def test_drain_ends_before_the_lease_deadline_when_renewals_fail() -> None:
 
 
 def test_a_lost_term_ends_the_drain() -> None:
-    e, _ = leader()
+    e = leader()
     assert e.begin_drain(101.0, 5.0, "shutting down")
     assert renewal_failed(e, 101.0, NotOwned("L", "gone")) is not None
     assert e.drain is None and not e.app_drained(101.0)
-    assert e.snapshot(101.0, 0.0)["draining"] is False
+    assert document(e, 101.0, 0.0)["draining"] is False

@@ -168,7 +168,7 @@ class Campaign(Generic[R]):
 
     def __init__(
         self,
-        election: Election,
+        election: Election[R],
         backend: LockBackend[R],
         hooks: TermHooks[R],
         *,
@@ -191,7 +191,6 @@ class Campaign(Generic[R]):
         self.is_leader = False  # what the hooks were told
         self.holder: str | None = None  # the last holder an attempt saw (None: unknown)
         self.last_error: str | None = None  # why the last attempt failed
-        self.granted: Granted[R] | None = None  # the last grant of the running (or last) term
         self.idle: Defer | None = None  # why the last due acquire was not made
         self._ending: str | None = None  # end() asked to step down, with this reason
         self._wake = asyncio.Event()
@@ -274,9 +273,8 @@ class Campaign(Generic[R]):
             if self.watcher is not None:
                 await self.watcher.held(result.holder)
             return
-        if self.election.succeeded(result.sent_at, self.clock(), result.deadline):
+        if self.election.succeeded(result.sent_at, self.clock(), result.deadline, result.record):
             self.holder = None
-            self.granted = result
             if not self.is_leader:
                 self.is_leader = True
                 await self.hooks.started(result)
@@ -352,7 +350,7 @@ class Campaign(Generic[R]):
     async def _hold(self) -> bool:
         """Keep the lock of the term that just ended, unrenewed, until the policy lets it go;
         False if its own deadline comes first (then it is left to expire)."""
-        deadline = math.inf if self.granted is None else self.granted.deadline
+        deadline = self.election.lease_deadline  # the last grant's
         while True:
             after = self.policy.release_after()
             now = self.clock()

@@ -14,6 +14,11 @@ Lease). The rules, one place for every surface:
 - a refusal (the lock is not ours, the server clock stepped) ends the term at once, with its
   reason; every other error (an outage, a timeout, a reply not understood) proves nothing about
   the lease and is retried until the deadline (:func:`classify`: client-go's rule).
+
+The machine is the one state of a term: each success updates it, and it keeps the record of the
+latest grant (:attr:`Election.observed`: client-go's ``observedRecord``, here the backend's
+record of the lease, e.g. a :class:`~redlease.core.lease.Lease`) and when the term began; what
+an owner shows of the term (the sidecar's ``/status``) is read from it, never kept beside it.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
+from typing import Generic, TypeVar
 
 from redlease.errors import ClockStepped, NotOwned
 
 DEADLINE_PASSED = "local deadline passed before a renewal succeeded"
+R = TypeVar("R")
 
 
 class Action(Enum):
@@ -61,13 +68,14 @@ def classify(exc: BaseException) -> str | None:
     return None
 
 
-class Election:
+class Election(Generic[R]):
     """One candidate's term: idle (acquiring) or leading until :attr:`deadline`.
 
     ``renew_every``: delay from a successful attempt's send time to the next renewal;
     ``retry_every``: delay after a failed attempt (also the acquire period);
     ``renew_deadline``: how long after a successful send the term lasts (None: only the
-    lease's own local deadline given to :meth:`succeeded` bounds it).
+    lease's own local deadline given to :meth:`succeeded` bounds it). ``R``: the record a
+    success carries (:attr:`observed`).
     """
 
     def __init__(
@@ -81,6 +89,11 @@ class Election:
         self.retrying = False  # the last attempt failed: that period is retry_every
         self.term = False  # a term began and has not ended
         self.reason = ""
+        # the latest grant (of the running term, or the last one: kept after it ended): its
+        # record, its own local deadline, and when the term it belongs to began
+        self.observed: R | None = None
+        self.lease_deadline = math.inf
+        self.began = -math.inf
 
     @property
     def next_at(self) -> float:
@@ -115,10 +128,13 @@ class Election:
             return self.retry_every
         return self.deadline - now if now < self.deadline else None
 
-    def succeeded(self, sent_at: float, now: float, lease_deadline: float = math.inf) -> bool:
+    def succeeded(
+        self, sent_at: float, now: float, lease_deadline: float = math.inf, record: R | None = None
+    ) -> bool:
         """An attempt sent at ``sent_at`` was granted (``lease_deadline``: the lease's local
-        deadline, from :func:`~redlease.core.timing.local_deadline`). False when it came
-        too late: the term already ended, or the grant is void by ``now``."""
+        deadline, from :func:`~redlease.core.timing.local_deadline`; ``record``: what the
+        backend knows of the lease, kept as :attr:`observed`). False when it came too late:
+        the term already ended, or the grant is void by ``now``."""
         if self.reason or (self.term and now >= self.deadline):
             self.next(now)
             return False
@@ -129,10 +145,13 @@ class Election:
             if self.term:
                 self.lose(DEADLINE_PASSED)
             return False
+        if not self.term:
+            self.began = now
         self.term = True
         self.deadline = deadline
         self.anchor = sent_at
         self.retrying = False
+        self.observed, self.lease_deadline = record, lease_deadline
         return True
 
     def failed(self, now: float, reason: str | None) -> Step:

@@ -81,7 +81,7 @@ class RenewLoop:
         self.lease = lease
         self.schedule = RenewSchedule(lease.ttl, fraction)
         self.clock = clock
-        self.election = Election(self.schedule.interval, self.schedule.retry)
+        self.election: Election[object] = Election(self.schedule.interval, self.schedule.retry)
         self.sent = clock()
         self.election.start(self.sent, lease.deadline)
 

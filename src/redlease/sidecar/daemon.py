@@ -29,6 +29,7 @@ from redlease.kube import sidecar_args
 from redlease.kube.auth import required
 from redlease.kube.client import KubeClient
 from redlease.kube.httpguard import GuardedServer
+from redlease.sidecar import status
 from redlease.sidecar.changes import Changes
 from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
 from redlease.sidecar.dapr import DaprApi
@@ -207,7 +208,9 @@ class Sidecar(Hooks):
         """The status document, versioned (a new version wakes the long-polls)."""
         assert self.elector is not None
         before = self.changes.version
-        doc = self.changes.stamp(self.elector.election.snapshot(time.monotonic(), time.time()))
+        doc = self.changes.stamp(
+            status.document(self.elector.election, time.monotonic(), time.time())
+        )
         if doc["version"] != before:  # its time stamp is when the long-polls were woken
             log.debug("status changed", version=doc["version"], leader=doc["leader"])
         return doc

@@ -24,11 +24,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 from redlease.core import election as elector
 from redlease.core import view as lockview
 from redlease.core.campaign import Defer
+from redlease.core.lease import Lease
 from redlease.core.state import Holder
 from redlease.core.timing import backoff, elector_periods, read_fresh
 from redlease.core.view import LockView
@@ -45,18 +45,6 @@ class Transition:
     fencing_token: int | None
     reason: str = ""
     holder: str | None = None
-
-
-@dataclass(slots=True)
-class Term:
-    """This process's current leadership term: what it shows (its deadline is the elector's)."""
-
-    fencing_token: int
-    acquired_ms: int
-    renewed_ms: int
-    transitions: int
-    lease_deadline: float  # local lease deadline (Lease.deadline)
-    granted_at: float = 0.0  # monotonic time the grant was in hand: later reads must show it
 
 
 @dataclass(slots=True)
@@ -84,8 +72,11 @@ class Candidate:
 
     def __init__(self, config: ElectionConfig) -> None:
         self.config = config
-        self.timer = elector.Election(*elector_periods(config.timing))  # the term's timing
-        self.term: Term | None = None  # set exactly while the timer runs a term
+        # the one state of a term: the campaign drives it (every grant updates it alone)
+        self.timer: elector.Election[Lease] = elector.Election(*elector_periods(config.timing))
+        self.token: int | None = (
+            None  # the fencing token of the term announced (elected, not ended)
+        )
         self.observed: Observation | None = None
         self.failures = 0  # consecutive outage errors (drives the back-off)
         self.retry_at = 0.0
@@ -110,14 +101,20 @@ class Candidate:
 
     # -- questions ----------------------------------------------------------------------------
 
+    @property
+    def term(self) -> Lease | None:
+        """The announced term's latest grant (the term machine's observed record: renewals
+        update it there), or None when no term was announced."""
+        return self.timer.observed if self.token is not None else None
+
     def leading(self, now: float) -> bool:
-        """Leader iff a term exists and its local deadline has not passed."""
-        return self.term is not None and self.timer.leading(now)
+        """Leader iff a term was announced and the term machine says it runs."""
+        return self.token is not None and self.timer.leading(now)
 
     def leads_until(self) -> float:
         """The term's local deadline (monotonic; leader strictly before it unless renewed);
         ``-inf`` without a term."""
-        return self.timer.deadline if self.term is not None else -math.inf
+        return self.timer.deadline if self.token is not None else -math.inf
 
     def draining(self, now: float) -> bool:
         """Leading, but told the app it no longer leads and waiting for it to finish."""
@@ -146,10 +143,10 @@ class Candidate:
         """The holder that makes room for the preferred holder: the one leader with one holder;
         with several, only the newest (the highest token) of them, so one slot is freed, not
         all of them (every replica reads the same holders)."""
-        if self.config.holders == 1 or self.term is None or self.observed is None:
+        if self.config.holders == 1 or self.token is None or self.observed is None:
             return self.config.holders == 1
         tokens = [h.fencing_token for h in self.observed.view.holders]
-        return bool(tokens) and max(tokens) == self.term.fencing_token
+        return bool(tokens) and max(tokens) == self.token
 
     def connected(self, now: float) -> bool:
         """Leading (its renewals reach a quorum), or a quorum of the nodes answered the latest
@@ -193,7 +190,7 @@ class Candidate:
     def check(self, now: float) -> Transition | None:
         """End the term if it is over: its deadline passed, or a late grant found it so (call
         before anything that reports state)."""
-        if self.term is None:
+        if self.token is None:
             return None
         step = self.timer.next(now)
         return self._end("lost", step.reason) if step.action is elector.Action.LOST else None
@@ -223,55 +220,18 @@ class Candidate:
             return Defer(timing.retry_period, "deferring to the preferred holder")
         return timing.retry_period
 
-    def acquired(
-        self,
-        *,
-        fencing_token: int,
-        server_ms: int,
-        transitions: int,
-        sent_at: float,
-        lease_deadline: float,
-        received_at: float | None = None,
-    ) -> Transition | None:
-        """A grant of the lease (sent at ``sent_at``, in hand at ``received_at``): the term
-        begins, or None when the grant was void on arrival (its deadline had passed: the
-        driver gives the lease back)."""
+    def acquired(self, now: float) -> Transition | None:
+        """The campaign's term machine began a term (its observed record is the grant, in hand
+        at ``now``): announce it; None when the grant was void on arrival (the machine ends
+        the term at its next step and the driver gives the lease back)."""
         self.reachable()
-        now = sent_at if received_at is None else received_at
-        if self.term is None:
-            self.timer.reset()  # a term that ended may not have been reset by its driver yet
-        if not self.timer.succeeded(sent_at, now, lease_deadline):
+        lease = self.timer.observed
+        if lease is None or not self.timer.leading(now):
             return None
-        self.term = Term(
-            fencing_token=fencing_token,
-            acquired_ms=server_ms,
-            renewed_ms=server_ms,
-            transitions=transitions,
-            lease_deadline=lease_deadline,
-            granted_at=now,
-        )
+        self.token = lease.fencing_token
         self.last_holder = self.identity
-        self.own_tokens.append(fencing_token)
-        return self._transition("elected", fencing_token, "acquired the lease")
-
-    def renewed(
-        self,
-        term: Term,
-        *,
-        sent_at: float,
-        server_ms: int,
-        lease_deadline: float,
-        received_at: float | None = None,
-    ) -> None:
-        """A renewal succeeded; ignored if the term already ended, and a success in hand
-        (``received_at``, default the send) after the deadline ends it (never revives)."""
-        self.reachable()
-        if term is not self.term:
-            return
-        now = sent_at if received_at is None else received_at
-        if self.timer.succeeded(sent_at, now, lease_deadline):
-            term.renewed_ms = server_ms
-            term.lease_deadline = lease_deadline
+        self.own_tokens.append(lease.fencing_token)
+        return self._transition("elected", lease.fencing_token, "acquired the lease")
 
     def begin_drain(self, now: float, timeout: float, reason: str) -> bool:
         """Start draining before the planned step-down ``reason`` (hand-off or shutdown), for at
@@ -293,13 +253,13 @@ class Candidate:
 
     def stepped_down(self, reason: str) -> Transition | None:
         """This process released (hand-off or shutdown)."""
-        if self.term is None:
+        if self.token is None:
             return None
         return self._end("stepped_down", reason)
 
     def ended(self, kind: str, reason: str) -> Transition | None:
         """The driver ended the term (``kind``: ``lost`` or ``stepped_down``); None if none ran."""
-        return None if self.term is None else self._end(kind, reason)
+        return None if self.token is None else self._end(kind, reason)
 
     def outage(self) -> None:
         self.failures += 1
@@ -328,12 +288,12 @@ class Candidate:
         if view.unknown is not None:
             return None
         holder = view.holder
-        term = self.term
+        token = self.token
         if (
-            term is not None
+            token is not None
             and self.leading(now)
-            and now > term.granted_at
-            and not self._shown(view, term.fencing_token)
+            and now > self.timer.began  # read after the grant was in hand: it must show it
+            and not self._shown(view, token)
         ):
             shows = f"{holder!r} (token {view.fencing_token})" if holder else "no holder"
             if self.config.holders > 1:
@@ -377,75 +337,14 @@ class Candidate:
         cfg = self.config
         return lockview.empty(cfg.keys, cfg.target.total, cfg.target.quorum)
 
-    def snapshot(self, now: float, wall: float) -> dict[str, Any]:
-        """The ``/status`` document (and state file) as of monotonic ``now`` / epoch ``wall``.
-
-        The lock part is the lock view (:func:`redlease.core.view.document`); while this
-        process leads, its own term supplies holder, token and times (it knows them first
-        hand, and the view agrees once the next read comes in).
-        """
-        cfg = self.config
-        draining = self.draining(now)
-        term = self.term if self.leading(now) and not draining else None
-        obs = self.observed
-        view = self.view()
-        age_ms = int((now - obs.at) * 1000) if obs is not None else 0
-        left = None if view.expires_in_ms is None else max(0, view.expires_in_ms - age_ms)
-        doc: dict[str, Any] = {
-            "lock": cfg.lock,
-            "keys": list(cfg.keys),
-            "identity": cfg.identity,
-            "leader": term is not None,
-            "draining": draining,
-            **lockview.document(view, expires_in_ms=left, age_ms=age_ms),
-            "holders_limit": cfg.holders,
-            "candidates": len(view.candidates),
-            "leader_until": None,
-            "paused": cfg.paused,
-            "preferred_holder": cfg.preferred_holder,
-            "conflict": self.conflict(now),
-        }
-        if doc["holder"] is not None and left == 0:
-            doc.update(holder=None, fencing_token=None, expires_in_ms=None)
-        if term is not None:
-            doc.update(
-                holder=cfg.identity,
-                fencing_token=term.fencing_token,
-                expires_in_ms=max(0, int((term.lease_deadline - now) * 1000)),
-                acquired_at=lockview.iso_ms(term.acquired_ms),
-                renewed_at=lockview.iso_ms(term.renewed_ms),
-                transitions=max(doc["transitions"], term.transitions),
-                leader_until=lockview.iso_ms(int((wall + self.timer.deadline - now) * 1000)),
-                holder_unknown=None,
-            )
-            # the view may not list this term yet: it knows it first hand
-            own = {"holder": cfg.identity, "fencing_token": term.fencing_token,
-                   "expires_in_ms": doc["expires_in_ms"]}  # fmt: skip
-            others = [h for h in doc["holders"] if h["fencing_token"] != term.fencing_token]
-            if len(others) >= cfg.holders:
-                # read before this grant, and one of them released its slot since (an expired
-                # one is not listed): which one, only the next read says (it follows a grant at
-                # once); name none of them rather than more holders than ever held at once
-                others = []
-            doc["holders"] = sorted([*others, own], key=lambda h: h["fencing_token"])
-        elif doc["holder"] == cfg.identity:
-            # Redis still shows our last lease, but we no longer lead (deadline passed or
-            # stepped down, draining): never present ourselves as the holder while leader is
-            # false.
-            doc.update(holder=None, fencing_token=None, expires_in_ms=None)
-        if term is None:  # nor among the holders
-            doc["holders"] = [h for h in doc["holders"] if h["holder"] != cfg.identity]
-        return doc
-
     # -- internals ----------------------------------------------------------------------------
 
     def _end(self, kind: str, reason: str) -> Transition:
-        term = self.term
-        self.term = None
+        token, self.token = self.token, None
         self.drain = None
         self.timer.lose(reason)  # the driver resets it once it handled the end
         self.last_holder = None
-        return self._transition(kind, term.fencing_token if term else None, reason)
+        return self._transition(kind, token, reason)
 
     def _drain_over(self, now: float) -> str | None:
         """While draining: renew as usual until the app is done or :meth:`drain_end`, then

@@ -139,7 +139,7 @@ class _Lease(RedisLease):
         started = time.monotonic()
         granted = await super().renew()
         if isinstance(granted, Granted):
-            self.elector.renewed(granted, started)
+            self.elector.renewed(started)
         return granted
 
 
@@ -402,16 +402,8 @@ class SidecarElector:
     async def started(self, granted: Granted[Lease]) -> None:
         if self.lease is not None:
             self.lease.unclaimed = False
-        lease = granted.record
         self._recovered()
-        transition = self.election.acquired(
-            fencing_token=lease.fencing_token,
-            server_ms=lease.acquired_at_ms,
-            transitions=lease.transitions,
-            sent_at=lease.sent_at,
-            lease_deadline=lease.deadline,
-            received_at=time.monotonic(),
-        )
+        transition = self.election.acquired(time.monotonic())
         if transition is not None:
             self._emit(transition)
         self._look.set()
@@ -442,21 +434,12 @@ class SidecarElector:
     async def held(self, holder: str | None) -> None:
         self.hooks.refused(holder)
 
-    def renewed(self, granted: Granted[Lease], started: float) -> None:
-        """A renewal came back (the campaign decides whether it was in time)."""
-        now = time.monotonic()
-        self.hooks.renewed(now - started)
+    def renewed(self, started: float) -> None:
+        """A renewal came back: its latency and Redis reachable again. Whether it was in time
+        is the campaign's term machine's to decide (the term's one state)."""
+        self.hooks.renewed(time.monotonic() - started)
         self._recovered()
-        term = self.election.term
-        if term is not None:
-            lease = granted.record
-            self.election.renewed(
-                term,
-                sent_at=lease.sent_at,
-                server_ms=lease.renewed_ms,
-                lease_deadline=lease.deadline,
-                received_at=now,
-            )
+        self.election.reachable()
 
     def _failed(self, exc: BaseException, renewing: bool) -> None:
         """An attempt failed: a renewal is retried until the deadline (the campaign's rule);
