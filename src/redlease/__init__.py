@@ -3,7 +3,6 @@
 Blocking API here; the asyncio API with the same names lives in :mod:`redlease.aio`.
 """
 
-from redlease.core.elector import Elector
 from redlease.core.lease import Lease
 from redlease.core.locks import (
     Lock,
@@ -17,6 +16,7 @@ from redlease.core.locks import (
 )
 from redlease.core.rules import MAX_HOLDERS
 from redlease.core.state import Holder, LockState
+from redlease.election.elector import Elector
 from redlease.errors import (
     AlreadyHeld,
     ClockStepped,

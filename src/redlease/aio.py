@@ -14,7 +14,7 @@ from redlease.core.aio import (
     Semaphore,
     WriteLock,
 )
-from redlease.core.elector import AsyncElector as Elector
+from redlease.election.elector import AsyncElector as Elector
 
 __all__ = [
     "AsyncRenewer",

@@ -11,11 +11,19 @@ import redis.asyncio as aioredis
 
 import redlease
 from redlease import aio
-from redlease.core.campaign import SHUTDOWN, Campaign, Defer, Granted, Policy, RedisLease, Refused
-from redlease.core.election import DEADLINE_PASSED, Election
 from redlease.core.lease import Lease
+from redlease.core.term import DEADLINE_PASSED, Election
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.polling import async_wait_until
+from redlease.election.campaign import (
+    SHUTDOWN,
+    Campaign,
+    Defer,
+    Granted,
+    Policy,
+    Refused,
+)
+from redlease.election.redislease import RedisLease
 from redlease.errors import LockUnavailable, NotOwned
 
 Answer = Callable[[], Granted[str] | Refused]

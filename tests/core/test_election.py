@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from redlease.core.election import DEADLINE_PASSED, Action, Election, classify
 from redlease.core.lease import Lease, RenewLoop
+from redlease.core.term import DEADLINE_PASSED, Action, Election, classify
 from redlease.errors import ClockStepped, LockError, LockUnavailable, NotOwned, ProtocolError
 
 

@@ -183,7 +183,7 @@ def test_renewer_signals_loss_when_taken_over(any_client: Any, lock_name: str) -
 def test_renewer_retries_an_unexpected_error_until_the_deadline(
     any_client: Any, lock_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The one rule (core/election.py classify): an error that is not a refusal (here a bug in
+    """The one rule (core/term.py classify): an error that is not a refusal (here a bug in
     a client library) is retried, not the end of the renewer; when every renewal fails, the
     lease is lost at its local deadline, with the callback."""
     lock = redlease.Lock(any_client, lock_name, ttl=1.0)

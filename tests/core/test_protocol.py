@@ -6,9 +6,9 @@ import pytest
 
 from redlease import ConfigError, ProtocolError
 from redlease.core import replies, scripts, timing
-from redlease.core.election import Election
 from redlease.core.handles import make_options
 from redlease.core.keys import LockKeys
+from redlease.core.term import Election
 from redlease.core.timing import RenewSchedule
 
 

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 import kmock
 import pytest
 
-from redlease.core.campaign import Granted, Refused
 from redlease.core.timing import Timing
 from redlease.devtools.kubeemulator import Emulator, declare
+from redlease.election.campaign import Granted, Refused
 from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
 from redlease.kube.leaselock import LeaseElectionConfig, LeaseLock

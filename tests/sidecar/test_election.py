@@ -8,13 +8,13 @@ import dataclasses
 import pytest
 
 from redlease.cli.wait import is_leader
-from redlease.core.campaign import Defer
 from redlease.core.connect import validate_target
-from redlease.core.election import classify
 from redlease.core.lease import Lease
 from redlease.core.state import Holder, LockState
+from redlease.core.term import classify
 from redlease.core.timing import validate_timing
 from redlease.core.view import LockView, lock_view
+from redlease.election.campaign import Defer
 from redlease.errors import ConfigError, LockUnavailable, NotOwned
 from redlease.kube.spec import CREDENTIALS_LABEL, SecretRef, credentials_from_secret, parse_spec
 from redlease.operator.reader import targets_for
@@ -75,7 +75,7 @@ def elected(e: Candidate, at: float = 100.0, token: int = 5) -> None:
 
 
 def renewal_failed(e: Candidate, sent: float, exc: BaseException) -> Transition | None:
-    """What the campaign (core/campaign.py) does with a renewal sent at ``sent`` that failed
+    """What the campaign (election/campaign.py) does with a renewal sent at ``sent`` that failed
     with ``exc``: the one rule (``classify``) decides, retried a retry period after the send;
     a loss ends the term at the next check."""
     e.timer.failed(sent, classify(exc))

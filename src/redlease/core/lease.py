@@ -9,8 +9,8 @@ from typing import Any
 
 from redlease.core import _log as log
 from redlease.core.clock import ServerTime
-from redlease.core.election import DEADLINE_PASSED, Action, Election, classify
 from redlease.core.flows import Grant
+from redlease.core.term import DEADLINE_PASSED, Action, Election, classify
 from redlease.core.timing import RenewSchedule
 from redlease.errors import LeaseLost, NotOwned
 
@@ -66,7 +66,7 @@ class Lease:
 
 class RenewLoop:
     """The library renewer over the elector state machine
-    (:class:`~redlease.core.election.Election`), shared by the thread and asyncio renewers.
+    (:class:`~redlease.core.term.Election`), shared by the thread and asyncio renewers.
 
     The driver sleeps :meth:`next_wait` seconds, calls :meth:`begin` (how long the extend may
     take: never past the local deadline), runs the extend bounded by that, and reports to

@@ -4,7 +4,7 @@
 takes it when nobody holds it, or when the holder has not renewed it for
 ``leaseDurationSeconds`` as measured on the candidate's own monotonic clock since it last saw
 the record change (so clocks need not agree); the holder renews its own. :class:`LeaseLock`
-is the :class:`~redlease.core.campaign.LockBackend` over the one Lease writer
+is the :class:`~redlease.election.campaign.LockBackend` over the one Lease writer
 (:class:`~redlease.kube.leasewriter.LeaseWriter`): read, decide, compare-and-swap.
 """
 
@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from redlease.core.campaign import Granted, Refused
 from redlease.core.timing import Timing
+from redlease.election.campaign import Granted, Refused
 from redlease.kube.lease import LeaseRecord, duration_seconds
 from redlease.kube.leasewriter import LeaseWriter
 
@@ -32,7 +32,7 @@ class LeaseElectionConfig:
 
 class Leadership:
     """Whether this candidate may write the Lease, from what it has seen of it (no I/O); how
-    long it leads is :class:`~redlease.core.election.Election`'s."""
+    long it leads is :class:`~redlease.core.term.Election`'s."""
 
     def __init__(self, config: LeaseElectionConfig) -> None:
         self.config = config

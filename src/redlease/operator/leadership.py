@@ -1,7 +1,7 @@
 """The operator elects its active replica through a ``coordination.k8s.io/v1`` Lease.
 
-client-go's leader election: the one campaign loop (:class:`~redlease.core.campaign.Campaign`
-over the elector state machine, :class:`~redlease.core.election.Election`: when to renew, when
+client-go's leader election: the one campaign loop (:class:`~redlease.election.campaign.Campaign`
+over the elector state machine, :class:`~redlease.core.term.Election`: when to renew, when
 leading ends) run against the Lease (:class:`~redlease.kube.leaselock.LeaseLock`: who may take
 it, written with compare-and-swap through the one Lease writer, every call bounded). A
 candidate tries every retry period; the leader renews every retry period and stops leading at
@@ -21,9 +21,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from redlease.core.campaign import SHUTDOWN, Campaign, Granted
-from redlease.core.election import Election
+from redlease.core.term import Election
 from redlease.core.timing import acquire_timeout, call_timeout, elector_periods, spread
+from redlease.election.campaign import SHUTDOWN, Campaign, Granted
 from redlease.kube.client import KubeClient
 from redlease.kube.lease import LeaseRecord
 from redlease.kube.leaselock import LeaseElectionConfig, LeaseLock

@@ -1,7 +1,7 @@
 """The candidate/leader state machine of one sidecar (pure: no I/O, no sleeping).
 
 When to renew and when a term ends are the one elector's
-(:class:`redlease.core.election.Election`: renew a retry period after the last attempt was
+(:class:`redlease.core.term.Election`: renew a retry period after the last attempt was
 sent, lead until ``renew_deadline`` after the last successful send or the lease's own local
 deadline, whichever comes first; a late success does not revive; a refusal or a clock step
 ends the term). This module adds what only the sidecar does: when to try to acquire (woken
@@ -12,7 +12,7 @@ the drain's end), the lock view read after the grant that
 must show this term's lease, and the ``/status`` document.
 
 The driver (:mod:`redlease.sidecar.elector`: the one campaign loop,
-:class:`redlease.core.campaign.Campaign`) asks :meth:`Candidate.candidate` (whether and how long
+:class:`redlease.election.campaign.Campaign`) asks :meth:`Candidate.candidate` (whether and how long
 to acquire) and :meth:`Candidate.step_down` (whether to hand off) as its policy; when to renew
 and how long a renewal may take are the term machine's (:attr:`Candidate.timer`, which the
 campaign drives). Every call that changes who leads returns a :class:`Transition` for the
@@ -25,13 +25,13 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from redlease.core import election as elector
 from redlease.core import view as lockview
-from redlease.core.campaign import Defer
 from redlease.core.lease import Lease
 from redlease.core.state import Holder
+from redlease.core.term import Action, Election
 from redlease.core.timing import backoff, elector_periods, read_fresh
 from redlease.core.view import LockView
+from redlease.election.campaign import Defer
 from redlease.sidecar.config import ElectionConfig
 
 
@@ -73,7 +73,7 @@ class Candidate:
     def __init__(self, config: ElectionConfig) -> None:
         self.config = config
         # the one state of a term: the campaign drives it (every grant updates it alone)
-        self.timer: elector.Election[Lease] = elector.Election(*elector_periods(config.timing))
+        self.timer: Election[Lease] = Election(*elector_periods(config.timing))
         self.token: int | None = (
             None  # the fencing token of the term announced (elected, not ended)
         )
@@ -193,13 +193,13 @@ class Candidate:
         if self.token is None:
             return None
         step = self.timer.next(now)
-        return self._end("lost", step.reason) if step.action is elector.Action.LOST else None
+        return self._end("lost", step.reason) if step.action is Action.LOST else None
 
     def step_down(self, now: float) -> str | None:
         """While a term runs: why to step down now (the hand-off to the preferred holder when a
         renewal is due, the end of a drain), or None to go on renewing."""
         step = self.timer.next(now)
-        if step.action is not elector.Action.RENEW:
+        if step.action is not Action.RENEW:
             return None  # over: the next check() ends the term
         if self.drain is not None:
             return self._drain_over(now)

@@ -1,8 +1,8 @@
-"""The sidecar's elector: the one campaign loop (:class:`~redlease.core.campaign.Campaign` over
-a :class:`~redlease.core.campaign.RedisLease`) with the sidecar's rules, and the observer loop.
+"""The sidecar's elector: the one campaign loop (:class:`~redlease.election.campaign.Campaign` over
+a :class:`~redlease.election.campaign.RedisLease`) with the sidecar's rules, and the observer loop.
 
 The campaign acquires, renews and ends terms by the elector state machine every surface shares;
-this module gives it the sidecar's rules as its :class:`~redlease.core.campaign.Policy` (from
+this module gives it the sidecar's rules as its :class:`~redlease.election.campaign.Policy` (from
 :class:`~redlease.sidecar.election.Candidate`: back-off after an outage, pause, deferring to and
 handing off to the preferred holder, the drain, the hold of a lease whose step-down could not be
 published) and turns its hooks into transitions. Beside it, the observer loop heartbeats and
@@ -26,15 +26,14 @@ from typing import Any
 import structlog
 
 from redlease.core import _async, aio
-from redlease.core.campaign import SHUTDOWN, Campaign, Defer, Granted, RedisLease, Refused
 from redlease.core.connect import connect_target
 from redlease.core.durability import read_config, restart_loss
-from redlease.core.election import classify
 from redlease.core.keys import LockKeys
 from redlease.core.lease import Lease
 from redlease.core.observe import Notices, node_drivers, read_view
 from redlease.core.rules import OPERATOR
 from redlease.core.state import heartbeat_flow
+from redlease.core.term import classify
 from redlease.core.timing import (
     REPLY_GRACE,
     call_timeout,
@@ -46,6 +45,8 @@ from redlease.core.timing import (
     within,
 )
 from redlease.core.view import LockView
+from redlease.election.campaign import SHUTDOWN, Campaign, Defer, Granted, Refused
+from redlease.election.redislease import RedisLease
 from redlease.errors import LockError
 from redlease.sidecar.config import ElectionConfig
 from redlease.sidecar.election import Candidate, Transition

@@ -1,13 +1,14 @@
-"""One candidate's campaign: the elector state machine run against a lock backend (asyncio).
+"""One candidate's campaign: the term machine run against a lock backend (asyncio).
 
 client-go's ``LeaderElector.Run`` over its ``resourcelock.Interface``: :class:`Campaign` asks
-:class:`~redlease.core.election.Election` what to do and when, does it through a
+:class:`~redlease.core.term.Election` what to do and when, does it through a
 :class:`LockBackend` and tells its hooks when leading starts and stops. A backend is one lock
-(a Redis lease: :class:`RedisLease`; a Kubernetes Lease: ``redlease.kube.leaselock``); it
-answers every attempt with a typed result, :class:`Granted` or :class:`Refused`, and says which of
-its errors mean the lock is gone (:meth:`LockBackend.loss`). Every attempt is bounded: by the
-term's deadline while leading, by ``acquire_timeout`` while acquiring. An optional
-:class:`Watcher` hears the holder each refusal names (the public elector's ``on_new_leader``).
+(a Redis lease: :mod:`redlease.election.redislease`; a Kubernetes Lease:
+``redlease.kube.leaselock``), one typed method per verb; it answers every attempt with
+:class:`Granted` or :class:`Refused`, and says which of its errors mean the lock is gone
+(:meth:`LockBackend.loss`). Every attempt is bounded: by the term's deadline while leading, by
+``acquire_timeout`` while acquiring. An optional :class:`Watcher` hears the holder each refusal
+names (the public elector's ``on_new_leader``).
 
 An owner with rules of its own (the sidecar: pause, preferred holder, drain, claim hold) gives a
 :class:`Policy`: it decides whether and how long an acquire may wait, when a leader hands off,
@@ -20,19 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import math
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from redlease.core import aio, locks
-from redlease.core.election import Action, Election, classify
-from redlease.core.lease import Lease
-from redlease.core.state import LockState
-from redlease.errors import LockContention
+from redlease.core.term import Action, Election
 
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
@@ -402,63 +397,3 @@ async def _first(*events: asyncio.Event) -> None:
     finally:
         for wait in waits:
             wait.cancel()
-
-
-class RedisLease:
-    """A Redis lease as a :class:`LockBackend`: ``lock`` is a ``Lock``, ``MultiLock`` or
-    (asyncio) a counting ``Semaphore`` (one of its slots), asyncio
-    (:mod:`redlease.core.aio`) or blocking (:mod:`redlease.core.locks`: give ``offload``, the
-    executor its calls run on, one at a time: one worker). An acquire waits at most ``wait``
-    seconds for a release (a release hands the lease over at once: notified, not polled); a
-    renewal waits at most ``renew_timeout`` for Redis (None: the client's socket timeout).
-    A refusal names the holder the script saw (:class:`Refused`), no extra round trip."""
-
-    def __init__(
-        self,
-        lock: aio.Lock | aio.MultiLock | aio.Semaphore | locks.Lock | locks.MultiLock,
-        wait: float = 0.0,
-        *,
-        renew_timeout: float | None = None,
-        offload: Executor | None = None,
-    ) -> None:
-        self.lock = lock
-        self.wait = wait
-        self.renew_timeout = renew_timeout
-        self.offload = offload
-
-    async def _call(self, method: str, **kwargs: Any) -> Any:
-        call = getattr(self.lock, method)
-        if self.offload is None:
-            return await call(**kwargs)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.offload, functools.partial(call, **kwargs))
-
-    async def holder(self) -> str | None:
-        """Who holds the lock now, from the lock view (one read: an elector's start)."""
-        state: LockState = await self._call("state")
-        return state.holder
-
-    async def acquire(self, wait: float | None = None) -> Granted[Lease] | Refused:
-        if self.lock.lease() is not None:
-            # a blocking lock's acquire runs on in its worker after the attempt's bound and
-            # may be granted: that lease is ours, renew it (an expired one is forgotten)
-            return await self.renew()
-        wait = self.wait if wait is None else wait
-        try:
-            lease: Lease = await self._call("acquire", timeout=wait)
-        except LockContention as exc:
-            return Refused(exc.holder, waited=wait > 0)
-        return Granted(lease.sent_at, lease, lease.deadline)
-
-    async def renew(self) -> Granted[Lease] | Refused:
-        lease: Lease = await self._call("extend", timeout=self.renew_timeout)
-        return Granted(lease.sent_at, lease, lease.deadline)
-
-    async def release(self) -> bool:
-        if self.lock.lease() is None:
-            return False
-        await self._call("release")
-        return True
-
-    def loss(self, exc: BaseException) -> str | None:
-        return classify(exc)

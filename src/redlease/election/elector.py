@@ -1,16 +1,16 @@
 """The public elector: client-go's ``LeaderElector`` callbacks for Python programs.
 
 One logic for both flavours: :class:`ElectorCore` runs the one campaign loop
-(:class:`~redlease.core.campaign.Campaign` over a :class:`~redlease.core.campaign.RedisLease`)
-on an asyncio loop and turns its hooks into the user's callbacks. :class:`AsyncElector`
-(``redlease.aio.Elector``) runs it on the caller's loop over an asyncio lock; :class:`Elector`
-(``redlease.Elector``) runs the same core on a loop of its own (in the thread that calls
-:meth:`Elector.run`, or a background thread from :meth:`Elector.start`) over a blocking lock
-whose calls go to one worker thread.
+(:class:`~redlease.election.campaign.Campaign` over a
+:class:`~redlease.election.campaign.RedisLease`) on an asyncio loop and turns its hooks into
+the user's callbacks. :class:`AsyncElector` (``redlease.aio.Elector``) runs it on the caller's
+loop over an asyncio lock; :class:`Elector` (``redlease.Elector``) runs the same core on a loop
+of its own (in the thread that calls :meth:`Elector.run`, or a background thread from
+:meth:`Elector.start`) over a blocking lock whose calls go to one worker thread.
 
 Who leads is learned without extra round trips per period: a refused acquire names the holder
-the script saw (``Refused(holder)``), a grant names this process, and one read of the lock view at
-the start names the holder before the first acquire. A standby's acquire waits up to a retry
+the script saw (``Refused(holder)``), a grant names this process, and one read of the lock view
+at the start names the holder before the first acquire. A standby's acquire waits up to a retry
 period for a release, which hands the lease over at once (notified, not polled), so a stopped
 leader's successor leads a round trip later, not a TTL later. See docs/elector.md.
 """
@@ -29,9 +29,8 @@ from typing import Any
 from redlease.core import _log as log
 from redlease.core import aio, locks
 from redlease.core.arguments import check_flavour, checked_keywords
-from redlease.core.campaign import SHUTDOWN, Campaign, Granted, RedisLease
-from redlease.core.election import DEADLINE_PASSED, Election
 from redlease.core.lease import Lease
+from redlease.core.term import DEADLINE_PASSED, Election
 from redlease.core.timing import (
     DEFAULT_TTL,
     Timing,
@@ -39,6 +38,8 @@ from redlease.core.timing import (
     elector_periods,
     validate_timing,
 )
+from redlease.election.campaign import SHUTDOWN, Campaign, Granted
+from redlease.election.redislease import RedisLease
 from redlease.errors import ConfigError, RedleaseError
 
 __all__ = ["STOPPED", "AsyncElector", "Elector", "ElectorCore", "Leading"]
