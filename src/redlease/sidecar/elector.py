@@ -18,41 +18,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import math
 import time
 from typing import Any
 
 import structlog
 
-from redlease.core import _async, aio
+from redlease.core import aio
 from redlease.core.connect import connect_target
-from redlease.core.durability import read_config, restart_loss
-from redlease.core.keys import LockKeys
 from redlease.core.lease import Lease
-from redlease.core.observe import Notices, node_drivers, read_view
-from redlease.core.rules import OPERATOR
-from redlease.core.state import heartbeat_flow
 from redlease.core.term import classify
 from redlease.core.timing import (
-    REPLY_GRACE,
-    call_timeout,
-    heartbeat_ttl,
     release_timeout,
     socket_timeout,
     spread,
     stall_slack,
-    within,
 )
-from redlease.core.view import LockView
 from redlease.election.campaign import SHUTDOWN, Campaign, Defer, Granted, Refused
 from redlease.election.redislease import RedisLease
 from redlease.errors import LockError
 from redlease.sidecar.config import ElectionConfig
 from redlease.sidecar.election import Candidate, Transition
+from redlease.sidecar.observer import LockObserver, withdraw
 
 log = structlog.get_logger("redlease.sidecar")
-WITHDRAW = 0.5  # seconds a node may take to drop this candidate's heartbeat on the way out
 
 
 class Hooks:
@@ -164,15 +153,11 @@ class SidecarElector:
         self.last_outage = ""  # what the latest failed Redis operation said
         self._pending: ElectionConfig | None = None  # a new lock or node set, for the next run
         self._drain_wake: asyncio.TimerHandle | None = None
-        self._look = asyncio.Event()  # read the lock now: a grant came in that it may not show
         self._holding = False  # a term's lease is kept until its published claim runs out
         self._task: asyncio.Task[None] | None = None
         self._born = time.monotonic()
         self._outage_logged = False
-        self._durability_checked = False
-        self._observing = True  # the observer loop runs until run() ends
-        self._notices = Notices()
-        self._conflict = False  # the latest read showed our identity under another owner
+        self.observer = LockObserver(self)  # reads the lock view beside the campaign
 
     # -- public -------------------------------------------------------------------------------
 
@@ -189,7 +174,7 @@ class SidecarElector:
         """Apply the renew deadline now: anything reporting state calls this first."""
         transition = self.election.check(time.monotonic())
         if transition is not None:
-            self._emit(transition)
+            self.emit(transition)
             self._wake()
 
     def healthy(self) -> bool:
@@ -253,8 +238,8 @@ class SidecarElector:
         """The campaign; returns after :meth:`stop` (lease released, candidate withdrawn)."""
         self._task = asyncio.current_task()
         self.client = self._connect()
-        self._observing = True
-        observer = asyncio.create_task(self._observe_loop(), name="redlease-observe")
+        self.observer.running = True
+        observer = asyncio.create_task(self.observer.run(), name="redlease-observe")
         try:
             while not self._stop.is_set():
                 if self._pending is not None:
@@ -265,11 +250,10 @@ class SidecarElector:
         finally:
             # the loop also ends by itself: a cancellation that redis-py or wait_for swallowed
             # (it happens at a read's edge) would otherwise keep it reading until the timeout
-            self._observing = False
-            self._look.set()
+            self.observer.stop()
             observer.cancel()
             await asyncio.wait({observer}, timeout=1.0)
-            await self._withdraw()
+            await withdraw(self.client, self.config)
             await self._close_client()
             self.hooks.changed()
 
@@ -305,7 +289,7 @@ class SidecarElector:
         """A new lock or node set: withdraw from the old one, connect to the new one."""
         new, self._pending = self._pending, None
         assert new is not None
-        await self._withdraw()
+        await withdraw(self.client, self.config)
         await self._close_client()
         self.election = Candidate(new)
         self.client = self._connect()
@@ -406,8 +390,8 @@ class SidecarElector:
         self._recovered()
         transition = self.election.acquired(time.monotonic())
         if transition is not None:
-            self._emit(transition)
-        self._look.set()
+            self.emit(transition)
+        self.observer.look()  # the view may predate the grant
 
     async def stopped(self, reason: str) -> None:
         if reason == SHUTDOWN:
@@ -418,7 +402,7 @@ class SidecarElector:
             transition = self.election.ended("lost", reason)
         self._planned.discard(reason)
         if transition is not None:
-            self._emit(transition)  # publishes leader: false
+            self.emit(transition)  # publishes leader: false
         if self._stop_after_drain:
             self._stop_now()
 
@@ -469,67 +453,10 @@ class SidecarElector:
         self.hooks.changed()
         return True
 
-    # -- observer loop ------------------------------------------------------------------------
-
-    async def _observe_loop(self) -> None:
-        """Every retry period, and at once after a grant (the view may predate it): heartbeat
-        and read every node, build the lock view, hand it to the election. This is the only
-        writer of node health (the view's ``nodes.healthy``); ends with the campaign."""
-        while self._observing:
-            cfg = self.config
-            started = time.monotonic()
-            hb_ms = int(heartbeat_ttl(cfg.timing) * 1000)
-            heartbeat = LockKeys.for_name(cfg.redis_lock)
-            view = await read_view(
-                self.client,
-                cfg.redis_keys,
-                cfg.target.quorum,
-                call_timeout(cfg.timing),
-                functools.partial(heartbeat_flow, heartbeat, cfg.identity, hb_ms),
-                limit=cfg.holders,
-            )
-            if not self._observing:
-                return
-            if self.config is cfg:
-                if not self._durability_checked and view.healthy_nodes:
-                    self._durability_checked = True
-                    await self._warn_if_not_durable(view)
-                self._note_outside(view)
-                transition = self.election.observe(view, started)
-                if transition is not None:
-                    self._emit(transition)
-                self._note_conflict()
-            self.refresh()
-            self.hooks.changed()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._look.wait(), cfg.timing.retry_period)
-            self._look.clear()
-
-    async def _warn_if_not_durable(self, view: LockView) -> None:
-        """Once, on a single node (a RedLock set has the restart rule): say what a restart of
-        it would lose."""
-        if (
-            view.nodes.total != 1
-            or getattr(self.client, "clients", None)
-            or not self.hooks.check_durability()
-        ):
-            return
-        loss = restart_loss(await read_config(self.client, 1.0))
-        if loss is not None:
-            log.warning(
-                "the Redis node does not keep leases across a restart",
-                lock=self.config.lock,
-                node=view.healthy_nodes[0],
-                persistence=loss,
-                effect="after a restart a second holder can be granted while this one still "
-                "leads until its next renewal; fencing tokens still only grow",
-                remedy="appendonly yes + appendfsync always, or a RedLock set of 3+ nodes",
-            )
-        log.debug("persistence checked", lock=self.config.lock, loses=loss)  # after the warning
-
     # -- helpers ------------------------------------------------------------------------------
 
-    def _emit(self, transition: Transition) -> None:
+    def emit(self, transition: Transition) -> None:
+        """Log a change of who leads and tell the hooks."""
         fields: dict[str, Any] = {
             "lock": transition.lock,
             "identity": transition.identity,
@@ -548,29 +475,6 @@ class SidecarElector:
         self.hooks.changed()
         if transition.kind == "lost":
             self._wake()  # the campaign ends the term at once
-
-    def _note_conflict(self) -> None:
-        """Say once (until it clears) that our identity is held by another owner: a second
-        process with this ``--identity`` would otherwise only show ``holder: null``."""
-        conflict = self.election.conflict(time.monotonic())
-        if conflict is not None and not self._conflict:
-            log.warning("identity held by another process", lock=self.config.lock,
-                        identity=self.config.identity, conflict=conflict)  # fmt: skip
-        self._conflict = conflict is not None
-
-    def _note_outside(self, view: LockView) -> None:
-        """Log nodes that answer but do not count: what the operator must do, rate-limited."""
-        due, back = self._notices.due(view, time.monotonic())
-        for node in back:
-            log.info("redis node counts again", lock=view.lock, node=node)
-        for node, out in due:
-            if out.kind == OPERATOR:
-                log.warning(
-                    "redis node needs an operator", lock=view.lock, node=node, why=out.why,
-                    action=out.action,
-                )  # fmt: skip
-            else:
-                log.info("redis node does not count yet", lock=view.lock, node=node, why=out.why)
 
     def _outage(self, exc: BaseException, *, count: bool = True) -> None:
         self.last_outage = str(exc)
@@ -603,19 +507,6 @@ class SidecarElector:
         return connect_target(
             self.config.target, asyncio=True, socket_timeout=self._socket_timeout()
         )
-
-    async def _withdraw(self) -> None:
-        """Take this candidate's heartbeat off every node: at most :data:`WITHDRAW` seconds
-        each (its requests, connecting included: a budget; the task cut a grace later)."""
-        cfg = self.config
-        keys = LockKeys.for_name(cfg.redis_lock)
-        for _, node in node_drivers(self.client, cfg.redis_lock):
-            try:
-                async with asyncio.timeout(WITHDRAW + REPLY_GRACE):
-                    flow = heartbeat_flow(keys, cfg.identity, 0)
-                    await _async.drive(node, flow, budget=within(WITHDRAW, time.monotonic()))
-            except (LockError, TimeoutError) as exc:
-                log.debug("candidate withdrawal failed", lock=cfg.lock, error=str(exc))
 
     async def _close_client(self) -> None:
         client, self.client = self.client, None
