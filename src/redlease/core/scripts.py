@@ -62,16 +62,23 @@ def _read(name: str, folder: str = "") -> str:
     return _CONSTANT.sub(lambda m: _CONSTANTS[m.group(1)], path.read_text(encoding="utf-8"))
 
 
-def _called(code: str, helpers: dict[str, str], own: str = "") -> list[str]:
-    """The helpers that ``code`` calls (``name(`` outside ``--`` comments), itself (``own``)
-    left out, sorted."""
-    pattern = re.compile(r"\b(" + "|".join(helpers) + r")\(")
-    return sorted({m.group(1) for m in pattern.finditer(_COMMENT.sub("", code))} - {own})
+def _calls(names: list[str]) -> re.Pattern[str]:
+    """What finds a call of one of the functions ``names`` (``name(``)."""
+    return re.compile(r"\b(" + "|".join(names) + r")\(")
 
 
-def _linked(helpers: dict[str, str]) -> dict[str, str]:
+def _called(code: str, calls: re.Pattern[str], own: str = "") -> list[str]:
+    """The functions that ``code`` calls outside ``--`` comments (``calls`` finds them),
+    itself (``own``) left out, sorted."""
+    return sorted({m.group(1) for m in calls.finditer(_COMMENT.sub("", code))} - {own})
+
+
+def _linked(helpers: dict[str, str]) -> tuple[dict[str, str], dict[str, list[str]]]:
     """``helpers`` ordered so that each comes after the helpers it calls (a Lua local function
-    must be defined before the function that calls it); ties by name. A cycle is an error."""
+    must be defined before the function that calls it; ties by name), and the helpers each one
+    calls. A cycle is an error."""
+    calls = _calls(list(helpers))
+    deps = {name: _called(code, calls, name) for name, code in helpers.items()}
     out: dict[str, str] = {}
 
     def visit(name: str, path: tuple[str, ...]) -> None:
@@ -79,34 +86,35 @@ def _linked(helpers: dict[str, str]) -> dict[str, str]:
             return
         if name in path:
             raise RuntimeError(f"Lua helpers call each other in a cycle: {(*path, name)}")
-        for dep in _called(helpers[name], helpers, name):
+        for dep in deps[name]:
             visit(dep, (*path, name))
         out[name] = helpers[name]
 
     for name in sorted(helpers):
         visit(name, ())
-    return out
+    return out, deps
 
 
-_HELPERS = _linked(
+_HELPERS, _DEPS = _linked(
     {
         p.name.removesuffix(".lua"): _read(p.name.removesuffix(".lua"), "helpers")
         for p in (_LUA / "helpers").iterdir()
         if p.name.endswith(".lua")
     }
 )
+_HELPER_CALLS = _calls(list(_HELPERS))
 
 
 def _prelude_for(lua: str) -> str:
     """Only the helper functions ``lua`` calls (directly or through other helpers), in link
     order: building unused closures costs Redis time on every ``EVALSHA``."""
     needed: set[str] = set()
-    todo = _called(lua, _HELPERS)
+    todo = _called(lua, _HELPER_CALLS)
     while todo:
         name = todo.pop()
         if name not in needed:
             needed.add(name)
-            todo += _called(_HELPERS[name], _HELPERS, name)
+            todo += _DEPS[name]
     return "".join(code for name, code in _HELPERS.items() if name in needed)
 
 
