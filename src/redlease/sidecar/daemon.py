@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from redlease.core.connect import redact
+from redlease.core.urls import redact
 from redlease.core.view import iso_ms
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args

@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from redlease.core.connect import Consent, consent_names, redact
+from redlease.core.urls import Consent, consent_names, redact
 from redlease.errors import ConfigError, KubeError
 from redlease.kube.client import KubeClient
 from redlease.kube.resolver import ApiReads, connectable, scoped_spec
