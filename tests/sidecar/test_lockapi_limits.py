@@ -28,7 +28,7 @@ from redlease.core.connect import validate_target
 from redlease.core.keys import LockKeys
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import Sidecar, until, wait_until
-from redlease.kube import httpguard
+from redlease.serving import httpguard
 from redlease.sidecar import lockapi
 from redlease.sidecar.lockapi import ApiTarget, LockApi
 

@@ -62,7 +62,7 @@ from redlease.errors import (
     LockError,
     NotOwned,
 )
-from redlease.kube.httpguard import MAX_CONNECTIONS, guard_of, park_cap
+from redlease.serving.httpguard import MAX_CONNECTIONS, guard_of, park_cap
 from redlease.sidecar.config import ElectionConfig
 
 log = structlog.get_logger("redlease.sidecar")
@@ -85,7 +85,7 @@ RETRY_AFTER_S = 1  # Retry-After of a 503 for a limit of this sidecar or while s
 
 def lock_waits(cap: int) -> int:
     """How many blocking acquires may be parked at once on a port of ``cap`` connections:
-    three quarters of the guard's :func:`~redlease.kube.httpguard.park_cap`, so long-polls of
+    three quarters of the guard's :func:`~redlease.serving.httpguard.park_cap`, so long-polls of
     ``/status`` (``redlease wait``) keep a quarter whatever the app's waits do (96 and 32 of a
     256-connection port's 128)."""
     return max(1, park_cap(cap) * 3 // 4)
