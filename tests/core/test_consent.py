@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from redlease.core.client import MasterRefused
-from redlease.core.connect import Consent, Target, check_consent, connect_target
+from redlease.core.connect import Target, connect_target
+from redlease.core.urls import Consent, check_consent
 from redlease.devtools.localredis import RedisServer
 from redlease.errors import ConfigError
 

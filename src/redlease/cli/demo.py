@@ -248,7 +248,7 @@ def _scenario(view: _View, pods: list[_Pod], started: float) -> int:
 
 
 def _contenders(value: str) -> int:
-    from redlease.core.connect import digits
+    from redlease.core.urls import digits
 
     number = digits(value)
     if number is None or not 3 <= number <= 10:

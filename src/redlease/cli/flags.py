@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 def count(value: str) -> int:
     """An integer >= 0 (argparse ``type``)."""
-    from redlease.core.connect import digits
+    from redlease.core.urls import digits
 
     number = digits(value)
     if number is None or number < 0:
@@ -147,7 +147,7 @@ LOG = (
 
 def host_port(value: str, flag: str) -> tuple[str, int]:
     """``HOST:PORT`` of a listening flag (``--metrics``, ``--webhook``)."""
-    from redlease.core.connect import digits
+    from redlease.core.urls import digits
 
     host, sep, port = value.rpartition(":")
     number = digits(port)
@@ -275,7 +275,7 @@ def lock_ref(args: argparse.Namespace, namespace: str | None) -> LockRef | None:
                           "DistributedLock gives spec.strictRestart)")  # fmt: skip
     ref = replace(parse_lock_ref(args.lock_ref, namespace), replica_timeout=replication(args)[1])
     if args.pinned_node:
-        from redlease.core.connect import validate_url
+        from redlease.core.urls import validate_url
 
         pinned = [
             validate_url(url_shaped(u, sa.PINNED_NODE), sa.PINNED_NODE, credentials=False)
@@ -283,7 +283,7 @@ def lock_ref(args: argparse.Namespace, namespace: str | None) -> LockRef | None:
         ]
         ref = replace(ref, pinned_nodes=frozenset(pinned))
     if args.allowed_master:
-        from redlease.core.connect import Consent
+        from redlease.core.urls import Consent
 
         masters = Consent.parse(",".join(args.allowed_master), sa.ALLOWED_MASTER).masters()
         if len(masters) != len(set(args.allowed_master)):

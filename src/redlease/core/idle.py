@@ -12,9 +12,9 @@ Sentinel-managed master (``Sentinel.master_for``), whose connections are kept on
 lead to the master the pool knows (:func:`redlease.core.masters.current`: a failover's new
 master leaves the old one's connections unused); a blocking pool is bounded, so it keeps its
 own checkout. At most :data:`KEEP` connections per pool and process (the state of a forked
-child starts empty). The pool's ``disconnect()`` reaches those it lent; those made here for a
-bounded request (:func:`connect`) it does not know: they are closed when passed over, dropped
-(:func:`drop`) or garbage-collected.
+child starts empty). The pool's ``disconnect()`` reaches those it lent; those made for a
+bounded request (:mod:`redlease.core.dial`) it does not know: they are closed when passed
+over, dropped (:func:`drop`) or garbage-collected.
 """
 
 from __future__ import annotations
@@ -22,24 +22,19 @@ from __future__ import annotations
 import os
 import select
 import time
-import weakref
 from typing import Any
 
 import redis
 import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from redlease.core import masters
+from redlease.core import dial, masters, redispy
 from redlease.core.timing import MIN_WAIT
 
 # connections kept per pool: a request per slot of the gate (redlease.core.gate) and a
-# waiters' BLPOP, so that those made here (:func:`connect`) are made once, not per request
+# waiters' BLPOP, so that those made here (:mod:`redlease.core.dial`) are made once, not per request
 KEEP = 5
-_OWN: weakref.WeakSet[Any] = weakref.WeakSet()  # the connections made here, not by a pool
 _ATTR = "_redlease_idle"
 
 
@@ -62,7 +57,7 @@ def _kept(pool: Any, kinds: tuple[type, ...]) -> list[Any] | None:
 
 def _clean(conn: Any) -> bool:
     """Connected, nothing unread and the peer still there (a zero-timeout poll)."""
-    sock = getattr(conn, "_sock", None)
+    sock = getattr(conn, redispy.SOCK, None)
     return sock is not None and _quiet(sock)
 
 
@@ -80,7 +75,7 @@ def _quiet(sock: Any) -> bool:
 def take(pool: Any, timeout: float | None = None) -> Any:
     """A connection for one request: a kept one if it is clean, else the pool's checkout.
 
-    With ``timeout``, a plain pool's new connection is made here (:func:`connect`) instead of
+    With ``timeout``, a plain pool's new connection is made by :mod:`redlease.core.dial`, not
     by the pool: connected and greeted within ``timeout``, in one attempt. redis-py's pool
     connects with the client's retries (redis-py 8: 10, with back-off) and socket timeouts
     (5 s): 53 s for one acquire against a paused server."""
@@ -94,7 +89,7 @@ def take(pool: Any, timeout: float | None = None) -> Any:
             return conn
         discard(pool, conn)
     if timeout is not None and kept is not None and not _limited(pool):
-        return connect(pool, timeout)
+        return _connect(pool, timeout)
     return pool.get_connection()
 
 
@@ -109,38 +104,25 @@ def _limited(pool: Any) -> bool:
 _DEFAULT_LIMIT: int = redis.ConnectionPool().max_connections  # 100 in redis-py 8.2
 
 
-def connect(pool: Any, timeout: float) -> Any:
-    """A new connection made with ``pool``'s settings (its connection class and arguments:
-    TLS, credentials) but not lent by it, connected in one attempt with every socket wait of
-    the connect and the handshake within ``timeout`` (a Sentinel pool's lookup of its master
-    included: :mod:`redlease.core.masters`); then the client's own socket timeout again.
-    Owned by this module: kept (:func:`give`) or closed, never given to the pool."""
+def _connect(pool: Any, timeout: float) -> Any:
+    """A new connection for ``pool`` within ``timeout`` (:func:`redlease.core.dial.connect`),
+    a Sentinel-managed pool's master looked up first within the same time."""
     end = time.monotonic() + timeout
     address = masters.master(pool, timeout) if masters.managed(pool) else None
-    timeout = max(MIN_WAIT, end - time.monotonic())
-    conn = pool.connection_class(**pool.connection_kwargs)
-    _OWN.add(conn)
-    saved = conn.retry, conn.socket_connect_timeout, conn.socket_timeout
-    conn.retry = Retry(NoBackoff(), 0)
-    conn.socket_connect_timeout = min(saved[1] or timeout, timeout)
-    conn.socket_timeout = min(saved[2] or timeout, timeout)
-    try:
-        if address is None:
-            conn.connect()
-        else:
-            conn.connect_to(address)
-    finally:
-        conn.retry, conn.socket_connect_timeout, conn.socket_timeout = saved
-    sock = getattr(conn, "_sock", None)
-    if sock is not None:
-        sock.settimeout(saved[2])
-    return conn
+    return dial.connect(pool, max(MIN_WAIT, end - time.monotonic()), address)
+
+
+async def _aconnect(pool: Any, timeout: float) -> Any:
+    """:func:`_connect` for a ``redis.asyncio`` pool."""
+    end = time.monotonic() + timeout
+    address = await masters.amaster(pool, timeout) if masters.managed(pool) else None
+    return await dial.aconnect(pool, max(MIN_WAIT, end - time.monotonic()), address)
 
 
 def discard(pool: Any, conn: Any) -> None:
     """Close ``conn`` (its reply was not read in full); the pool takes back one it lent."""
     conn.disconnect()
-    if conn not in _OWN:
+    if not dial.made_here(conn):
         pool.release(conn)
 
 
@@ -161,11 +143,11 @@ def give(pool: Any, conn: Any) -> None:
     if (
         kept is not None
         and len(kept) < KEEP
-        and getattr(conn, "_sock", None) is not None
+        and getattr(conn, redispy.SOCK, None) is not None
         and (type(pool) is redis.ConnectionPool or masters.current(pool, conn))
     ):
         kept.append(conn)
-    elif conn in _OWN:
+    elif dial.made_here(conn):
         conn.disconnect()
     else:
         pool.release(conn)
@@ -185,37 +167,16 @@ async def atake(pool: Any, timeout: float | None = None) -> Any:
             return conn
         await arelease(pool, conn, close=True)
     if timeout is not None and kept is not None and not _limited(pool):
-        return await aconnect(pool, timeout)
+        return await _aconnect(pool, timeout)
     return await pool.get_connection()
-
-
-async def aconnect(pool: Any, timeout: float) -> Any:
-    """:func:`connect` for a ``redis.asyncio`` pool."""
-    end = time.monotonic() + timeout
-    address = await masters.amaster(pool, timeout) if masters.managed(pool) else None
-    timeout = max(MIN_WAIT, end - time.monotonic())
-    conn = pool.connection_class(**pool.connection_kwargs)
-    _OWN.add(conn)
-    saved = conn.retry, conn.socket_connect_timeout, conn.socket_timeout
-    conn.retry = AsyncRetry(NoBackoff(), 0)
-    conn.socket_connect_timeout = min(saved[1] or timeout, timeout)
-    conn.socket_timeout = min(saved[2] or timeout, timeout)
-    try:
-        if address is None:
-            await conn.connect()
-        else:
-            await conn.connect_to(address)
-    finally:
-        conn.retry, conn.socket_connect_timeout, conn.socket_timeout = saved
-    return conn
 
 
 async def arelease(pool: Any, conn: Any, *, close: bool = False) -> None:
     """Give ``conn`` back: to ``pool`` if it lent it (closed first with ``close``), else
     closed (one made here)."""
-    if close or conn in _OWN:
+    if close or dial.made_here(conn):
         await conn.disconnect()
-    if conn not in _OWN:
+    if not dial.made_here(conn):
         await pool.release(conn)
 
 
@@ -230,7 +191,7 @@ async def aclean(conn: Any) -> bool:
     except (redis.exceptions.ConnectionError, OSError):
         return False
     # the event loop may not have seen the end of stream yet: ask the socket itself
-    writer = getattr(conn, "_writer", None)
+    writer = getattr(conn, redispy.WRITER, None)
     sock = writer.transport.get_extra_info("socket") if writer is not None else None
     return sock is None or _quiet(sock)
 

@@ -19,11 +19,9 @@ import copy
 import time
 from typing import Any
 
-from redlease.core import client as _redis
-from redlease.core import idle
+from redlease.core import dial, redispy
+from redlease.core.dial import Address
 from redlease.core.timing import MIN_WAIT
-
-Address = tuple[str, int]
 
 
 def managed(pool: Any) -> bool:
@@ -59,41 +57,32 @@ class _Asked:
 
     def sentinel_masters(self) -> Any:
         wait = self.wait()
-        pool = self.client.connection_pool
-        conn = idle.take(pool, wait)
+        conn = dial.connect(self.client.connection_pool, wait)
         try:
             conn.send_command("SENTINEL MASTERS", check_health=False)
             if not conn.can_read(timeout=wait):
-                raise _redis.no_reply(wait)
-            masters = self.client.parse_response(conn, "SENTINEL MASTERS")
-        except BaseException:
-            idle.discard(pool, conn)
-            raise
-        idle.give(pool, conn)
-        return masters
+                raise redispy.no_reply(wait)
+            return self.client.parse_response(conn, "SENTINEL MASTERS")
+        finally:
+            conn.disconnect()
 
 
 class _AsyncAsked(_Asked):
     async def sentinel_masters(self) -> Any:
         wait = self.wait()
-        pool = self.client.connection_pool
         try:
             async with asyncio.timeout(wait):
-                conn = await idle.atake(pool, wait)
+                conn = await dial.aconnect(self.client.connection_pool, wait)
         except TimeoutError:
-            raise _redis.no_reply(wait) from None
+            raise redispy.no_reply(wait) from None
         try:
             await conn.send_command("SENTINEL MASTERS", check_health=False)
             async with asyncio.timeout(wait):
-                masters = await self.client.parse_response(conn, "SENTINEL MASTERS")
+                return await self.client.parse_response(conn, "SENTINEL MASTERS")
         except TimeoutError:
-            await idle.arelease(pool, conn, close=True)
-            raise _redis.no_reply(wait) from None
-        except BaseException:
-            await idle.arelease(pool, conn, close=True)
-            raise
-        await idle.agive(pool, conn)
-        return masters
+            raise redispy.no_reply(wait) from None
+        finally:
+            await conn.disconnect()
 
 
 def _asking(pool: Any, timeout: float, kind: type[_Asked]) -> Any:

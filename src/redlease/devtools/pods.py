@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from redlease.cli.login import SA_DIR
+from redlease.kube.sidecar_args import SERVICE_ACCOUNT_DIR
 from redlease.operator.injection import LOCK_ANNOTATION
 
 LOCK_SPEC = {
@@ -55,7 +55,7 @@ def deployment_container(name: str = "app", **extra: Any) -> dict[str, Any]:
 def deployment_pod(annotations: dict[str, str] | None = None) -> dict[str, Any]:
     """A pod as a Deployment's ReplicaSet creates it, after the built-in admission plugins: no
     name or namespace yet, and the service-account token volume mounted into every container."""
-    token_mount = {"name": API_ACCESS, "mountPath": SA_DIR, "readOnly": True}
+    token_mount = {"name": API_ACCESS, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -20,11 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redlease.core.connect import Consent, Target, Tls, validate_target, with_pem
-from redlease.core.connect import check_consent as check_urls
+from redlease.core.connect import Target, Tls, validate_target, with_pem
 from redlease.core.keys import scoped_name, validate_identity, validate_name
 from redlease.core.rules import MAX_HOLDERS
 from redlease.core.timing import DEFAULT_TTL, TTL_RANGE, Timing, validate_timing
+from redlease.core.urls import Consent
+from redlease.core.urls import check_consent as check_urls
 from redlease.errors import ConfigError
 
 # --- API names (one place: the operator, the sidecar, the chart tests and the docs use these) ---
@@ -251,7 +252,7 @@ def check_consent(
     urls: Sequence[str] = (),
 ) -> Consent | None:
     """The Secret's consent (``None``: no allowed list), after checking it opted in and
-    allows every one of ``urls`` (scheme, host and port: :func:`redlease.core.connect.
+    allows every one of ``urls`` (scheme, host and port: :func:`redlease.core.urls.
     consent_names`). A :class:`ConfigError` names the spec field that refers to the Secret,
     or ``spec.nodes`` and the refused URLs -- never the nodes the Secret allows."""
     meta = secret.get("metadata") or {}

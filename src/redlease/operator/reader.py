@@ -25,11 +25,12 @@ import redis.exceptions as rex
 
 from redlease.core import scripts
 from redlease.core.admin import force_release_call
-from redlease.core.connect import Target, connect_target, redact
+from redlease.core.connect import Target, connect_target
 from redlease.core.keys import LockKeys
 from redlease.core.observe import node_probe
 from redlease.core.rules import Probe, semaphore_quorum
 from redlease.core.state import LockState, decode_state, status_call
+from redlease.core.urls import redact
 from redlease.core.view import LockView, lock_view
 from redlease.errors import LockError
 from redlease.kube.spec import Credentials, LockSpec

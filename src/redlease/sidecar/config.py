@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from redlease.core.connect import Target, Tls, digits
+from redlease.core.connect import Target, Tls
 from redlease.core.keys import scoped_name
 from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
 from redlease.core.rules import check_limit
 from redlease.core.timing import Timing, validate_timing
+from redlease.core.urls import digits
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args
 from redlease.kube.auth import ClusterAuth

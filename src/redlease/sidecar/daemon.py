@@ -22,13 +22,13 @@ from typing import Any
 
 import structlog
 
-from redlease.core.connect import redact
+from redlease.core.urls import redact
 from redlease.core.view import iso_ms
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args
 from redlease.kube.auth import required
 from redlease.kube.client import KubeClient
-from redlease.kube.httpguard import GuardedServer
+from redlease.serving.httpguard import GuardedServer
 from redlease.sidecar.changes import Changes
 from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig
 from redlease.sidecar.dapr import DaprApi

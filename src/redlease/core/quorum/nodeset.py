@@ -16,13 +16,6 @@ from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 from redlease.core import client as _redis
-from redlease.core.connect import (
-    SENTINEL_SCHEMES,
-    Consent,
-    address_name,
-    sentinel_hosts,
-    url_options,
-)
 from redlease.core.quorum import _async, _sync
 from redlease.core.quorum.channel import Channel
 from redlease.core.quorum.flows import Settings
@@ -33,6 +26,7 @@ from redlease.core.rules import (
     semaphore_rule,
     standing,
 )
+from redlease.core.urls import SENTINEL_SCHEMES, Consent, address_name, sentinel_hosts, url_options
 from redlease.errors import ConfigError
 
 NODESET_OPTIONS = ("quorum", "node_timeout", "restart_delay", "dead_after", "strict_restart")

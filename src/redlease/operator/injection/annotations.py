@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from redlease.core.connect import digits
 from redlease.core.durations import parse_duration
 from redlease.core.keys import validate_name
+from redlease.core.urls import digits
 from redlease.errors import ConfigError
 from redlease.kube.sidecar_args import DEFAULT_HTTP_PORT, DEFAULT_PROBE_PORT
 from redlease.kube.spec import DEFAULT_READY, GROUP, READY_MODES, validate_object_name

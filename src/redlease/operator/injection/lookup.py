@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from redlease.core.connect import SENTINEL_SCHEMES
+from redlease.core.urls import SENTINEL_SCHEMES
 from redlease.errors import ConfigError
 from redlease.kube.spec import LockSpec, check_consent, parse_spec
 
