@@ -34,6 +34,11 @@ from redlease.quorum import NodeSet
 
 TTL = 2.0
 SLACK = 1.0  # a busy machine's scheduling, on top of a documented bound
+# acquire(timeout=1) against a hung node: 1.40 s documented (docs/safety.md), 5-30 s or more
+# before the deadlines owned the I/O
+TIMEOUT_BOUND = 1.0 + 0.4 + SLACK
+# a refused connection: one connect attempt (redis-py's 10 with back-off took 7 s)
+REFUSED_BOUND = 0.5 + SLACK
 
 
 def _clients(port: int) -> dict[str, Callable[[], Any]]:
@@ -84,7 +89,7 @@ def test_acquire_timeout_bounds_the_call_on_a_paused_server(paused: RedisServer,
     paused.pause()
     took, error = _timed(lambda: lock.acquire(timeout=1))
     assert isinstance(error, LockUnavailable), error
-    assert took <= 1.5
+    assert took <= TIMEOUT_BOUND
 
 
 @pytest.mark.parametrize("kind", ["default", "no-timeouts"])
@@ -97,7 +102,7 @@ async def test_asyncio_acquire_timeout_bounds_the_call_on_a_paused_server(
     paused.pause()
     took, error = await _atimed(lambda: lock.acquire(timeout=1))
     assert isinstance(error, LockUnavailable), error
-    assert took <= 1.5
+    assert took <= TIMEOUT_BOUND
     await client.aclose()
 
 
@@ -107,7 +112,7 @@ def test_a_new_connection_to_a_paused_server_is_bounded_too(paused: RedisServer)
     paused.pause()
     took, error = _timed(lambda: lock.acquire(timeout=1))
     assert isinstance(error, LockUnavailable), error
-    assert took <= 1.5
+    assert took <= TIMEOUT_BOUND
 
 
 def test_without_a_timeout_the_ttl_bounds_every_operation(paused: RedisServer) -> None:
@@ -142,7 +147,7 @@ def test_a_refused_connection_answers_fast() -> None:
     for call in (lambda: lock.acquire(timeout=1), lock.acquire, lock.state):
         took, error = _timed(call)
         assert isinstance(error, LockUnavailable), error
-        assert took <= 0.5  # one connect attempt, not redis-py's 10 with back-off (7 s)
+        assert took <= REFUSED_BOUND
 
 
 async def test_asyncio_a_refused_connection_answers_fast() -> None:
@@ -151,7 +156,7 @@ async def test_asyncio_a_refused_connection_answers_fast() -> None:
     for call in (lambda: lock.acquire(timeout=1), lock.acquire, lock.state):
         took, error = await _atimed(call)
         assert isinstance(error, LockUnavailable), error
-        assert took <= 0.5
+        assert took <= REFUSED_BOUND
     await client.aclose()
 
 
@@ -163,7 +168,7 @@ def test_a_blackholed_server_is_bounded(redis_server: RedisServer) -> None:
         proxy.delay = 3600.0  # accepted, never answered
         took, error = _timed(lambda: lock.acquire(timeout=1))
         assert isinstance(error, LockUnavailable), error
-        assert took <= 1.5
+        assert took <= TIMEOUT_BOUND
     finally:
         proxy.stop()
 
@@ -177,7 +182,7 @@ def test_redlock_acquire_timeout_bounds_the_call(redis_nodes: list[RedisServer],
         s.pause()
     try:
         took, _ = _timed(lambda: lock.acquire(timeout=1))
-        assert took <= 1.5
+        assert took <= TIMEOUT_BOUND
     finally:
         for s in redis_nodes[:down]:
             s.resume()
@@ -196,7 +201,7 @@ def test_cluster_acquire_timeout_bounds_the_call(redis_cluster: Any) -> None:
         master.resume()
         client.close()
     assert isinstance(error, LockUnavailable), error
-    assert took <= 1.5
+    assert took <= TIMEOUT_BOUND
 
 
 async def test_asyncio_cluster_acquire_timeout_bounds_the_call(redis_cluster: Any) -> None:
@@ -212,7 +217,7 @@ async def test_asyncio_cluster_acquire_timeout_bounds_the_call(redis_cluster: An
         master.resume()
         await client.aclose()
     assert isinstance(error, LockUnavailable), error
-    assert took <= 1.5
+    assert took <= TIMEOUT_BOUND
 
 
 # --- every form bounded: Redis Cluster's slot map, Sentinel's master lookup, RedLock's first

@@ -133,21 +133,20 @@ async def test_cycle_reads_with_the_collector_paused(
     meanwhile (so those objects are not promoted), and on again once the cycle is over."""
     from redlease.core import view as lockview
     from redlease.kube.auth import ClusterAuth
-    from redlease.kube.spec import LockSpec
     from redlease.operator.handlers import OperatorConfig, Runtime
 
     runtime = Runtime(OperatorConfig(namespaces=("a",), kube=ClusterAuth("http://127.0.0.1:9")))
     seen: list[bool] = []
 
-    async def scoped(spec: LockSpec, namespace: str) -> LockSpec:
+    async def scope(namespace: str) -> str | None:
         seen.append(gc.isenabled())
-        return spec  # no Namespace read: nothing answers on the cluster address
+        return None  # no Namespace read: nothing answers on the cluster address
 
     async def observe_all(requests: Any) -> list[Any]:
         seen.append(gc.isenabled())
         return [(lockview.empty(["job"], 1, 1), time.time()) for _ in requests]
 
-    monkeypatch.setattr(runtime.secrets, "scoped", scoped)
+    monkeypatch.setattr(runtime.secrets, "scope", scope)
     monkeypatch.setattr(runtime.refresher, "observe_all", observe_all)
     monkeypatch.setattr(runtime.events, "post", lambda *a, **k: None)  # kopf's, not running
     body = {

@@ -171,7 +171,6 @@ async def test_concurrent_reads_of_one_namespace_share_one_request() -> None:
     import asyncio
 
     from redlease.devtools.kubeemulator import until
-    from redlease.kube.spec import parse_spec as parse
     from redlease.operator.secrets import SecretSource
 
     gets: list[str] = []
@@ -184,13 +183,12 @@ async def test_concurrent_reads_of_one_namespace_share_one_request() -> None:
             return {"metadata": {"labels": {}}}
 
     source = SecretSource(Kube(), ttl=0.0)  # type: ignore[arg-type]
-    s = parse(spec())
-    waiting = [asyncio.ensure_future(source.scoped(s, "apps")) for _ in range(100)]
+    waiting = [asyncio.ensure_future(source.scope("apps")) for _ in range(100)]
     await until(lambda: bool(gets), timeout=10, what="the first GET")
     answer.set()
-    scoped = await asyncio.gather(*waiting)
+    scopes = await asyncio.gather(*waiting)
     assert gets == ["/api/v1/namespaces/apps"]
-    assert {x.scope for x in scoped} == {"apps"}
+    assert set(scopes) == {"apps"}
 
 
 async def test_patcher_bounds_orders_and_folds_patches() -> None:

@@ -39,8 +39,8 @@ from redlease.devtools.kubeemulator import (
 from redlease.devtools.localredis import RedisServer, free_port
 from redlease.devtools.netfault import closed_by_server, half_open
 from redlease.devtools.webhookharness import parse_answer, review
-from redlease.kube.httpguard import REQUEST_TIMEOUT
 from redlease.operator import ports
+from redlease.serving.httpguard import REQUEST_TIMEOUT
 
 FD_LIMIT = 256
 FLOOD = 300  # half-open connections per port

@@ -33,6 +33,7 @@ from redlease.devtools.localredis import RedisServer, free_port
 from redlease.devtools.pods import kubelet_probe
 from redlease.devtools.sidecarprocs import ROOT, env
 from redlease.devtools.webhookharness import running_webhook
+from redlease.kube import paths
 from redlease.kube.spec import CREDENTIALS_LABEL, LEADER_LABEL
 from redlease.operator.injection import (
     API_LOCKS_ANNOTATION,
@@ -309,7 +310,7 @@ def _health(sc: Started) -> dict[str, Any]:
 async def _set_nodes(kube_api: str, urls: list[str], server: RedisServer) -> None:
     """Edit the DistributedLock's spec.nodes through the API, as its writer would."""
     spec = {**lock_spec(server), "nodes": [{"url": u} for u in urls]}
-    path = f"/apis/{RESOURCE.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/distributedlocks/orders"
+    path = paths.lock(NAMESPACE, "orders")
     headers = {"Content-Type": "application/merge-patch+json"}
     async with (
         aiohttp.ClientSession(kube_api) as http,

@@ -32,6 +32,7 @@ from redlease.devtools.kubeemulator import (
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import Sidecar, env
 from redlease.errors import KubeError
+from redlease.kube import paths
 from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
 from redlease.kube.spec import CREDENTIALS_LABEL, FORCE_RELEASE_ANNOTATION, SHARED_KEYS_LABEL
@@ -75,7 +76,7 @@ class World:
             "metadata": {"name": "redis-auth", "labels": {CREDENTIALS_LABEL: "true"}},
             "data": {"password": base64.b64encode(PASSWORD.encode()).decode()},
         }
-        async with self.api.post(f"/api/v1/namespaces/{ns}/secrets", json=secret) as resp:
+        async with self.api.post(paths.secrets(ns), json=secret) as resp:
             assert resp.status == 201, await resp.text()
         lock = {
             "apiVersion": "redlease.dev/v1alpha1",
@@ -85,12 +86,12 @@ class World:
                      "ttlSeconds": 3, "renewDeadlineSeconds": 2, "retryPeriodSeconds": 1,
                      "auth": {"secretRef": {"name": "redis-auth"}}},
         }  # fmt: skip
-        path = f"/apis/redlease.dev/v1alpha1/namespaces/{ns}/distributedlocks"
+        path = paths.locks(ns)
         async with self.api.post(path, json=lock) as resp:
             assert resp.status == 201, await resp.text()
 
     async def annotate(self, ns: str, key: str, value: str) -> None:
-        path = f"/apis/redlease.dev/v1alpha1/namespaces/{ns}/distributedlocks/lock"
+        path = paths.lock(ns, "lock")
         patch = {"metadata": {"annotations": {key: value}}}
         headers = {"Content-Type": "application/merge-patch+json"}
         async with self.api.patch(path, json=patch, headers=headers) as resp:

@@ -36,6 +36,7 @@ from redlease.devtools.manifests import load_all
 from redlease.devtools.pods import kubelet_probe
 from redlease.devtools.quickstart import README, ROOT, leader, parse, plan, readme_commands
 from redlease.devtools.sidecarprocs import env
+from redlease.kube import paths
 
 STATE_DIR = "/var/run/redlease"
 
@@ -156,7 +157,7 @@ async def test_readme_quickstart_on_the_emulator_finds_the_lock_held(tmp_path: P
             # the example lock, its node's host:port (only) moved to the local redis-server
             nodes = [{**n, "url": local_node(n["url"], server.port)} for n in lock["spec"]["nodes"]]
             body = {**lock, "spec": {**lock["spec"], "nodes": nodes}}
-            path = f"/apis/redlease.dev/v1alpha1/namespaces/{namespace}/distributedlocks"
+            path = paths.locks(namespace)
             async with cluster.api.post(path, json=body, headers=AS_ADMIN) as resp:
                 assert resp.status == 201, await resp.text()
             spec = deploy["spec"]["template"]["spec"]

@@ -27,6 +27,7 @@ from redlease.devtools.kubeemulator import NAMESPACE, RESOURCE, Cluster, events,
 from redlease.devtools.sidecarprocs import env
 from redlease.devtools.tlsredis import TlsRedis
 from redlease.devtools.webhookharness import running_webhook
+from redlease.kube import paths
 from redlease.operator.injection import SIDECAR_NAME, TLS_DIR
 
 
@@ -41,7 +42,7 @@ def tls_spec(tls: TlsRedis, ca_secret: str, key: str) -> dict[str, Any]:
 
 
 async def add_secret(cluster: Cluster, body: dict[str, Any]) -> None:
-    async with cluster.api.post(f"/api/v1/namespaces/{NAMESPACE}/secrets", json=body) as resp:
+    async with cluster.api.post(paths.secrets(NAMESPACE), json=body) as resp:
         assert resp.status == 201, await resp.text()
 
 

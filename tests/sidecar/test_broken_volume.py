@@ -25,7 +25,7 @@ import pytest
 from redlease.core.timing import drift
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import ROOT, Sidecar, env, wait_until
-from redlease.kube.throttle import Throttle
+from redlease.serving.throttle import Throttle
 from redlease.sidecar.statefile import WriteHealth, until_epoch
 
 TTL, RENEW_DEADLINE, RETRY = 8.0, 5.0, 0.1  # a published claim reaches up to 5 s ahead

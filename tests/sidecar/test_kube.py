@@ -14,6 +14,7 @@ import pytest
 
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import Sidecar, env, until
+from redlease.kube import paths
 from tests.core.test_consent import Recorder, listening, refuse, sentinel_naming
 
 NS = "shop"
@@ -95,7 +96,7 @@ async def run_steps(
     async with aiohttp.ClientSession(base) as http:
 
         async def patch_spec(spec: dict[str, Any]) -> None:
-            path = f"/apis/{DLOCKS.rsplit('/', 1)[0]}/namespaces/{NS}/distributedlocks/orders"
+            path = paths.lock(NS, "orders")
             headers = {"Content-Type": "application/merge-patch+json"}
             async with http.patch(path, json={"spec": spec}, headers=headers) as resp:
                 assert resp.status == 200, await resp.text()
@@ -244,7 +245,7 @@ async def test_spec_holders_is_followed_live_and_labels_every_active_pod(
 
         try:
             await until(lambda: len(leaders()) == 1)
-            path = f"/apis/{DLOCKS.rsplit('/', 1)[0]}/namespaces/{NS}/distributedlocks/pool"
+            path = paths.lock(NS, "pool")
             headers = {"Content-Type": "application/merge-patch+json"}
             async with aiohttp.ClientSession(base) as http:
                 async with http.patch(path, json={"spec": {"holders": 2}}, headers=headers) as r:

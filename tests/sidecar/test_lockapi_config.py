@@ -21,11 +21,12 @@ from redlease.core.connect import Target
 from redlease.core.keys import LockKeys, scoped_name
 from redlease.devtools.localredis import RedisServer, free_port
 from redlease.devtools.sidecarprocs import Sidecar, env
+from redlease.kube import paths
 from redlease.sidecar import lockapi
 
 NS = "shop"
 DLOCKS = "redlease.dev/v1alpha1/distributedlocks"
-LOCK_PATH = f"/apis/redlease.dev/v1alpha1/namespaces/{NS}/distributedlocks/jobs"
+LOCK_PATH = paths.lock(NS, "jobs")
 NAME = "jobs/x"
 
 

@@ -22,7 +22,7 @@ import pytest
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.netfault import half_open
 from redlease.devtools.sidecarprocs import ROOT, Sidecar, env, wait_until
-from redlease.kube import httpguard
+from redlease.serving import httpguard
 from redlease.sidecar import web
 
 TTL, DEADLINE, RETRY = 3.0, 2.0, 0.1

@@ -13,6 +13,7 @@ import pytest
 
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import Sidecar, env, until
+from redlease.kube import paths
 
 NS = "shop"
 DLOCKS = "redlease.dev/v1alpha1/distributedlocks"
@@ -54,9 +55,7 @@ async def test_spec_strict_restart_is_followed_live(redis_nodes: list[RedisServe
             async with aiohttp.ClientSession(base) as http:
 
                 async def patch_spec(spec: dict[str, Any]) -> None:
-                    path = (
-                        f"/apis/{DLOCKS.rsplit('/', 1)[0]}/namespaces/{NS}/distributedlocks/orders"
-                    )
+                    path = paths.lock(NS, "orders")
                     headers = {"Content-Type": "application/merge-patch+json"}
                     async with http.patch(path, json={"spec": spec}, headers=headers) as resp:
                         assert resp.status == 200, await resp.text()

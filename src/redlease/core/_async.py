@@ -13,7 +13,7 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core import gate, idle, lent, topology, waiting, wire
+from redlease.core import gate, idle, lent, redispy, topology, waiting, wire
 from redlease.core.primitives import give_up_together
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, bounded, resume
 from redlease.core.timing import GIVE_UP_WAIT, REPLY_GRACE, Budget
@@ -70,13 +70,13 @@ class AsyncNode(_redis.NodeBase):
         if not self.cluster:
             return self.client.connection_pool
         read = True
-        if getattr(self.client, "_initialize", True):  # redis-py's flag: a map read is due
+        if getattr(self.client, redispy.MAP_DUE, True):  # a map read is due
             read = await topology.arefresh(self.client, self.client.initialize, wait)
         try:
             return self.client.get_node_from_key(key)
         except RedisClusterException:  # slot not covered (yet): the client refreshes its map
             if not read:
-                raise _redis.no_reply(wait or 0.0) from None
+                raise redispy.no_reply(wait or 0.0) from None
             return None
 
     async def _call(self, req: Call) -> Any:
@@ -128,7 +128,7 @@ class AsyncNode(_redis.NodeBase):
         (see the blocking driver's); else an outage, nothing sent."""
         client = self.client
         # a client whose first read failed reads through initialize() (its own back-off)
-        read = client.initialize if getattr(client, "_initialize", True) else None
+        read = client.initialize if getattr(client, redispy.MAP_DUE, True) else None
         read = read or client.nodes_manager.initialize
         await topology.arefresh(client, read, _redis.left(end))
         try:
@@ -169,7 +169,7 @@ class AsyncNode(_redis.NodeBase):
             unread = pinned.unread if pinned else 0
             reply: Any = None
             try:
-                writer = getattr(conn, "_writer", None)
+                writer = getattr(conn, redispy.WRITER, None)
                 if writer is None or writer.transport.is_closing():
                     raise rex.ConnectionError(f"connection to {self.name} lost")
                 writer.writelines(wire.pack(conn, args))
@@ -177,13 +177,13 @@ class AsyncNode(_redis.NodeBase):
                 limit = conn.socket_timeout if timeout is None else timeout
                 while unread:
                     if limit is None:
-                        reply = await _read(conn)
+                        reply = await redispy.aread(conn)
                     else:
                         try:
                             async with asyncio.timeout(limit):
-                                reply = await _read(conn)
+                                reply = await redispy.aread(conn)
                         except TimeoutError:
-                            raise _redis.no_reply(limit) from None
+                            raise redispy.no_reply(limit) from None
                     unread -= 1
             except BaseException as exc:
                 if _redis.keeps_order(owner, unread, exc):
@@ -209,13 +209,13 @@ class AsyncNode(_redis.NodeBase):
         reply: Any = None
         dropped = False
         try:
-            writer = getattr(conn, "_writer", None)
+            writer = getattr(conn, redispy.WRITER, None)
             if writer is None or writer.transport.is_closing():
                 raise rex.ConnectionError(f"connection to {self.name} lost")
             writer.writelines(wire.pack(conn, ("BLPOP", *keys, round(timeout, 3))))
             try:
                 async with asyncio.timeout(timeout + 1.0):
-                    reply = await _read(conn)
+                    reply = await redispy.aread(conn)
             except TimeoutError:
                 dropped = True
         except BaseException:
@@ -275,7 +275,7 @@ class AsyncNode(_redis.NodeBase):
             conn = await _checkout(home, _redis.left(end))
             unread = 0
             try:
-                writer = getattr(conn, "_writer", None)
+                writer = getattr(conn, redispy.WRITER, None)
                 if writer is None or writer.transport.is_closing():
                     raise rex.ConnectionError(f"connection to {self.name} lost")
                 writer.writelines([part for c in calls for part in wire.pack(conn, run.command(c))])
@@ -284,10 +284,10 @@ class AsyncNode(_redis.NodeBase):
                 try:
                     async with asyncio.timeout(left):
                         for i in range(len(calls)):
-                            replies[i] = await _read(conn)
+                            replies[i] = await redispy.aread(conn)
                             unread -= 1
                 except TimeoutError:
-                    raise _redis.no_reply(left or 0.0) from None
+                    raise redispy.no_reply(left or 0.0) from None
             except BaseException:
                 await _close([_redis.Pinned(home, conn, unread, 0.0)])
                 raise
@@ -432,26 +432,6 @@ def _listener(node: AsyncNode, req: Wait) -> Listener:
     return listener
 
 
-async def _read(conn: Any) -> Any:
-    """One reply from ``conn``, an error reply returned (not raised). Straight from the
-    connection's parser where it has one: ``read_response`` adds a read timeout (the caller
-    keeps its own), an error text built for every read and the health-check clock (the
-    drivers write without health checks), about a tenth of an uncontended request's client
-    time. A failing socket is redis-py's ConnectionError, as there."""
-    parser = getattr(conn, "_parser", None)
-    try:
-        if parser is None:
-            return await conn.read_response(disconnect_on_error=False)
-        reply = await parser.read_response()
-    except rex.ResponseError as exc:
-        return exc
-    except OSError as exc:
-        raise rex.ConnectionError(f"error while reading: {exc}") from exc
-    if isinstance(reply, rex.ConnectionError):
-        raise reply
-    return reply
-
-
 async def _checkout(home: Any, timeout: float | None = None) -> Any:
     """A connected connection from a pool (``get_connection``) or a cluster node, within
     ``timeout`` (None: unbounded): redis-py connects with the client's retries (redis-py 8: 10,
@@ -462,7 +442,7 @@ async def _checkout(home: Any, timeout: float | None = None) -> Any:
         async with asyncio.timeout(timeout):
             return await _connected(home, timeout)
     except TimeoutError:
-        raise _redis.no_reply(timeout) from None
+        raise redispy.no_reply(timeout) from None
 
 
 async def _connected(home: Any, timeout: float | None) -> Any:

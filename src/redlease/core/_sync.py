@@ -12,7 +12,7 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core import gate, idle, topology, waiting, wire
+from redlease.core import gate, idle, redispy, topology, waiting, wire
 from redlease.core.primitives import give_up_together
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, bounded, resume
 from redlease.core.timing import GIVE_UP_WAIT, Budget
@@ -157,7 +157,7 @@ class SyncNode(_redis.NodeBase):
                 unread += 1
                 while unread:
                     try:
-                        reply = _redis.read_within(conn, timeout)
+                        reply = redispy.read_within(conn, timeout)
                     except rex.ResponseError as exc:
                         reply = exc
                     unread -= 1
@@ -224,7 +224,7 @@ class SyncNode(_redis.NodeBase):
                 unread = len(calls)
                 for i in range(len(calls)):
                     try:
-                        replies[i] = _redis.read_within(conn, _redis.left(end))
+                        replies[i] = redispy.read_within(conn, _redis.left(end))
                     except rex.ResponseError as exc:
                         replies[i] = exc
                     unread -= 1

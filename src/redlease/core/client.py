@@ -6,7 +6,6 @@ This is the one place where redis-py exceptions become redlease exceptions.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import threading
 import time
@@ -197,51 +196,6 @@ def left(end: float | None) -> float | None:
     """The time left until ``end`` (a monotonic time); None: no end. Once it passed, still
     :data:`~redlease.core.timing.MIN_WAIT` (a socket given no time at all would not block)."""
     return None if end is None else max(MIN_WAIT, end - time.monotonic())
-
-
-def no_reply(timeout: float) -> rex.TimeoutError:
-    return rex.TimeoutError(f"no reply within {timeout:g}s")
-
-
-def read_within(conn: Any, timeout: float | None) -> Any:
-    """The next reply on ``conn`` (a blocking redis-py connection; an error reply raised as
-    redis-py raises it), each read of the socket waiting at most ``timeout`` (None: the
-    client's socket timeout): :func:`no_reply` after that.
-
-    The socket's own timeout bounds the read (CPython polls once before each ``recv``): left as
-    it is when it is already as short (the usual case: a request's bound is the client's socket
-    timeout), else set for this read and put back after (each set is an ``ioctl``). Asking
-    ``conn.can_read(timeout)`` first cost four more system calls per request with redis-py
-    8.2's hiredis parser (a readiness poll, a half-close poll and a one-byte ``MSG_PEEK``, each
-    behind its own poll), and a tenth of an uncontended pair's client instructions. A reply cut
-    by the timeout part way stays in the parser's buffer, so the connection keeps its order
-    for a later read. The reply comes straight from the connection's parser where it has one,
-    as the asyncio driver reads (``read_response`` builds an error text for every read and
-    keeps the health-check clock; the drivers write without health checks); a failing socket
-    is redis-py's ConnectionError or TimeoutError, as there."""
-    sock = conn._sock  # redis-py's socket of a connected connection (None once dropped)
-    if sock is None:
-        raise rex.ConnectionError("the connection was closed")
-    parser = getattr(conn, "_parser", None)
-    read = conn.read_response if parser is None else parser.read_response
-    before = sock.gettimeout()
-    if timeout is None or (before is not None and timeout >= before):
-        try:
-            reply = read()
-        except rex.TimeoutError:
-            raise no_reply(before or 0.0) from None
-    else:
-        sock.settimeout(timeout)
-        try:
-            reply = read()
-        except rex.TimeoutError:
-            raise no_reply(timeout) from None
-        finally:
-            with contextlib.suppress(OSError):  # closed meanwhile: nothing to put back
-                sock.settimeout(before)
-    if isinstance(reply, rex.ResponseError):
-        raise reply
-    return reply
 
 
 def describe(client: Any) -> str:

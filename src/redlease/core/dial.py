@@ -18,6 +18,8 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from redlease.core import redispy
+
 Address = tuple[str, int]
 
 _OWN: weakref.WeakSet[Any] = weakref.WeakSet()  # the connections made here, not by a pool
@@ -45,7 +47,7 @@ def connect(pool: Any, timeout: float, address: Address | None = None) -> Any:
             conn.connect_to(address)
     finally:
         conn.retry, conn.socket_connect_timeout, conn.socket_timeout = saved
-    sock = getattr(conn, "_sock", None)
+    sock = getattr(conn, redispy.SOCK, None)
     if sock is not None:
         sock.settimeout(saved[2])
     return conn

@@ -189,7 +189,7 @@ def _handed(
 ) -> Generator[Request, Any, Grant | None]:
     """A lease the release handed over directly (granted after the attempt sent at
     ``sent_at``). A hand-off grants at most :data:`~redlease.core.scripts.HANDED_MS` (so a
-    waiter that died while enlisted holds the lock no longer, see ``enlist`` in scripts.py):
+    waiter that died while enlisted holds the lock no longer, see core/lua/helpers/enlist.lua):
     the waiter confirms it here, extending it to its TTL, as it renews one after a wait longer
     than a third of the TTL. None if it expired before this waiter got to it (stopped,
     overloaded): the caller tries again."""

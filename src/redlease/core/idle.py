@@ -29,7 +29,7 @@ import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from redlease.core import dial, masters
+from redlease.core import dial, masters, redispy
 from redlease.core.timing import MIN_WAIT
 
 # connections kept per pool: a request per slot of the gate (redlease.core.gate) and a
@@ -57,7 +57,7 @@ def _kept(pool: Any, kinds: tuple[type, ...]) -> list[Any] | None:
 
 def _clean(conn: Any) -> bool:
     """Connected, nothing unread and the peer still there (a zero-timeout poll)."""
-    sock = getattr(conn, "_sock", None)
+    sock = getattr(conn, redispy.SOCK, None)
     return sock is not None and _quiet(sock)
 
 
@@ -143,7 +143,7 @@ def give(pool: Any, conn: Any) -> None:
     if (
         kept is not None
         and len(kept) < KEEP
-        and getattr(conn, "_sock", None) is not None
+        and getattr(conn, redispy.SOCK, None) is not None
         and (type(pool) is redis.ConnectionPool or masters.current(pool, conn))
     ):
         kept.append(conn)
@@ -191,7 +191,7 @@ async def aclean(conn: Any) -> bool:
     except (redis.exceptions.ConnectionError, OSError):
         return False
     # the event loop may not have seen the end of stream yet: ask the socket itself
-    writer = getattr(conn, "_writer", None)
+    writer = getattr(conn, redispy.WRITER, None)
     sock = writer.transport.get_extra_info("socket") if writer is not None else None
     return sock is None or _quiet(sock)
 

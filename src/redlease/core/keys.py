@@ -96,7 +96,7 @@ class LockKeys:
     def slot(self, i: int) -> str:
         """The lease key of a semaphore's slot ``i``: slot 0 is the mutex's lease key itself
         (a mutex is the one-slot semaphore), slot ``i >= 1`` is ``<lease>:slot:<i>`` (same hash
-        tag). Each slot is a lease record like the mutex's (see scripts.grant)."""
+        tag). Each slot is a lease record like the mutex's (see grant in core/lua/helpers)."""
         return self.lease if i == 0 else f"{self.lease}:slot:{i}"
 
     def slots(self, n: int) -> tuple[str, ...]:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from redlease.core import redispy
+
 
 class Lent:
     """Stands in a cluster node's connection list for connection ``conn``, lent to a request."""
@@ -38,7 +40,7 @@ class Lent:
 
 def lend(node: Any, conn: Any) -> None:
     """Put a stand-in in ``conn``'s place in ``node``'s connection list (if it has one)."""
-    conns = getattr(node, "_connections", None)
+    conns = getattr(node, redispy.NODE_CONNECTIONS, None)
     if not isinstance(conns, list):
         return
     try:
@@ -54,7 +56,7 @@ async def take_back(node: Any, conn: Any) -> None:
     lent = conn.__dict__.pop("_redlease_lent", None)
     if lent is None:
         return
-    conns = getattr(node, "_connections", [])
+    conns = getattr(node, redispy.NODE_CONNECTIONS, [])
     with contextlib.suppress(ValueError):
         conns[conns.index(lent)] = conn
     if lent.closed:

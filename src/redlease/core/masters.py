@@ -19,8 +19,7 @@ import copy
 import time
 from typing import Any
 
-from redlease.core import client as _redis
-from redlease.core import dial
+from redlease.core import dial, redispy
 from redlease.core.dial import Address
 from redlease.core.timing import MIN_WAIT
 
@@ -62,7 +61,7 @@ class _Asked:
         try:
             conn.send_command("SENTINEL MASTERS", check_health=False)
             if not conn.can_read(timeout=wait):
-                raise _redis.no_reply(wait)
+                raise redispy.no_reply(wait)
             return self.client.parse_response(conn, "SENTINEL MASTERS")
         finally:
             conn.disconnect()
@@ -75,13 +74,13 @@ class _AsyncAsked(_Asked):
             async with asyncio.timeout(wait):
                 conn = await dial.aconnect(self.client.connection_pool, wait)
         except TimeoutError:
-            raise _redis.no_reply(wait) from None
+            raise redispy.no_reply(wait) from None
         try:
             await conn.send_command("SENTINEL MASTERS", check_health=False)
             async with asyncio.timeout(wait):
                 return await self.client.parse_response(conn, "SENTINEL MASTERS")
         except TimeoutError:
-            raise _redis.no_reply(wait) from None
+            raise redispy.no_reply(wait) from None
         finally:
             await conn.disconnect()
 

@@ -105,7 +105,7 @@ class Primitive:
     @property
     def slots(self) -> tuple[str, ...]:
         """The lease keys of a semaphore's slots after slot 0 (``keys.lease``); none for a
-        mutex. The scripts take them last, with their count (see scripts.ACQUIRE)."""
+        mutex. The scripts take them last, with their count (see lua/acquire_slot.lua)."""
         return self.keys.slots(self.limit)[1:] if self.limit > 1 else ()
 
     def with_direct(self, mailbox: str = "") -> Primitive:
@@ -122,8 +122,8 @@ class Primitive:
 
     def on_quorum(self) -> Primitive:
         """This primitive on a RedLock node set (``quorum``: its nodes keep their fence counters
-        in step, see ``grant`` in scripts.py, and its waiters' listener may give up for them with
-        one quorum read of its lease); a multi-key lease is left as it is."""
+        in step, see ``grant`` in core/lua/helpers, and its waiters' listener may give up for
+        them with one quorum read of its lease); a multi-key lease is left as it is."""
         return self if self.group else replace(self, quorum=True)
 
     @property
@@ -171,60 +171,54 @@ class Primitive:
     def acquire(
         self, token: str, wait_ms: int, min_fence: int = 0, registered: bool = True
     ) -> Call:
-        """``registered``: the owner may be registered as a waiter (False spares the script a
-        look at the waiters when the lock is not reserved)."""
+        """The acquire script by the lease's kind: ACQUIRE_READ, ACQUIRE_WRITE, ACQUIRE_MULTI
+        (``group``), ACQUIRE_SLOT (a semaphore: ``limit`` > 1), else ACQUIRE (one mutex or
+        reentrant lock). ``registered``: the owner may be registered as a waiter (False spares
+        the script a look at the waiters when the lock is not reserved)."""
         k, o = self.keys, self.options
-        if self.kind == "read":
-            return Call(
-                scripts.ACQUIRE_READ,
-                (k.lease, k.readers, k.writers_waiting, k.waiters, k.handoff, k.fence),
-                (token, o.ttl_ms, wait_ms),
-                token,
-                intent=Acquire(token, o.ttl_ms),
-            )
-        if self.kind == "write":
-            return Call(
-                scripts.ACQUIRE_WRITE,
-                (
-                    k.lease,
-                    k.readers,
-                    k.writers_waiting,
-                    k.waiters,
-                    k.handoff,
-                    k.fence,
-                    k.history,
-                ),
-                (token, o.ttl_ms, o.identity, wait_ms),
-                token,
-                intent=Acquire(token, o.ttl_ms),
-            )
-        keys = self.each(lambda k: (k.lease, k.fence, k.history, k.waiters, k.handoff))
+        intent = Acquire(token, o.ttl_ms)
+        keys: tuple[str, ...]
+        args: tuple[str | int, ...]
+        if self.kind in ("read", "write"):
+            keys = (k.lease, k.readers, k.writers_waiting, k.waiters, k.handoff, k.fence)
+            if self.kind == "read":
+                args = (token, o.ttl_ms, wait_ms)
+                return Call(scripts.ACQUIRE_READ, keys, args, token, intent=intent)
+            args = (token, o.ttl_ms, o.identity, wait_ms)
+            return Call(scripts.ACQUIRE_WRITE, (*keys, k.history), args, token, intent=intent)
+        if self.group:  # every lock's keys in turn; the registration ms alone (no mailbox)
+            keys = self.each(lambda k: (k.lease, k.fence, k.history, k.waiters, k.handoff))
+            args = (token, o.ttl_ms, o.identity, wait_ms, *(("1",) if registered else ()))
+            return Call(scripts.ACQUIRE_MULTI, keys, args, token, intent=intent)
+        keys = (k.lease, k.fence, k.history, k.waiters, k.handoff)
         if self.direct:  # the caller's grant list only where the script may clear it
             keys += (k.direct, k.grants(token)) if registered else (k.direct,)
         if self.quorum and not min_fence:
-            min_fence = -1  # see grant in scripts.py
-        # the registration carries the mailbox (read only when refused); the arguments after it
-        # have defaults in the script, and the trailing ones at theirs are left out (each one
-        # costs the server about 1k instructions)
+            min_fence = -1  # see grant in the Lua helpers
+        # the registration carries the mailbox (read only when refused)
         wait = f"{wait_ms} {self.mailbox}" if self.mailbox and wait_ms else wait_ms
-        args: tuple[str | int, ...] = (token, o.ttl_ms, o.identity, wait)
-        if self.limit > 1 or o.forget_ms:
-            keys += self.slots
+        args = (token, o.ttl_ms, o.identity, wait)
+        if self.limit > 1:
+            args += (min_fence, "1" if registered else "0", self.limit - 1)
+            if o.forget_ms:
+                args += (o.forget_ms,)
+            return Call(scripts.ACQUIRE_SLOT, keys + self.slots, args, token, intent=intent)
+        # ACQUIRE's later arguments have defaults in the script, and the trailing ones at
+        # theirs are left out (each one costs the server about 1k instructions)
+        if o.forget_ms:
             args += (
                 min_fence,
                 "1" if registered else "0",
                 "1" if self.kind == "reentrant" else "0",
-                self.limit - 1,
+                o.forget_ms,
             )
-            if o.forget_ms:
-                args += (o.forget_ms,)
         elif self.kind == "reentrant":
             args += (min_fence, "1" if registered else "0", "1")
         elif registered:
             args += (min_fence, "1")
         elif min_fence:
             args += (min_fence,)
-        return Call(scripts.ACQUIRE, keys, args, token, intent=Acquire(token, o.ttl_ms))
+        return Call(scripts.ACQUIRE, keys, args, token, intent=intent)
 
     def release(self, token: str, full: bool = True, quiet: bool = False) -> Call:
         """``quiet``: no waiter is expected, so a release of every count of one mutex or

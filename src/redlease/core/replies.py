@@ -100,7 +100,8 @@ def _decode_grant(reply: bytes | str, lock: str) -> Outcome:
 
 
 def decode_handed(value: object, lock: str) -> Outcome:
-    """Decode a lease handed over directly: 'fence now_ms transitions' (see scripts.pass_on)."""
+    """Decode a lease handed over directly: 'fence now_ms transitions' (see ``pass_on`` in
+    core/lua/helpers)."""
     parts = as_str(value).split()
     if len(parts) != 3:
         raise ProtocolError(lock, f"unexpected hand-off grant: {value!r}")

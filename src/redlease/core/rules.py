@@ -411,7 +411,7 @@ def born_members(probes: Sequence[Probe | None]) -> tuple[int, ...]:
 
 def clock_seed(time_reply: Sequence[object]) -> int:
     """The fence seed a server's clock gives: a ``TIME`` reply in microseconds, the unit of
-    a clock-seeded token (``grant`` in core/scripts.py). Re-seeding a restarted node raises
+    a clock-seeded token (``grant`` in core/lua/helpers). Re-seeding a restarted node raises
     its counters at least this high, so its next token is above every token issued before
     it restarted, as long as the servers' clocks do not step back and agree within
     ``restart_delay`` (docs/quorum.md, "Why tokens still increase after a re-seed")."""

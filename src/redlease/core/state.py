@@ -95,7 +95,7 @@ def decode_state(keys: LockKeys, reply: object) -> LockState:
     held = bool(lease.get("owner"))
     acquired = opt(lease, "acquired_ms") if held else None
     # a compact record leaves out renewed_ms until extended, count until re-entered, and the
-    # mode of an exclusive lease (see scripts.grant)
+    # mode of an exclusive lease (see grant in core/lua/helpers)
     return LockState(
         name=name,
         now_ms=as_int(items[0], name, "time"),

@@ -27,6 +27,7 @@ import kmock
 import kopf
 
 from redlease.core.times import format_time
+from redlease.kube import paths
 from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
 from redlease.kube.spec import CREDENTIALS_LABEL, GROUP, PLURAL, SHARED_KEYS_LABEL, VERSION
@@ -143,7 +144,7 @@ def declare(emulator: Emulator) -> None:
     Namespace NAMESPACE, labelled by its admin to share its lock keys
     (``redlease.dev/shared-keys``): the tests here pair DistributedLocks with plain library
     clients, which is what that label is for (tests/scenarios/test_key_scope.py: the default)."""
-    emulator[f"get /api/v1/namespaces/{NAMESPACE}"] << {
+    emulator[f"get {paths.namespace(NAMESPACE)}"] << {
         "apiVersion": "v1",
         "kind": "Namespace",
         "metadata": {"name": NAMESPACE, "labels": {SHARED_KEYS_LABEL: "true"}},
@@ -308,21 +309,18 @@ class Cluster:
             "metadata": {"name": name, "namespace": NAMESPACE, **meta},
             "spec": spec,
         }
-        path = f"/apis/redlease.dev/v1alpha1/namespaces/{NAMESPACE}/distributedlocks"
-        async with self.api.post(path, json=body, headers=AS_ADMIN) as resp:
+        async with self.api.post(paths.locks(NAMESPACE), json=body, headers=AS_ADMIN) as resp:
             assert resp.status == 201, await resp.text()
             result: dict[str, Any] = await resp.json()
             return result
 
     async def patch(self, name: str, patch: dict[str, Any]) -> None:
-        path = f"/apis/redlease.dev/v1alpha1/namespaces/{NAMESPACE}/distributedlocks/{name}"
         headers = {"Content-Type": "application/merge-patch+json", **AS_ADMIN}
-        async with self.api.patch(path, json=patch, headers=headers) as resp:
+        async with self.api.patch(paths.lock(NAMESPACE, name), json=patch, headers=headers) as resp:
             assert resp.status == 200, await resp.text()
 
     async def delete(self, name: str) -> None:
-        path = f"/apis/redlease.dev/v1alpha1/namespaces/{NAMESPACE}/distributedlocks/{name}"
-        async with self.api.delete(path, headers=AS_ADMIN) as resp:
+        async with self.api.delete(paths.lock(NAMESPACE, name), headers=AS_ADMIN) as resp:
             assert resp.status == 200, await resp.text()
 
     async def create_secret(
@@ -332,8 +330,7 @@ class Cluster:
         labels = {CREDENTIALS_LABEL: "true"} if consent else {}
         metadata = {"name": name, "labels": labels, **meta}
         body = {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "data": data}
-        path = f"/api/v1/namespaces/{NAMESPACE}/secrets"
-        async with self.api.post(path, json=body, headers=AS_ADMIN) as resp:
+        async with self.api.post(paths.secrets(NAMESPACE), json=body, headers=AS_ADMIN) as resp:
             assert resp.status == 201, await resp.text()
 
     def status(self, name: str) -> dict[str, Any]:

@@ -697,15 +697,24 @@ class LocalCluster:
 
         _until(time.monotonic() + timeout, f"the replicas of {master.address} in sync", synced)
 
-    def replica_of(self, master: RedisServer) -> RedisServer:
-        """A live replica of ``master``."""
-        myid = str(_command(master, "CLUSTER", "MYID"))
-        for line in str(_command(master, "CLUSTER", "NODES")).splitlines():
-            fields = line.split()
-            if len(fields) > 3 and fields[3] == myid and "fail" not in fields[2]:
-                port = int(fields[1].split("@")[0].rpartition(":")[2])
-                return next(s for s in self.everyone if s.port == port)
-        raise ServerError(f"no live replica of {master.address}")
+    def replica_of(self, master: RedisServer, timeout: float = 30.0) -> RedisServer:
+        """A live replica of ``master``, waited for up to ``timeout`` s: on a busy machine a
+        replica late with its pings is flagged failing for a while (node timeout) and seen
+        again once it answers."""
+        found: list[RedisServer] = []
+
+        def live() -> bool:
+            myid = str(_command(master, "CLUSTER", "MYID"))
+            for line in str(_command(master, "CLUSTER", "NODES")).splitlines():
+                fields = line.split()
+                if len(fields) > 3 and fields[3] == myid and "fail" not in fields[2]:
+                    port = int(fields[1].split("@")[0].rpartition(":")[2])
+                    found.append(next(s for s in self.everyone if s.port == port))
+                    return True
+            return False
+
+        _until(time.monotonic() + timeout, f"a live replica of {master.address}", live)
+        return found[-1]
 
     def takeover(self, replica: RedisServer) -> None:
         """``CLUSTER FAILOVER TAKEOVER`` on ``replica``: it becomes master at once, without

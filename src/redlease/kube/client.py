@@ -28,6 +28,8 @@ import aiohttp
 
 from redlease.errors import ConfigError, KubeError
 
+TIMEOUT = 10.0  # seconds for one call (connecting included) unless the caller says otherwise
+
 
 class KubeAuth(Protocol):
     """Where the API server is, how to reach it and who is calling."""
@@ -103,8 +105,10 @@ class KubeClient:
         *,
         body: Any = None,
         content_type: str = "application/json",
-        timeout: float = 10.0,
+        timeout: float = TIMEOUT,
     ) -> Any:
+        """One call of ``method`` on ``path`` (built by :mod:`redlease.kube.paths`; the calls
+        are :mod:`redlease.kube.verbs`): its JSON answer, or a :class:`KubeError`."""
         headers = await self._headers()
         data = None
         if body is not None:

@@ -1,4 +1,4 @@
-"""The ``coordination.k8s.io/v1`` Lease object: its API path, its record, and compare-and-swap.
+"""The ``coordination.k8s.io/v1`` Lease object: its record, and compare-and-swap.
 
 Pure (no I/O). The one writer (:mod:`redlease.kube.leasewriter`) serves two users: the
 operator elects its active replica through a Lease (:mod:`redlease.operator.leadership`), and
@@ -15,19 +15,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import quote
 
 from redlease.core.times import format_time, parse_time
 
 API_VERSION = "coordination.k8s.io/v1"
 KIND = "Lease"
 CONFLICT_STATUSES = (409, 422)  # resourceVersion changed (409), or the patch's test failed (422)
-
-
-def lease_path(namespace: str, name: str | None = None) -> str:
-    """The API path of the namespace's Leases, or of one Lease."""
-    base = f"/apis/{API_VERSION}/namespaces/{quote(namespace)}/leases"
-    return base if name is None else f"{base}/{quote(name)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +76,7 @@ def duration_seconds(ttl: float) -> int:
 
 
 def new_lease(namespace: str, name: str, record: LeaseRecord, labels: Mapping[str, str]) -> Any:
-    """The body that creates the Lease (POST to :func:`lease_path`)."""
+    """The body that creates the Lease (:func:`redlease.kube.verbs.create.lease`)."""
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,

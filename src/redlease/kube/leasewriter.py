@@ -13,7 +13,7 @@ Lease still names the releaser.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from redlease.errors import KubeConflict, KubeError
@@ -22,12 +22,10 @@ from redlease.kube.lease import (
     CONFLICT_STATUSES,
     LeaseRecord,
     cas_patch,
-    lease_path,
     new_lease,
     resource_version,
 )
-
-JSON_PATCH = "application/json-patch+json"
+from redlease.kube.verbs import create, get, patch
 
 
 class LeaseWriter:
@@ -54,9 +52,7 @@ class LeaseWriter:
     async def read(self) -> dict[str, Any] | None:
         """The Lease as it is now, None if there is none."""
         try:
-            lease = await self.client.request(
-                "GET", lease_path(self.namespace, self.name), timeout=self.timeout
-            )
+            lease = await get.lease(self.client, self.namespace, self.name, timeout=self.timeout)
         except KubeError as exc:
             if exc.status == 404:
                 return None
@@ -69,9 +65,12 @@ class LeaseWriter:
         :class:`KubeConflict` if the Lease was created, changed or deleted meanwhile."""
         if lease is None:
             body = new_lease(self.namespace, self.name, record, self.labels)
-            return await self._send("POST", lease_path(self.namespace), body, "application/json")
+            return await _swapped(
+                create.lease(self.client, self.namespace, body, timeout=self.timeout)
+            )
         ops = cas_patch(resource_version(lease) or "", record)
-        return await self._send("PATCH", lease_path(self.namespace, self.name), ops, JSON_PATCH)
+        sent = patch.lease(self.client, self.namespace, self.name, ops, timeout=self.timeout)
+        return await _swapped(sent, gone_is_conflict=True)
 
     async def release(self, holder: str, now: float) -> bool:
         """Mark the Lease released (client-go's ReleaseOnCancel) if it still names ``holder``;
@@ -85,13 +84,14 @@ class LeaseWriter:
         await self.write(lease, current.released(now))
         return True
 
-    async def _send(self, method: str, path: str, body: Any, content_type: str) -> dict[str, Any]:
-        try:
-            lease = await self.client.request(
-                method, path, body=body, content_type=content_type, timeout=self.timeout
-            )
-        except KubeError as exc:
-            if exc.status in CONFLICT_STATUSES or (method == "PATCH" and exc.status == 404):
-                raise KubeConflict(str(exc), exc.status) from None
-            raise
-        return lease if isinstance(lease, dict) else {}
+
+async def _swapped(call: Awaitable[Any], *, gone_is_conflict: bool = False) -> dict[str, Any]:
+    """The Lease ``call`` (a create or a compare-and-swap) wrote; :class:`KubeConflict` when
+    someone else wrote first (a patch of a Lease deleted meanwhile too: ``gone_is_conflict``)."""
+    try:
+        lease = await call
+    except KubeError as exc:
+        if exc.status in CONFLICT_STATUSES or (gone_is_conflict and exc.status == 404):
+            raise KubeConflict(str(exc), exc.status) from None
+        raise
+    return lease if isinstance(lease, dict) else {}

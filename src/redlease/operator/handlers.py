@@ -29,6 +29,7 @@ from redlease.errors import ConfigError
 from redlease.kube.auth import Login
 from redlease.kube.client import KubeClient
 from redlease.kube.leaselock import LeaseElectionConfig
+from redlease.kube.resolver import resolve
 from redlease.kube.spec import (
     FORCE_RELEASE_ANNOTATION,
     GROUP,
@@ -36,12 +37,12 @@ from redlease.kube.spec import (
     VERSION,
     Credentials,
     LockSpec,
-    parse_spec,
     unknown_fields,
 )
+from redlease.kube.verbs import patch
 from redlease.operator import apifaults, collector, metrics, ports, reconcile, webhook
 from redlease.operator.events import EventPoster
-from redlease.operator.patcher import Patcher
+from redlease.operator.patcher import LockPart, Patcher
 from redlease.operator.reader import NodeReader
 from redlease.operator.refresher import Observation, Refresher
 from redlease.operator.secrets import SecretSource
@@ -109,7 +110,7 @@ class Runtime:
         self.kube = kube
         self.secrets = secrets or SecretSource(kube)
         limit = max(1, config.api_requests)
-        self.patcher = Patcher(self._send, limit=limit, allowed=leading)
+        self.patcher: Patcher[LockPart] = Patcher(self._send, limit=limit, allowed=leading)
         self.tracked: dict[str, kopf.Body] = {}  # uid -> kopf's live body of the object
         self.gone: dict[str, float] = {}  # uid -> monotonic time its daemon stopped
         self._arrived = asyncio.Event()
@@ -179,11 +180,6 @@ class Runtime:
         if any(t is None or t.done() for t in loops) or self.refresher.stale():
             raise kopf.PermanentError("the refresh loop is not running")
         return {"cycles": self.refresher.cycles, "locks": self.refresher.last_cycle_size}
-
-    async def credentials(self, spec: LockSpec, namespace: str) -> Credentials | None:
-        if spec.secret_ref is None:
-            return None
-        return await self.secrets.get(namespace, spec.secret_ref, spec.target.urls)
 
     def track(self, uid: str, body: kopf.Body) -> None:
         """Refresh this object from the next cycle on (``body``: kopf's live view of it)."""
@@ -269,9 +265,8 @@ class Runtime:
             p.previous = copy.deepcopy(dict(body.get("status") or {}))
         p.unknown = unknown_fields(body)
         try:
-            spec = await self.secrets.with_tls(parse_spec(body.get("spec")), p.namespace)
-            p.spec = await self.secrets.scoped(spec, p.namespace)
-            p.creds = await self.credentials(p.spec, p.namespace)
+            lock = await resolve(body.get("spec"), p.namespace, self.secrets)
+            p.spec, p.creds = lock.spec, lock.credentials
         except ConfigError as exc:
             p.spec, p.invalid = None, exc
         except Exception:  # noqa: BLE001 - one object's failure never fails the others
@@ -327,16 +322,17 @@ class Runtime:
                 event.message,
             )
         if diff is not None:
-            self.patcher.submit(object_path(p.namespace, p.name) + "/status", {"status": diff})
+            self.patcher.submit(LockPart(p.namespace, p.name, "status"), {"status": diff})
             self.written[p.uid] = new
         self.names[p.uid] = (p.namespace, p.name)
 
-    async def _send(self, path: str, patch: dict[str, Any]) -> None:
-        await self.kube.request(
-            "PATCH",
-            path,
-            body=patch,
-            content_type="application/merge-patch+json",
+    async def _send(self, part: LockPart, body: dict[str, Any]) -> None:
+        await patch.lock(
+            self.kube,
+            part.namespace,
+            part.name,
+            body,
+            subresource=part.subresource,
             timeout=apifaults.REQUEST_TIMEOUT,
         )
 
@@ -367,7 +363,7 @@ class Runtime:
             return False  # keep the annotation: retried next cycle
         annotations = {FORCE_RELEASE_ANNOTATION: None}
         self.patcher.submit(
-            object_path(p.namespace, p.name), {"metadata": {"annotations": annotations}}
+            LockPart(p.namespace, p.name), {"metadata": {"annotations": annotations}}
         )
         return True
 
@@ -386,11 +382,6 @@ class Prepared:
     creds: Credentials | None = None
     invalid: ConfigError | None = None
     unknown: list[ConfigError] = field(default_factory=list)  # fields the CRD does not declare
-
-
-def object_path(namespace: str, name: str) -> str:
-    """The API path of a DistributedLock."""
-    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
 
 
 async def bounded(items: Sequence[T], fn: Callable[[T], Awaitable[R]], limit: int) -> list[R]:

@@ -1,5 +1,5 @@
 """The operator's listening ports: ``--metrics``, ``--liveness`` and the injection webhook, each
-an aiohttp application behind :mod:`redlease.kube.httpguard` (header/idle timeout, a connection
+an aiohttp application behind :mod:`redlease.serving.httpguard` (header/idle timeout, a connection
 cap that keeps descriptors for the API and Redis, throttled accept errors).
 
 kopf builds its liveness and webhook servers on a plain ``aiohttp.web.TCPSite`` (no cap, no
@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 import kopf
 from aiohttp import web
 
-from redlease.kube import httpguard
-from redlease.kube.throttle import Throttle
+from redlease.serving import httpguard
+from redlease.serving.throttle import Throttle
 
 log = logging.getLogger("redlease.operator")
 PORTS = 3  # metrics, liveness, webhook: each gets a third of the descriptor budget

@@ -1,41 +1,30 @@
-"""Redis credentials from the Secret named by ``spec.auth.secretRef``, the Secrets of
-``spec.tls`` (CA, client certificate), and the scope of a namespace's keys (its Namespace's
-labels, :func:`redlease.kube.spec.key_scope`).
+"""The Secrets and Namespaces a lock's resolution reads (:class:`redlease.kube.resolver.Reads`):
+the Secret named by ``spec.auth.secretRef``, the Secrets of ``spec.tls`` (CA, client
+certificate), and the scope of a namespace's keys (its Namespace's labels,
+:func:`redlease.kube.spec.key_scope`).
 
-Reads go through :class:`~redlease.kube.client.KubeClient` on the caller's loop, one attempt of
-at most ``timeout`` seconds (a stalled API server costs one timeout: the next refresh tries
-again), and are cached for ``ttl`` seconds; while the API server is away (no answer, 5xx), the
-last value read is used past its ``ttl``, so an outage does not turn valid locks invalid.
-Concurrent reads of one object share one request (single flight: a cold start with thousands of
-locks in one namespace reads its Namespace once). Failures are :class:`ConfigError` naming the
-spec field that led to the read.
+Reads go through :mod:`redlease.kube.verbs` on the caller's loop, one attempt of at most
+``timeout`` seconds (a stalled API server costs one timeout: the next refresh tries again), and
+are cached for ``ttl`` seconds; while the API server is away (no answer, 5xx), the last value
+read is used past its ``ttl``, so an outage does not turn valid locks invalid. Concurrent reads
+of one object share one request (single flight: a cold start with thousands of locks in one
+namespace reads its Namespace once). Failures are :class:`ConfigError` naming the spec field
+that led to the read.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redlease.errors import ConfigError, KubeError
 from redlease.kube.client import KubeClient
-from redlease.kube.spec import (
-    SHARED_KEYS_LABEL,
-    CaSecretRef,
-    CertSecretRef,
-    Credentials,
-    LockSpec,
-    SecretRef,
-    credentials_from_secret,
-    key_scope,
-    tls_material,
-    with_tls_material,
-)
+from redlease.kube.resolver import Ref
+from redlease.kube.spec import SHARED_KEYS_LABEL, key_scope
+from redlease.kube.verbs import get
 from redlease.operator.apifaults import transient
-
-Ref = SecretRef | CaSecretRef | CertSecretRef
 
 
 class Unreachable(ConfigError):
@@ -43,7 +32,8 @@ class Unreachable(ConfigError):
 
 
 class SecretSource:
-    """Fetch and cache Secrets; errors name the spec field that refers to the Secret."""
+    """Fetch and cache Secrets and Namespaces' key scopes (the operator's
+    :class:`~redlease.kube.resolver.Reads`); errors name the spec field that led to the read."""
 
     def __init__(self, kube: KubeClient, ttl: float = 60.0, timeout: float = 5.0) -> None:
         self.kube = kube
@@ -70,12 +60,11 @@ class SecretSource:
         if not flight.cancelled():
             flight.exception()  # retrieved: a failure nobody awaited any more is not logged
 
-    async def _get(self, path: str, field: str, failed: str, missing: Any = ...) -> Any:
-        """GET ``path`` in one attempt of at most ``timeout`` seconds; a failure is a
-        :class:`ConfigError` on ``field`` that starts with ``failed`` (a 404 is ``missing``
-        when given)."""
+    async def _get(self, read: Awaitable[Any], field: str, failed: str, missing: Any = ...) -> Any:
+        """The answer of ``read`` (one GET); a failure is a :class:`ConfigError` on ``field``
+        that starts with ``failed`` (a 404 is ``missing`` when given)."""
         try:
-            return await self.kube.request("GET", path, timeout=self.timeout)
+            return await read
         except KubeError as exc:
             if exc.status == 404 and missing is not ...:
                 return missing
@@ -101,7 +90,7 @@ class SecretSource:
     async def _fetch(self, ref: Ref, key: tuple[str, str]) -> dict[str, Any]:
         namespace = key[0]
         obj = await self._get(
-            f"/api/v1/namespaces/{namespace}/secrets/{ref.name}",
+            get.secret(self.kube, namespace, ref.name, timeout=self.timeout),
             f"{ref.field}.name",
             f"cannot read Secret {namespace}/{ref.name}",
         )
@@ -116,41 +105,25 @@ class SecretSource:
         self._cache[key] = (time.monotonic() + self._ttl, secret)
         return secret
 
-    async def get(self, namespace: str, ref: SecretRef, urls: Sequence[str] = ()) -> Credentials:
-        """The credentials for the nodes of ``urls`` (the Secret must consent: see
-        :func:`redlease.kube.spec.credentials_from_secret`)."""
-        return credentials_from_secret(await self.secret(namespace, ref), ref, urls)
-
-    async def with_tls(self, spec: LockSpec, namespace: str) -> LockSpec:
-        """``spec`` with the CA and client certificate its ``spec.tls`` Secrets hold (each
-        Secret must consent: :func:`redlease.kube.spec.tls_material`)."""
-        refs = spec.tls_refs
-        if not refs:
-            return spec
-        secrets = {}
-        for ref in (refs.ca, refs.client):
-            if ref is not None and ref.name not in secrets:
-                secrets[ref.name] = await self.secret(namespace, ref)
-        return with_tls_material(spec, tls_material(refs, secrets, spec.target.urls))
-
-    async def scoped(self, spec: LockSpec, namespace: str) -> LockSpec:
-        """``spec`` with the scope of its keys in Redis (the Namespace's labels are cached for
+    async def scope(self, namespace: str) -> str | None:
+        """The scope of the namespace's keys in Redis (its Namespace's labels are cached for
         ``ttl`` seconds, as Secrets are; no Namespace, no label: the safe default, scoped keys)."""
         hit = self._scopes.get(namespace)
         if hit is not None and hit[0] > time.monotonic():
-            scope = hit[1]
-        else:
-            try:
-                scope = await self._once(("namespace", namespace), lambda: self._scope(namespace))
-            except Unreachable:
-                if hit is None:
-                    raise
-                scope = hit[1]
-        return dataclasses.replace(spec, scope=scope)
+            return hit[1]
+        try:
+            scope: str | None = await self._once(
+                ("namespace", namespace), lambda: self._scope(namespace)
+            )
+        except Unreachable:
+            if hit is None:
+                raise
+            return hit[1]
+        return scope
 
     async def _scope(self, namespace: str) -> str | None:
         ns = await self._get(
-            f"/api/v1/namespaces/{namespace}",
+            get.namespace(self.kube, namespace, timeout=self.timeout),
             "metadata.namespace",
             f"cannot read Namespace {namespace} (for its {SHARED_KEYS_LABEL} label)",
             missing=None,

@@ -27,7 +27,8 @@ import kopf
 
 from redlease.errors import ConfigError, KubeError
 from redlease.kube.client import KubeClient
-from redlease.kube.spec import GROUP, PLURAL, VERSION, SecretRef
+from redlease.kube.spec import SecretRef
+from redlease.kube.verbs import get
 from redlease.operator import injection, ports
 from redlease.operator.secrets import SecretSource
 
@@ -58,9 +59,8 @@ class LockSource:
         self.timeout = timeout
 
     async def get(self, namespace: str, name: str) -> injection.LockLookup:
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
         try:
-            obj = await self.kube.request("GET", path, timeout=self.timeout)
+            obj = await get.lock(self.kube, namespace, name, timeout=self.timeout)
         except KubeError as exc:
             if exc.status == 404:
                 return injection.NOT_FOUND

@@ -28,7 +28,7 @@ from redlease.errors import ConfigError
 from redlease.kube import sidecar_args
 from redlease.kube.auth import required
 from redlease.kube.client import KubeClient
-from redlease.kube.httpguard import GuardedServer
+from redlease.serving.httpguard import GuardedServer
 from redlease.sidecar import status
 from redlease.sidecar.changes import Changes
 from redlease.sidecar.config import ElectionConfig, HttpAddress, SidecarConfig

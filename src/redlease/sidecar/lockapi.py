@@ -10,9 +10,9 @@ Limits (docs/lockapi.md "Limits"): a blocking acquire is parked with the port's 
 :func:`lock_waits` at once, a share of the guard's parked requests that leaves long-polls room);
 the lease table forgets a lease at its local deadline and holds at most ``MAX_LEASES``, counted
 with the acquires in flight; the Redis pool is sized from the parked waits (:func:`pool_size`).
-A blocking acquire waits with a provisional TTL (:data:`PROVISIONAL_TTL_MS`) and extends to the
-asked one once granted while its client is still there, so that a hand-off to a waiter whose
-sidecar died ends after that bound, not after the waiter's ``ttl_ms``.
+A hand-off to a blocking acquire is the library's provisional one (at most
+:data:`redlease.core.scripts.HANDED_MS` until the waiting sidecar confirms it), so that a
+hand-off to a waiter whose sidecar died ends after that bound, not after the waiter's ``ttl_ms``.
 
 The sidecar keeps the Redis connection (its own ``--redis`` target or DistributedLock: one node,
 Cluster, Sentinel or a RedLock set, with its credentials and TLS) and one
@@ -62,7 +62,7 @@ from redlease.errors import (
     LockError,
     NotOwned,
 )
-from redlease.kube.httpguard import MAX_CONNECTIONS, guard_of, park_cap
+from redlease.serving.httpguard import MAX_CONNECTIONS, guard_of, park_cap
 from redlease.sidecar.config import ElectionConfig
 
 log = structlog.get_logger("redlease.sidecar")
@@ -78,9 +78,6 @@ CLOSE_TIMEOUT = 2.0  # seconds to release the app's leases at shutdown; the rest
 RETIRED_FOR = 3600.0  # seconds a lease id of a replaced target still answers 410 (then 404)
 MAX_RETIRED = 4 * MAX_LEASES  # lease ids of replaced targets remembered at most (oldest go)
 READ_TIMEOUT = 2.0  # seconds GET /locks/{name} waits for the nodes' answers
-# the TTL a blocking acquire waits with: a lease handed over to it lasts this long until the
-# sidecar picks it up (and extends it to the asked ttl_ms, if its client is still connected)
-PROVISIONAL_TTL_MS = 3_000
 POOL_SPARE = 32  # Redis connections beyond the waits' and the gate's: clean-ups, pinned replies
 WAITS = "lock-acquire"  # the kind of parked request a blocking acquire is (ConnectionGuard.park)
 RETRY_AFTER_S = 1  # Retry-After of a 503 for a limit of this sidecar or while switching
@@ -88,7 +85,7 @@ RETRY_AFTER_S = 1  # Retry-After of a 503 for a limit of this sidecar or while s
 
 def lock_waits(cap: int) -> int:
     """How many blocking acquires may be parked at once on a port of ``cap`` connections:
-    three quarters of the guard's :func:`~redlease.kube.httpguard.park_cap`, so long-polls of
+    three quarters of the guard's :func:`~redlease.serving.httpguard.park_cap`, so long-polls of
     ``/status`` (``redlease wait``) keep a quarter whatever the app's waits do (96 and 32 of a
     256-connection port's 128)."""
     return max(1, park_cap(cap) * 3 // 4)
@@ -626,10 +623,10 @@ class LockApi:
         set (the waiting client went away). The native acquire and Dapr's lock (:mod:`.dapr`)
         both take their locks here.
 
-        A blocking acquire waits with the provisional TTL, then (its client still there)
-        extends to ``ttl_ms``, so a hand-off to a waiter whose sidecar died ends after
-        :data:`PROVISIONAL_TTL_MS`; a hand-off that expired before it was picked up (an
-        overloaded sidecar) is waited for again while ``wait_ms`` lasts."""
+        A hand-off to a waiting sidecar is the library's provisional one
+        (:data:`redlease.core.scripts.HANDED_MS`, confirmed by the waiter's extend to
+        ``ttl_ms``), so one to a sidecar that died while waiting ends after that bound, not
+        after ``ttl_ms``; one that expired before it was picked up is waited for again."""
         conn = self._live()
         with conn.using():
             if not wait_ms:
@@ -637,23 +634,11 @@ class LockApi:
                 lease = await self._attempt(name, lock.acquire(blocking=False))
                 await self._keep(conn, name, lock, gone)
                 return lock, lease
-            deadline = time.monotonic() + wait_ms / 1000
-            provisional = min(ttl_ms, PROVISIONAL_TTL_MS)
-            while True:
-                lock = self._handle(conn, name, provisional, cls, **options)
-                wait = max(0.001, deadline - time.monotonic())
-                lease = await self._attempt(name, _unless(gone, lock.acquire(timeout=wait)))
-                await self._keep(conn, name, lock, gone)
-                if provisional == ttl_ms:
-                    return lock, lease
-                try:
-                    return lock, await lock.extend(ttl_ms / 1000)
-                except NotOwned:  # the hand-off ran out before this sidecar picked it up
-                    if time.monotonic() >= deadline:
-                        raise ApiError(409, f"lock {name!r} is held", holder=None) from None
-                except LockError as exc:
-                    await _quiet_release(Entry(name, lock))
-                    raise unavailable(exc) from None
+            lock = self._handle(conn, name, ttl_ms, cls, **options)
+            wait = wait_ms / 1000
+            lease = await self._attempt(name, _unless(gone, lock.acquire(timeout=wait)))
+            await self._keep(conn, name, lock, gone)
+            return lock, lease
 
     async def _keep(
         self, conn: Connection, name: str, lock: Lock, gone: asyncio.Event | None
@@ -819,7 +804,6 @@ __all__ = [
     "MAX_BODY",
     "MAX_LEASES",
     "MAX_WAIT_MS",
-    "PROVISIONAL_TTL_MS",
     "AcquireRequest",
     "ApiError",
     "ApiTarget",

@@ -1,7 +1,8 @@
 """Follows a DistributedLock (``--lock-ref``): its spec and Secrets, read into election settings.
 
-The spec is parsed by :func:`redlease.kube.spec.parse_spec`, the same parser the operator uses;
-the object is watched and re-read on every change and every resync.
+The lock is made connectable by :mod:`redlease.kube.resolver`, the rule the operator uses (the
+spec's parser, its Namespace's key scope, its Secrets); the object is watched and re-read on
+every change and every resync.
 """
 
 from __future__ import annotations
@@ -10,43 +11,25 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
 
 import structlog
 
 from redlease.core.urls import Consent, consent_names, redact
 from redlease.errors import ConfigError, KubeError
 from redlease.kube.client import KubeClient
-from redlease.kube.spec import (
-    GROUP,
-    PLURAL,
-    SHARED_KEYS_LABEL,
-    VERSION,
-    Credentials,
-    LockSpec,
-    credentials_from_secret,
-    key_scope,
-    parse_spec,
-    tls_material,
-    with_tls_material,
-)
+from redlease.kube.resolver import ApiReads, connectable, scoped_spec
+from redlease.kube.spec import Credentials, LockSpec
+from redlease.kube.verbs import get, watch
 from redlease.sidecar.config import ElectionConfig, LockRef, election_from_spec
 
 log = structlog.get_logger("redlease.sidecar")
 
 
-def lock_path(ref: LockRef, watch: bool = False) -> str:
-    base = f"/apis/{GROUP}/{VERSION}/namespaces/{quote(ref.namespace)}/{PLURAL}"
-    if watch:
-        return f"{base}?watch=true&fieldSelector=metadata.name%3D{quote(ref.name)}"
-    return f"{base}/{quote(ref.name)}"
-
-
 class LockRefFollower:
     """Reads a DistributedLock (and its Secret) into election settings and follows changes.
 
-    The spec is parsed by :func:`redlease.kube.spec.parse_spec`, the same parser the operator
-    uses; ``identity`` is this pod's own. Credentials given with the reference
+    The lock is resolved by :mod:`redlease.kube.resolver`, as the operator resolves it;
+    ``identity`` is this pod's own. Credentials given with the reference
     (``--username``/``--password``, i.e. ``REDLEASE_USERNAME``/``REDLEASE_PASSWORD``, which an
     injected pod takes from the Secret) are used as they are; only without them is the Secret
     named by ``spec.auth.secretRef`` read through the API (the same for TLS files and the Secrets
@@ -67,6 +50,7 @@ class LockRefFollower:
         resync: float = 30.0,
     ) -> None:
         self.client = client
+        self.reads = ApiReads(client)
         self.ref = ref
         self.identity = identity
         self.on_config = on_config
@@ -86,11 +70,12 @@ class LockRefFollower:
         return config
 
     async def _read(self, obj: dict[str, Any] | None) -> ElectionConfig:
+        namespace = self.ref.namespace
         if obj is None:
-            obj = await self.client.request("GET", lock_path(self.ref))
+            obj = await get.lock(self.client, namespace, self.ref.name)
         if not isinstance(obj, dict):
             raise KubeError(f"DistributedLock {self.ref}: the API answered {obj!r}")
-        spec = dataclasses.replace(parse_spec(obj.get("spec")), scope=await self._scope())
+        spec = await scoped_spec(obj.get("spec"), namespace, self.reads)
         credentials = self._given_credentials(spec)
         given_tls = self.ref.tls
         if self.pinned_nodes is None and (
@@ -98,12 +83,12 @@ class LockRefFollower:
         ):
             self.pinned_nodes = frozenset(spec.target.urls)
         self._check_pinned(spec)
-        ref = spec.secret_ref
-        if ref is not None and credentials is None:
-            secret = await self._secret(ref.name)
-            credentials = credentials_from_secret(secret, ref, spec.target.urls)
-        spec = await self._tls(spec)
-        return election_from_spec(spec, self.identity, credentials, self.ref.replica_timeout)
+        lock = await connectable(
+            spec, namespace, self.reads, credentials=credentials, tls=given_tls
+        )
+        return election_from_spec(
+            lock.spec, self.identity, lock.credentials, self.ref.replica_timeout
+        )
 
     def _given_credentials(self, spec: LockSpec) -> Credentials | None:
         """The credentials given with the reference; with ``--allowed-master``, kept to the
@@ -130,47 +115,6 @@ class LockRefFollower:
             + "; re-create the pod to use other nodes",
         )
 
-    async def _scope(self) -> str | None:
-        """The scope of the lock's keys in Redis, from the labels of its Namespace (the cluster
-        admin's, as for the operator: :func:`redlease.kube.spec.key_scope`). A Namespace that
-        cannot be read fails the read (no election on a guess); one that does not exist has no
-        label."""
-        path = f"/api/v1/namespaces/{quote(self.ref.namespace)}"
-        try:
-            ns = await self.client.request("GET", path)
-        except KubeError as exc:
-            if exc.status != 404:
-                raise KubeError(
-                    f"{exc} (the Namespace's {SHARED_KEYS_LABEL} label decides the Redis names "
-                    f"of the lock's keys: allow get on namespaces/{self.ref.namespace})",
-                    exc.status,
-                ) from None
-            ns = {}
-        labels = ((ns if isinstance(ns, dict) else {}).get("metadata") or {}).get("labels")
-        return key_scope(self.ref.namespace, labels)
-
-    async def _secret(self, name: str) -> dict[str, Any]:
-        path = f"/api/v1/namespaces/{quote(self.ref.namespace)}/secrets/{quote(name)}"
-        secret = await self.client.request("GET", path)
-        return secret if isinstance(secret, dict) else {}
-
-    async def _tls(self, spec: LockSpec) -> LockSpec:
-        """TLS files given with the reference (flags) win; else ``spec.tls``'s Secrets are read
-        (they must consent, as credentials must)."""
-        given = self.ref.tls
-        if given is not None:
-            tls = dataclasses.replace(
-                given,
-                insecure_skip_verify=given.insecure_skip_verify
-                or spec.target.tls.insecure_skip_verify,
-            )
-            return dataclasses.replace(spec, target=spec.target.with_tls(tls))
-        refs = spec.tls_refs
-        if not refs:
-            return spec
-        secrets = {name: await self._secret(name) for name in refs.names()}
-        return with_tls_material(spec, tls_material(refs, secrets, spec.target.urls))
-
     async def initial(self) -> ElectionConfig:
         """Read the object, retrying with back-off until it exists and its spec is valid."""
         delay = 0.5
@@ -193,7 +137,8 @@ class LockRefFollower:
         while True:
             try:
                 await self._apply(None)
-                async for event in self.client.stream(lock_path(self.ref, watch=True), self.resync):
+                ref = self.ref
+                async for event in watch.lock(self.client, ref.namespace, ref.name, self.resync):
                     obj = event.get("object") or {}
                     if (obj.get("metadata") or {}).get("name") != self.ref.name:
                         continue

@@ -27,7 +27,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import structlog
 
@@ -39,6 +38,7 @@ from redlease.kube.events import event_body
 from redlease.kube.lease import LeaseRecord, duration_seconds
 from redlease.kube.leasewriter import LeaseWriter
 from redlease.kube.spec import GROUP, KIND, VERSION
+from redlease.kube.verbs import create
 from redlease.sidecar.election import Transition
 
 log = structlog.get_logger("redlease.sidecar")
@@ -224,20 +224,18 @@ class LeaderEvents:
         )
 
     async def run(self) -> None:
-        path = f"/api/v1/namespaces/{quote(self.namespace)}/events"
         while True:
             event = await self._queue.get()
             try:
-                await self.client.request("POST", path, body=event, timeout=5.0)
+                await create.event(self.client, self.namespace, event, timeout=5.0)
                 self.posted += 1
             except KubeError as exc:
                 log.warning("leader event not posted", message=event["message"], error=str(exc))
 
     async def final(self, timeout: float = 2.0) -> None:
         """Post what is queued (the stopped-leading event of a shutdown), bounded."""
-        path = f"/api/v1/namespaces/{quote(self.namespace)}/events"
         with contextlib.suppress(KubeError, TimeoutError):
             async with asyncio.timeout(timeout):
                 while not self._queue.empty():
-                    await self.client.request("POST", path, body=self._queue.get_nowait())
+                    await create.event(self.client, self.namespace, self._queue.get_nowait())
                     self.posted += 1

@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from urllib.parse import quote
 
 import structlog
 
 from redlease.errors import KubeError
 from redlease.kube.client import KubeClient
 from redlease.kube.spec import LEADER_LABEL
+from redlease.kube.verbs import patch
 
 log = structlog.get_logger("redlease.sidecar")
-
-
-def pod_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
 
 
 class PodLabeller:
@@ -41,13 +37,7 @@ class PodLabeller:
 
     async def _patch(self, leader: bool) -> None:
         body = {"metadata": {"labels": {LEADER_LABEL: "true" if leader else "false"}}}
-        await self.client.request(
-            "PATCH",
-            pod_path(self.namespace, self.pod),
-            body=body,
-            content_type="application/merge-patch+json",
-            timeout=5.0,
-        )
+        await patch.pod(self.client, self.namespace, self.pod, body, timeout=5.0)
 
     async def run(self) -> None:
         delay = 0.5

@@ -8,7 +8,7 @@ the interpreter's lock (the GIL) for every step of a request, and on a busy mach
 loop's thread is often preempted while it holds that lock (measured: p99 75-173 ms, against 8-17
 ms from a process of its own). So the sidecar forks, before its event loop starts, a small
 process that serves ``/healthz`` and ``/readyz`` (:func:`probes_app`) behind its own guard
-(:func:`redlease.kube.httpguard.serve`, :data:`PROBE_CAP` connections) and answers from a
+(:func:`redlease.serving.httpguard.serve`, :data:`PROBE_CAP` connections) and answers from a
 :class:`Verdict` the main loop sends it over a pipe. It shares no lock with the main loop.
 
 The verdict stays honest because it carries its own expiry (monotonic instants: one clock for
@@ -48,7 +48,7 @@ from typing import Protocol
 import structlog
 from aiohttp import web
 
-from redlease.kube.httpguard import serve as guarded
+from redlease.serving.httpguard import serve as guarded
 from redlease.sidecar.web import MAX_REQUEST, json_errors
 
 log = structlog.get_logger("redlease.sidecar")

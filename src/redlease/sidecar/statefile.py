@@ -43,7 +43,7 @@ from typing import Any
 
 from redlease.core.times import parse_time
 from redlease.errors import ConfigError
-from redlease.kube.throttle import Throttle
+from redlease.serving.throttle import Throttle
 
 MARKER = "leader"
 DIR_LOCK = ".sidecar.lock"  # flock'ed by the sidecar that uses the directory; holds its pid

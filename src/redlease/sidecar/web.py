@@ -10,7 +10,7 @@ and no detail, for the kubelet's httpGet probes of the pod IP) is served by a pr
 own: :mod:`.probes`.
 
 A long-poll waits on the sidecar's publication of a new version (:mod:`.changes`), never on a
-timer or Redis; it is parked with the port's guard (:meth:`~redlease.kube.httpguard.
+timer or Redis; it is parked with the port's guard (:meth:`~redlease.serving.httpguard.
 ConnectionGuard.park`): at most half the connection cap waits at once, the rest get 503 with
 ``Retry-After``, and a waiter whose client went away stops waiting.
 """
@@ -26,8 +26,8 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from redlease.core.durations import parse_duration
-from redlease.kube.httpguard import GuardedServer, guard_of
-from redlease.kube.httpguard import serve as guarded
+from redlease.serving.httpguard import GuardedServer, guard_of
+from redlease.serving.httpguard import serve as guarded
 from redlease.sidecar.changes import MAX_WAIT
 from redlease.sidecar.metrics import CONTENT_TYPE
 
@@ -216,7 +216,7 @@ PORTS = 2  # --http and --metrics: each gets half of the descriptor budget
 async def serve(
     source: Source, host: str, port: int, *, metrics_only: bool = False, more: Routes | None = None
 ) -> GuardedServer:
-    """Start serving behind :func:`redlease.kube.httpguard.serve`; an ``OSError`` if the address
+    """Start serving behind :func:`redlease.serving.httpguard.serve`; an ``OSError`` if the address
     cannot be bound."""
     app = make_app(source, metrics_only=metrics_only, more=more)
     return await guarded(app, host, port, share=PORTS)

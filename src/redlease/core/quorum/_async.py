@@ -21,10 +21,9 @@ import time
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-import hiredis
 import redis.exceptions as rex
 
-from redlease.core import _async
+from redlease.core import _async, redispy
 from redlease.core.primitives import give_up_together
 from redlease.core.quorum import _probe, channel
 from redlease.core.quorum.executor import Blpop, Collect, QuorumExecutor, Settle, Step, Steps
@@ -95,7 +94,7 @@ class Channel(channel.Channel):
     async def drain(self) -> None:
         """Flow control: wait while the transport's write buffer is over its high-water mark."""
         conn = self._conn
-        writer = getattr(conn, "_writer", None)
+        writer = getattr(conn, redispy.WRITER, None)
         if writer is None or not writer.transport.get_write_buffer_size():
             return
         try:
@@ -126,7 +125,7 @@ class Channel(channel.Channel):
         )
 
     def _write(self, conn: Any, packed: Any) -> None:
-        writer = getattr(conn, "_writer", None)
+        writer = getattr(conn, redispy.WRITER, None)
         if writer is None or writer.transport.is_closing():  # never reconnect silently here
             raise self._lost()
         if len(packed) == 1:  # hiredis packed it in one piece: straight to the transport
@@ -188,22 +187,12 @@ class Channel(channel.Channel):
 
     def _push(self, conn: Any) -> None:
         """From now on the transport hands what it receives to a :class:`_Feed`: a hiredis
-        reader with redis-py's settings (error classes, decoding); whatever redis-py had
-        buffered and not parsed yet goes to it first."""
-        parser, stream = conn._parser, conn._reader
-        kwargs: dict[str, Any] = {
-            "protocolError": rex.InvalidResponse,
-            "replyError": parser.parse_error,
-            "notEnoughData": _MORE,
-        }
-        if conn.encoder.decode_responses:
-            kwargs["encoding"] = conn.encoder.encoding
-            kwargs["errors"] = conn.encoder.encoding_errors
-        reader = hiredis.Reader(**kwargs)
-        leftover = bytes(getattr(stream, "_buffer", b""))
-        if leftover or getattr(getattr(parser, "_reader", None), "has_data", lambda: False)():
+        reader with redis-py's settings (error classes, decoding). Bytes redis-py buffered
+        after the probe's replies (none are due) would be lost: the connection fails instead."""
+        reader = redispy.hiredis_reader(conn, _MORE)
+        if reader is None:
             raise rex.InvalidResponse(f"{self.name}: unexpected data after the probe")
-        transport = conn._writer.transport
+        transport = getattr(conn, redispy.WRITER).transport
         transport.set_protocol(_Feed(self, conn, transport.get_protocol(), reader))
 
 
@@ -220,7 +209,7 @@ async def collect(
     timer. Past the deadline, replies that had arrived by then were handed out already (the
     event loop runs read callbacks before timers)."""
     for ch, _ in pairs:
-        writer = getattr(ch._conn, "_writer", None)
+        writer = getattr(ch._conn, redispy.WRITER, None)
         if writer is not None and writer.transport.get_write_buffer_size():
             await ch.drain()
     due = [slot for _, slot in pairs if not slot.done]

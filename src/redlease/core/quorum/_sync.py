@@ -16,7 +16,7 @@ from typing import Any
 
 import redis.exceptions as rex
 
-from redlease.core import _sync
+from redlease.core import _sync, redispy
 from redlease.core.primitives import give_up_together
 from redlease.core.quorum import _probe, channel
 from redlease.core.quorum.executor import Blpop, Collect, QuorumExecutor, Settle, Step, Steps
@@ -105,7 +105,7 @@ class Channel(channel.Channel):
         threading.Thread(target=self._run, name=f"redlease-node-{self.name}", daemon=True).start()
 
     def _write(self, conn: Any, packed: Any) -> None:
-        if getattr(conn, "_sock", True) is None:  # dropped: never reconnect silently here
+        if getattr(conn, redispy.SOCK, True) is None:  # dropped: never reconnect silently here
             raise self._lost()
         conn.send_packed_command(packed, check_health=False)
 
@@ -148,7 +148,7 @@ class Channel(channel.Channel):
             # past the lateness: only what is already there (CPython polls >= 1 ms)
             left = max(min(late - start, channel.LATE_GRACE), 1e-6)
             try:
-                sock = conn._sock
+                sock = getattr(conn, redispy.SOCK)
                 if sock is None:
                     raise self._lost()
                 sock.settimeout(left)  # bounds this read, partial replies included

@@ -45,7 +45,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
-from redlease.kube.throttle import Throttle
+from redlease.serving.throttle import Throttle
 
 MAX_CONNECTIONS = 256  # more than probes, scrapers and the API server need; see connection_cap
 REQUEST_TIMEOUT = 5.0  # a connection gets this long for each complete request (header + idle)
@@ -344,7 +344,7 @@ def _key(transport: asyncio.BaseTransport) -> object:
 
 class RateLimit(logging.Filter):
     """Lets the same message through at most once per ``interval`` seconds (a
-    :class:`~redlease.kube.throttle.Throttle`); the next one that passes says how many were
+    :class:`~redlease.serving.throttle.Throttle`); the next one that passes says how many were
     suppressed."""
 
     def __init__(self, interval: float = 10.0) -> None:

@@ -11,7 +11,7 @@ import socket
 
 from aiohttp import web
 
-from redlease.kube.httpguard import ConnectionGuard, port_descriptors, serve
+from redlease.serving.httpguard import ConnectionGuard, port_descriptors, serve
 
 
 class Transport:
