@@ -22,7 +22,7 @@ from redlease.core.keys import LockKeys, scoped_name
 from redlease.devtools.localredis import RedisServer, free_port
 from redlease.devtools.sidecarprocs import Sidecar, env
 from redlease.kube import paths
-from redlease.sidecar import lockapi
+from redlease.sidecar import lockapi, locktarget
 
 NS = "shop"
 DLOCKS = "redlease.dev/v1alpha1/distributedlocks"
@@ -144,9 +144,11 @@ async def test_acquires_wait_for_the_switch_and_old_leases_answer_410(
     """While the old target's leases are being released (its Redis is paused here, so the
     switch cannot finish), acquires answer 503 with ``Retry-After`` and the old lease's extend
     and release 410; once released, grants come from the new target. Before: no switch."""
-    from redlease.sidecar.lockapi import ApiTarget, LockApi  # here: main had neither
+    from redlease.sidecar.lockapi import LockApi  # here: main had neither
+    from redlease.sidecar.locktarget import ApiTarget
 
     monkeypatch.setattr(lockapi, "CLOSE_TIMEOUT", 60.0)  # the switch waits for the paused node
+    monkeypatch.setattr(locktarget, "CLOSE_TIMEOUT", 60.0)  # and so does the old client's close
     new = RedisServer().start()
     api = LockApi("jobs/", "pod-a")
     app = web.Application()

@@ -29,11 +29,12 @@ from redlease.core.keys import LockKeys
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import Sidecar, until, wait_until
 from redlease.serving import httpguard
-from redlease.sidecar import lockapi
-from redlease.sidecar.lockapi import ApiTarget, LockApi
+from redlease.sidecar.leasetable import Leases
+from redlease.sidecar.lockapi import LockApi
+from redlease.sidecar.locktarget import ApiTarget, lock_waits
 
 PREFIX = "jobs/"
-WAITS = lockapi.lock_waits(httpguard.MAX_CONNECTIONS)  # 96 of a 256-connection port
+WAITS = lock_waits(httpguard.MAX_CONNECTIONS)  # 96 of a 256-connection port
 
 
 # -- clients --------------------------------------------------------------------------------
@@ -188,7 +189,7 @@ def test_stalled_bodies_time_out_and_probes_still_answer(api: Sidecar) -> None:
 @contextlib.asynccontextmanager
 async def served(url: str, limit: int) -> AsyncIterator[tuple[LockApi, str]]:
     api = LockApi(PREFIX, "pod-a")
-    api.leases = lockapi.Leases(limit)
+    api.leases = Leases(limit)
     api.switch_to(ApiTarget(validate_target([url])))
     app = web.Application()
     api.add_routes(app)

@@ -12,8 +12,9 @@ from redlease.cli.login import Pod
 from redlease.cli.sidecar import sidecar_config
 from redlease.core.lease import Lease
 from redlease.errors import ConfigError, LockContention, NotOwned
-from redlease.sidecar import lockapi
-from redlease.sidecar.lockapi import ApiError, Leases
+from redlease.sidecar import lockanswers, locktarget
+from redlease.sidecar.leasetable import Leases
+from redlease.sidecar.lockanswers import ApiError
 
 
 def refused(call: object, *args: object) -> ApiError:
@@ -27,21 +28,21 @@ def body(doc: object) -> bytes:
 
 
 def test_names_inside_the_prefix_only() -> None:
-    assert lockapi.check_name("jobs/a", "jobs/") == "jobs/a"
-    outside = refused(lockapi.check_name, "other", "jobs/")
+    assert lockanswers.check_name("jobs/a", "jobs/") == "jobs/a"
+    outside = refused(lockanswers.check_name, "other", "jobs/")
     assert (outside.status, outside.body["field"]) == (403, "name")
-    bad = refused(lockapi.check_name, "jobs/a b", "jobs/")
+    bad = refused(lockanswers.check_name, "jobs/a b", "jobs/")
     assert (bad.status, bad.body["field"]) == (400, "name")
-    scoped = refused(lockapi.check_name, "jobs/ns#a", "jobs/")  # '#' is the namespace's
+    scoped = refused(lockanswers.check_name, "jobs/ns#a", "jobs/")  # '#' is the namespace's
     assert scoped.status == 400
 
 
 def test_acquire_bodies() -> None:
-    assert lockapi.parse_acquire(body({"ttl_ms": 5000})) == lockapi.AcquireRequest(5000, 0)
-    assert lockapi.parse_acquire(body({"ttl_ms": 50, "wait_ms": lockapi.MAX_WAIT_MS})) == (
-        lockapi.AcquireRequest(50, lockapi.MAX_WAIT_MS)
+    assert lockanswers.parse_acquire(body({"ttl_ms": 5000})) == lockanswers.AcquireRequest(5000, 0)
+    assert lockanswers.parse_acquire(body({"ttl_ms": 50, "wait_ms": lockanswers.MAX_WAIT_MS})) == (
+        lockanswers.AcquireRequest(50, lockanswers.MAX_WAIT_MS)
     )
-    assert lockapi.parse_acquire(body({"ttl_ms": 86_400_000})).ttl_ms == 86_400_000
+    assert lockanswers.parse_acquire(body({"ttl_ms": 86_400_000})).ttl_ms == 86_400_000
 
 
 @pytest.mark.parametrize(
@@ -55,7 +56,7 @@ def test_acquire_bodies() -> None:
         (body({"ttl_ms": 49}), "ttl_ms"),
         (body({"ttl_ms": 86_400_001}), "ttl_ms"),
         (body({"ttl_ms": 1000, "wait_ms": -1}), "wait_ms"),
-        (body({"ttl_ms": 1000, "wait_ms": lockapi.MAX_WAIT_MS + 1}), "wait_ms"),
+        (body({"ttl_ms": 1000, "wait_ms": lockanswers.MAX_WAIT_MS + 1}), "wait_ms"),
         (body({"ttl_ms": 1000, "wait_ms": "1"}), "wait_ms"),
         (b"{", "body"),
         (b"\xff\xfe", "body"),
@@ -64,17 +65,17 @@ def test_acquire_bodies() -> None:
     ],
 )
 def test_bad_acquire_bodies_name_the_field(raw: bytes, field: str) -> None:
-    error = refused(lockapi.parse_acquire, raw)
+    error = refused(lockanswers.parse_acquire, raw)
     assert (error.status, error.body["field"]) == (400, field)
 
 
 def test_extend_and_release_bodies() -> None:
-    assert lockapi.parse_extend(body({"lease": "L"})) == lockapi.ExtendRequest("L", None)
-    assert lockapi.parse_extend(body({"lease": "L", "ttl_ms": 900})).ttl_ms == 900
-    assert lockapi.parse_release(body({"lease": "L"})) == "L"
+    assert lockanswers.parse_extend(body({"lease": "L"})) == lockanswers.ExtendRequest("L", None)
+    assert lockanswers.parse_extend(body({"lease": "L", "ttl_ms": 900})).ttl_ms == 900
+    assert lockanswers.parse_release(body({"lease": "L"})) == "L"
     for raw in (b"{}", body({"lease": ""}), body({"lease": 3})):
-        assert refused(lockapi.parse_release, raw).body["field"] == "lease"
-    assert refused(lockapi.parse_extend, body({"lease": "L", "ttl_ms": 0})).body["field"] == (
+        assert refused(lockanswers.parse_release, raw).body["field"] == "lease"
+    assert refused(lockanswers.parse_extend, body({"lease": "L", "ttl_ms": 0})).body["field"] == (
         "ttl_ms"
     )
 
@@ -95,10 +96,10 @@ def test_lease_ids_are_random_and_bound_to_their_name() -> None:
 
 def test_answers() -> None:
     lease = Lease("jobs/a", fencing_token=7, ttl=10.0, deadline=0.0, acquired_at_ms=0)
-    assert lockapi.granted("L", lease) == {"lease": "L", "fencing_token": 7, "expires_in_ms": 0}
-    conflict = lockapi.held("jobs/a", LockContention("jobs/a", holder="pod-b"))
+    assert lockanswers.granted("L", lease) == {"lease": "L", "fencing_token": 7, "expires_in_ms": 0}
+    conflict = lockanswers.held("jobs/a", LockContention("jobs/a", holder="pod-b"))
     assert (conflict.status, conflict.body["holder"]) == (409, "pod-b")
-    gone = lockapi.lost("L", NotOwned("jobs/a", "not the owner"))
+    gone = lockanswers.lost("L", NotOwned("jobs/a", "not the owner"))
     assert (gone.status, gone.body["field"]) == (410, "lease")
 
 
@@ -153,7 +154,7 @@ def test_reservations_count_against_the_limit() -> None:
 
 def test_deeply_nested_json_is_a_400_naming_the_body() -> None:
     for raw in (b"[" * 4000, b'{"a":' * 2000):
-        error = refused(lockapi.parse_acquire, raw)
+        error = refused(lockanswers.parse_acquire, raw)
         assert (error.status, error.body["field"]) == (400, "body")
 
 
@@ -174,6 +175,6 @@ def test_the_prefix_must_not_cover_the_sidecars_own_lock(
 
 
 def test_waits_and_pool_follow_the_port() -> None:
-    assert lockapi.lock_waits(256) == 96  # of 128 parked requests: 32 stay for long-polls
-    assert lockapi.pool_size(256) > lockapi.lock_waits(256) + 4  # + the short requests' gate
-    assert lockapi.pool_size() >= lockapi.pool_size(64)
+    assert locktarget.lock_waits(256) == 96  # of 128 parked requests: 32 stay for long-polls
+    assert locktarget.pool_size(256) > locktarget.lock_waits(256) + 4  # + the short requests' gate
+    assert locktarget.pool_size() >= locktarget.pool_size(64)

@@ -100,7 +100,7 @@ def sidecar_config(
     from redlease.sidecar import config as sc
     from redlease.sidecar.apiauth import check_exposure, read_token
     from redlease.sidecar.dapr import validate_store
-    from redlease.sidecar.lockapi import validate_prefix
+    from redlease.sidecar.lockanswers import validate_prefix
 
     ref = flags.lock_ref(args, pod.namespace)
     election = None

@@ -34,7 +34,9 @@ from redlease.core.handles import Held, check_timeout
 from redlease.core.lease import Lease
 from redlease.core.requests import Flow
 from redlease.errors import ConfigError, LockError, NotOwned
-from redlease.sidecar.lockapi import TTL_MS, ApiError, LockApi, check_name, parse_body, read_capped
+from redlease.sidecar.lockanswers import TTL_MS, ApiError, check_name, parse_body
+from redlease.sidecar.lockapi import LockApi
+from redlease.sidecar.lockhttp import read_capped
 
 DEFAULT_STORE = "redlease"  # --dapr-store: the store name apps pass (Dapr's component name)
 API_ALPHA = "/v1.0-alpha1"
@@ -66,7 +68,7 @@ class DaprError(Exception):
 
 
 def from_api(exc: ApiError, code: str) -> DaprError:
-    """A native answer (:class:`~redlease.sidecar.lockapi.ApiError`) in Dapr's shape: a 4xx
+    """A native answer (:class:`~redlease.sidecar.lockanswers.ApiError`) in Dapr's shape: a 4xx
     is the caller's (``ERR_MALFORMED_REQUEST``), anything else ``code`` (Dapr's ERR_TRY_LOCK
     or ERR_UNLOCK) with its own status (503: Redis did not answer, or the sidecar stops)."""
     message = str(exc.body.get("error", exc))

@@ -65,7 +65,7 @@ AUTOMOUNT_WARNING = (
 
 DEFAULT_GRACE_SECONDS = 30  # a pod's terminationGracePeriodSeconds when it sets none
 # Seconds the sidecar needs after its drain: the release, the step-down's state-file writes and
-# the lock API's bounded release of the app's leases (sidecar/lockapi.py CLOSE_TIMEOUT, 2 s).
+# the lock API's bounded release of the app's leases (sidecar/locktarget.py CLOSE_TIMEOUT, 2 s).
 DRAIN_MARGIN_SECONDS = 5
 
 
