@@ -9,7 +9,8 @@ from redlease.core import scripts
 from redlease.core.intents import Extended, FenceRaised, Released
 from redlease.core.keys import LockKeys
 from redlease.core.primitives import Options, Primitive
-from redlease.core.quorum.flows import FanOut, QFlow, Ready, Settings, run
+from redlease.core.quorum.flows import run
+from redlease.core.quorum.protocol import FanOut, QFlow, Ready, Settings
 from redlease.core.replies import Outcome, decode_acquire
 from redlease.core.requests import Call
 from redlease.core.rules import LATE, Probe, Reply, Result

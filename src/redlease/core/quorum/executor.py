@@ -2,7 +2,7 @@
 
 :class:`QuorumExecutor` turns one :mod:`redlease.core.requests` request into the quorum flow of
 :mod:`~redlease.core.quorum.flows` and carries it out: connect and probe every node
-(:class:`~redlease.core.quorum.flows.Ready`), write a fan-out to every node's
+(:class:`~redlease.core.quorum.protocol.Ready`), write a fan-out to every node's
 :class:`~redlease.core.quorum.channel.Channel` from the caller (no reader threads or tasks),
 collect the replies under one deadline, and wait for wake-ups on one reachable node. Where it
 must block it yields an :data:`Step` (:class:`Settle`, :class:`Collect`, :class:`Blpop`,
@@ -19,17 +19,8 @@ from typing import Any
 
 from redlease.core import client as _redis
 from redlease.core.quorum.channel import FIRST_CONTACT, Channel, Corked, Memo, Slot, flush
-from redlease.core.quorum.flows import (
-    Batch,
-    Command,
-    FanOut,
-    QFlow,
-    QRequest,
-    Ready,
-    Settings,
-    read_owner,
-    run,
-)
+from redlease.core.quorum.flows import read_owner, run
+from redlease.core.quorum.protocol import Batch, Command, FanOut, QFlow, QRequest, Ready, Settings
 from redlease.core.requests import Call, GaveUp, Request, Wait
 from redlease.core.rules import LATE, Down, Probe, Reply, Result
 from redlease.core.timing import MIN_WAIT

@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 from redlease.core import client as _redis
 from redlease.core.quorum import _async, _sync
 from redlease.core.quorum.channel import Channel
-from redlease.core.quorum.flows import Settings
+from redlease.core.quorum.protocol import Settings
 from redlease.core.rules import (
     RESTART_DELAY,
     check_quorum,
