@@ -11,7 +11,7 @@ import helm_python as helm
 import pytest
 
 from redlease.devtools.manifests import POLICY_KUBE_VERSION, render, validate_builtin
-from redlease.kube.spec import LEADER_LABEL
+from redlease.kube.names import LEADER_LABEL
 
 SA = "system:serviceaccount:apps:redlease-sidecar"
 POD_NAME_KEY = "authentication.kubernetes.io/pod-name"

@@ -11,7 +11,8 @@ import pytest
 from redlease.core.rules import MAX_HOLDERS
 from redlease.devtools.manifests import api_server_accepts, lock_object, version_schema
 from redlease.errors import ConfigError
-from redlease.kube.spec import OBJECT_FIELDS, Fields, parse_spec
+from redlease.kube.fields import OBJECT_FIELDS, Fields
+from redlease.kube.spec import parse_spec
 
 ONE = [{"url": "redis://redis:6379/0"}]
 THREE = [{"url": f"redis://r{i}:6379/0"} for i in range(3)]
@@ -194,7 +195,7 @@ def test_holders_bound_is_the_cores() -> None:
 
 
 def _declared(schema: dict[str, Any]) -> Fields | list[Fields] | None:
-    """The field tree of a schema node, in the shape of :data:`redlease.kube.spec.SPEC_FIELDS`."""
+    """The field tree of a schema node, in the shape of :data:`redlease.kube.fields.SPEC_FIELDS`."""
     if schema.get("type") == "array" and (schema.get("items") or {}).get("properties"):
         return [_declared(schema["items"])]  # type: ignore[list-item]
     if schema.get("properties"):

@@ -21,7 +21,7 @@ from redlease.devtools.manifests import restricted_violations, validate_builtin
 from redlease.devtools.pods import pod_spec
 from redlease.devtools.sidecarprocs import ROOT, env
 from redlease.errors import ConfigError
-from redlease.kube.spec import CREDENTIALS_LABEL
+from redlease.kube.names import CREDENTIALS_LABEL
 from redlease.operator.injection import INJECTED_ANNOTATION, LOCK_ANNOTATION, SIDECAR_NAME
 
 ANNOTATIONS = {LOCK_ANNOTATION: "orders"}

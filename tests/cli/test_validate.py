@@ -159,7 +159,7 @@ def test_misspelled_fields_fail_with_path_and_did_you_mean(tmp_path: Path) -> No
     ],
 )
 def test_unknown_fields_at_every_level(doc: dict[str, Any], fields: list[str]) -> None:
-    from redlease.kube.spec import unknown_fields
+    from redlease.kube.fields import unknown_fields
 
     found = unknown_fields({**THREE_ERRORS, "spec": {}, **doc})
     assert [e.field for e in found] == fields

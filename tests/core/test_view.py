@@ -6,7 +6,7 @@ from typing import Any
 
 from redlease.core import view as lockview
 from redlease.core.observe import Notices
-from redlease.core.rules import OPERATOR, REJOINING, Probe
+from redlease.core.restart import OPERATOR, REJOINING, Probe
 from redlease.core.state import Holder, LockState
 from redlease.core.view import lock_view
 

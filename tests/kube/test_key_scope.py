@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from redlease.core.keys import LockKeys, scoped_name, validate_name
 from redlease.errors import ConfigError
-from redlease.kube.spec import SHARED_KEYS_LABEL, key_scope, parse_spec
+from redlease.kube.names import SHARED_KEYS_LABEL
+from redlease.kube.spec import key_scope, parse_spec
 from redlease.sidecar.config import election_from_spec
 
 NAMES = st.from_regex(r"[A-Za-z0-9._:/@+=-]{1,20}", fullmatch=True)

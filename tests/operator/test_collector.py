@@ -133,7 +133,8 @@ async def test_cycle_reads_with_the_collector_paused(
     meanwhile (so those objects are not promoted), and on again once the cycle is over."""
     from redlease.core import view as lockview
     from redlease.kube.auth import ClusterAuth
-    from redlease.operator.handlers import OperatorConfig, Runtime
+    from redlease.operator.config import OperatorConfig
+    from redlease.operator.runtime import Runtime
 
     runtime = Runtime(OperatorConfig(namespaces=("a",), kube=ClusterAuth("http://127.0.0.1:9")))
     seen: list[bool] = []

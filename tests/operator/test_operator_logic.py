@@ -160,7 +160,8 @@ def test_health_fails_without_refresh_loop() -> None:
     import kopf
 
     from redlease.kube.auth import ClusterAuth
-    from redlease.operator.handlers import OperatorConfig, Runtime
+    from redlease.operator.config import OperatorConfig
+    from redlease.operator.runtime import Runtime
 
     config = OperatorConfig(namespaces=("a",), kube=ClusterAuth("http://127.0.0.1:9"))
     with pytest.raises(kopf.PermanentError):

@@ -4,7 +4,7 @@ reconciling, the idle connections are dropped within the header timeout, the log
 
 The floods of the three ports are queued while the operator is stopped (SIGSTOP), so that it
 accepts on every port at once: each port then holds its cap and the sockets still on asyncio's
-accept path (``httpguard.port_descriptors``), all three at the same time."""
+accept path (``portlimits.port_descriptors``), all three at the same time."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from redlease.devtools.localredis import RedisServer, free_port
 from redlease.devtools.netfault import closed_by_server, half_open
 from redlease.devtools.webhookharness import parse_answer, review
 from redlease.operator import ports
-from redlease.serving.httpguard import REQUEST_TIMEOUT
+from redlease.serving.portlimits import REQUEST_TIMEOUT
 
 FD_LIMIT = 256
 FLOOD = 300  # half-open connections per port

@@ -19,7 +19,7 @@ from redlease.core.quorum import NodeSet
 from redlease.core.times import parse_time
 from redlease.devtools.kubeemulator import NAMESPACE, Cluster, events, until
 from redlease.devtools.localredis import RedisServer
-from redlease.kube.spec import FORCE_RELEASE_ANNOTATION
+from redlease.kube.names import FORCE_RELEASE_ANNOTATION
 from redlease.operator.handlers import FINALIZER
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "distributedlock.yaml"

@@ -12,7 +12,7 @@ import pytest
 from redlease.errors import ConfigError
 from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
-from redlease.kube.spec import SecretRef
+from redlease.kube.secretspec import SecretRef
 from redlease.operator.secrets import SecretSource
 
 

@@ -20,7 +20,7 @@ from redlease.devtools.kubeemulator import NAMESPACE
 from redlease.devtools.manifests import restricted_violations, validate_builtin
 from redlease.devtools.pods import API_ACCESS, LOCK_SPEC, deployment_container, deployment_pod
 from redlease.devtools.webhookharness import Webhook, parse_answer, review, running_webhook
-from redlease.kube.spec import ALLOWED_NODES_ANNOTATION, LEADER_LABEL
+from redlease.kube.names import ALLOWED_NODES_ANNOTATION, LEADER_LABEL
 from redlease.operator import injection
 from redlease.operator.injection import (
     API_LOCKS_ANNOTATION,

@@ -34,7 +34,7 @@ from redlease.devtools.pods import kubelet_probe
 from redlease.devtools.sidecarprocs import ROOT, env
 from redlease.devtools.webhookharness import running_webhook
 from redlease.kube import paths
-from redlease.kube.spec import CREDENTIALS_LABEL, LEADER_LABEL
+from redlease.kube.names import CREDENTIALS_LABEL, LEADER_LABEL
 from redlease.operator.injection import (
     API_LOCKS_ANNOTATION,
     HTTP_PORT_ANNOTATION,

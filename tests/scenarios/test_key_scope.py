@@ -35,8 +35,10 @@ from redlease.errors import KubeError
 from redlease.kube import paths
 from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
-from redlease.kube.spec import CREDENTIALS_LABEL, FORCE_RELEASE_ANNOTATION, SHARED_KEYS_LABEL
-from redlease.operator.handlers import OperatorConfig, Runtime, build_registry
+from redlease.kube.names import CREDENTIALS_LABEL, FORCE_RELEASE_ANNOTATION, SHARED_KEYS_LABEL
+from redlease.operator.config import OperatorConfig
+from redlease.operator.handlers import build_registry
+from redlease.operator.runtime import Runtime
 from redlease.operator.secrets import SecretSource
 from redlease.sidecar.config import ElectionConfig, LockRef
 from redlease.sidecar.lockref import LockRefFollower

@@ -11,7 +11,8 @@ import socket
 
 from aiohttp import web
 
-from redlease.serving.httpguard import ConnectionGuard, port_descriptors, serve
+from redlease.serving.httpguard import ConnectionGuard, serve
+from redlease.serving.portlimits import port_descriptors
 
 
 class Transport:

@@ -16,7 +16,9 @@ from redlease.core.timing import validate_timing
 from redlease.core.view import LockView, lock_view
 from redlease.election.campaign import Defer
 from redlease.errors import ConfigError, LockUnavailable, NotOwned
-from redlease.kube.spec import CREDENTIALS_LABEL, SecretRef, credentials_from_secret, parse_spec
+from redlease.kube.names import CREDENTIALS_LABEL
+from redlease.kube.secretspec import SecretRef, credentials_from_secret
+from redlease.kube.spec import parse_spec
 from redlease.operator.reader import targets_for
 from redlease.sidecar.config import ElectionConfig, election_from_spec
 from redlease.sidecar.election import Candidate, Transition

@@ -28,13 +28,13 @@ from redlease.core.connect import validate_target
 from redlease.core.keys import LockKeys
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import Sidecar, until, wait_until
-from redlease.serving import httpguard
+from redlease.serving import httpguard, portlimits
 from redlease.sidecar.leasetable import Leases
 from redlease.sidecar.lockapi import LockApi
 from redlease.sidecar.locktarget import ApiTarget, lock_waits
 
 PREFIX = "jobs/"
-WAITS = lock_waits(httpguard.MAX_CONNECTIONS)  # 96 of a 256-connection port
+WAITS = lock_waits(portlimits.MAX_CONNECTIONS)  # 96 of a 256-connection port
 
 
 # -- clients --------------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def test_stalled_bodies_time_out_and_probes_still_answer(api: Sidecar) -> None:
         timed_out = [s for s in stalled if s.status() == 408]
         assert len(timed_out) >= 200, [s.got[:40] for s in stalled[:5]]
         assert all(b'"error"' in s.got for s in timed_out)
-        assert took < httpguard.BODY_TIMEOUT + 15
+        assert took < portlimits.BODY_TIMEOUT + 15
         probes_answer(api.port, times=2)
     finally:
         for s in stalled:

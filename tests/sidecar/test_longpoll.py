@@ -22,7 +22,7 @@ import pytest
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.netfault import half_open
 from redlease.devtools.sidecarprocs import ROOT, Sidecar, env, wait_until
-from redlease.serving import httpguard
+from redlease.serving import portlimits
 from redlease.sidecar import web
 
 TTL, DEADLINE, RETRY = 3.0, 2.0, 0.1
@@ -171,8 +171,8 @@ def test_waiters_take_at_most_half_the_connection_cap(
 ) -> None:
     # 256 descriptors: a cap of 84 connections per port, 42 may wait (the sidecar's two ports
     # share what the reserve leaves, each with its accepts in flight)
-    cap = httpguard.cap_within(256, httpguard.MAX_CONNECTIONS, web.PORTS)
-    waits = httpguard.park_cap(cap)
+    cap = portlimits.cap_within(256, portlimits.MAX_CONNECTIONS, web.PORTS)
+    waits = portlimits.park_cap(cap)
     sc = alone(sidecars, redis_server, lock_name, max_open_files=256)
     version = sc.status()["version"]  # type: ignore[index]
     request = f"GET /status?wait=30&since={version} HTTP/1.1\r\nHost: sidecar\r\n\r\n".encode()

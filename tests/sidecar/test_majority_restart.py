@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from redlease.core.rules import RESTART_DELAY
+from redlease.core.restart import RESTART_DELAY
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import Sidecar, wait_until
 

@@ -17,7 +17,7 @@ import pytest
 
 from redlease.devtools.sidecarprocs import ROOT, Sidecar, env, until, wait_until
 from redlease.devtools.tlsredis import TlsRedis
-from redlease.kube.spec import CREDENTIALS_LABEL
+from redlease.kube.names import CREDENTIALS_LABEL
 
 NS = "shop"
 DLOCKS = "redlease.dev/v1alpha1/distributedlocks"

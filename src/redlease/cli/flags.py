@@ -293,7 +293,7 @@ def lock_ref(args: argparse.Namespace, namespace: str | None) -> LockRef | None:
     if given_tls is not None:  # given (injected pods: from the spec.tls Secrets as volumes)
         ref = replace(ref, tls=given_tls)
     if args.password:  # given (injected pods: from the Secret via env): the Secret is not read
-        from redlease.kube.spec import Credentials
+        from redlease.kube.secretspec import Credentials
 
         ref = replace(ref, credentials=Credentials(args.username or None, args.password))
     return ref

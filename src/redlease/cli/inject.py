@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from redlease.cli.command import Command, Flag
 from redlease.cli.flags import host_port
 from redlease.errors import ConfigError
-from redlease.kube.spec import API_VERSION, KIND
+from redlease.kube.names import API_VERSION, KIND
 from redlease.operator import injection
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from redlease.cli.command import Command, Flag
 from redlease.cli.login import Pod, sidecar_login, this_pod
 from redlease.core.durations import parse_duration
 from redlease.kube import sidecar_args as sa
-from redlease.kube.spec import DEFAULT_READY, READY_MODES
+from redlease.kube.names import DEFAULT_READY, READY_MODES
 
 if TYPE_CHECKING:
     from redlease.kube.auth import ClusterAuth

@@ -2,7 +2,7 @@
 
 The rules are the spec model's (:func:`redlease.kube.spec.parse_spec`: the same verdicts as the
 CRD schema and its CEL rules, held together by tests/chart/test_spec_table.py), the object
-name's, and :func:`redlease.kube.spec.unknown_fields` (every field the CRD does not declare, with
+name's, and :func:`redlease.kube.fields.unknown_fields` (every field the CRD does not declare, with
 a did-you-mean: the API server would drop it silently, ``kubectl apply --validate=strict``
 refuses it). The parser stops at the first bad field, so :func:`lock_errors` peels: it sets the
 field it named aside (an optional one dropped to its default, a required one replaced by a valid
@@ -22,7 +22,9 @@ from typing import Any
 
 from redlease.cli.command import Command, Flag
 from redlease.errors import ConfigError
-from redlease.kube.spec import API_VERSION, KIND, parse_spec, unknown_fields, validate_object_name
+from redlease.kube.fields import unknown_fields
+from redlease.kube.names import API_VERSION, KIND
+from redlease.kube.spec import parse_spec, validate_object_name
 
 _STAND_IN = ("keys", "nodes")  # required: replaced by valid stand-ins, never dropped
 _PATH = re.compile(r"spec\.(\w+)(?:\[(\d+)\])?")

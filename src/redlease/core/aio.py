@@ -17,7 +17,8 @@ from typing import Any
 
 from redlease.core import _async
 from redlease.core import _log as log
-from redlease.core.handles import HandleCore, ReadWritePair, SemaphoreCore
+from redlease.core.handlekinds import ReadWritePair, SemaphoreCore
+from redlease.core.handles import HandleCore
 from redlease.core.lease import Lease, RenewerBase
 from redlease.core.multi import MultiCore
 from redlease.core.state import LockState

@@ -16,7 +16,8 @@ from redlease.core import _async
 from redlease.core.keys import LockKeys
 from redlease.core.quorum import _probe
 from redlease.core.requests import Flow
-from redlease.core.rules import OPERATOR, RESTART_DELAY, Outside, Probe, semaphore_quorum
+from redlease.core.restart import OPERATOR, RESTART_DELAY, Outside, Probe
+from redlease.core.rules import semaphore_quorum
 from redlease.core.state import LockState, read_state_flow
 from redlease.core.timing import REPLY_GRACE, Budget, within
 from redlease.core.view import LockView, NodeAnswer, lock_view

@@ -11,7 +11,7 @@ says the lock is free only if no lease could still have a quorum (counting the n
 not answer as possibly holding it); otherwise the holder is *unknown* and the view says why.
 ``healthy`` is the number of nodes that answered this round and count: a RedLock node that lost
 its data (restarted empty, or from an AOF naming an earlier server run) answers but does not
-count until it rejoins (:func:`redlease.core.rules.standing`); the view names it and why.
+count until it rejoins (:func:`redlease.core.restart.standing`); the view names it and why.
 Nothing else writes ``healthy``.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redlease.core.rules import RESTART_DELAY, Outside, Probe, standing
+from redlease.core.restart import RESTART_DELAY, Outside, Probe, standing
 from redlease.core.state import Holder, LockState
 from redlease.core.times import format_time
 
@@ -177,7 +177,7 @@ def lock_view(
     ``answers`` maps a secret-free node name to that node's per-key states, or to the exception
     that kept it from answering. ``probes`` (RedLock sets only) maps a node name to what its
     server and marker said in the same round: a node that does not count
-    (:func:`redlease.core.rules.standing`, in the node set's restart mode) is left out of
+    (:func:`redlease.core.restart.standing`, in the node set's restart mode) is left out of
     ``healthy`` and of the quorum rule.
     """
     keys = tuple(keys)

@@ -30,13 +30,10 @@ from redlease.core.times import format_time
 from redlease.kube import paths
 from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
-from redlease.kube.spec import CREDENTIALS_LABEL, GROUP, PLURAL, SHARED_KEYS_LABEL, VERSION
-from redlease.operator.handlers import (
-    OperatorConfig,
-    Runtime,
-    build_registry,
-    operator_settings,
-)
+from redlease.kube.names import CREDENTIALS_LABEL, GROUP, PLURAL, SHARED_KEYS_LABEL, VERSION
+from redlease.operator.config import OperatorConfig
+from redlease.operator.handlers import build_registry, operator_settings
+from redlease.operator.runtime import Runtime
 from redlease.operator.secrets import SecretSource
 
 RESOURCE = f"{GROUP}/{VERSION}/{PLURAL}"

@@ -25,7 +25,7 @@ import kmock
 
 from redlease.devtools.kubeemulator import NAMESPACE, Emulator, events, kubeconfig, until
 from redlease.devtools.localredis import free_port
-from redlease.kube.spec import PLURAL
+from redlease.kube.names import PLURAL
 
 GONE = {
     "kind": "Status",

@@ -18,7 +18,7 @@ from pathlib import Path
 import trustme
 
 from redlease.devtools.localredis import RedisServer, TlsFiles
-from redlease.kube.spec import CREDENTIALS_LABEL
+from redlease.kube.names import CREDENTIALS_LABEL
 
 
 @dataclass

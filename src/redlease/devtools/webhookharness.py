@@ -35,9 +35,11 @@ from redlease.devtools.kubeemulator import (
 from redlease.devtools.localredis import free_port
 from redlease.kube.auth import ClusterAuth
 from redlease.kube.client import KubeClient
-from redlease.kube.spec import CREDENTIALS_LABEL
-from redlease.operator.handlers import OperatorConfig, Runtime, build_registry
+from redlease.kube.names import CREDENTIALS_LABEL
+from redlease.operator.config import OperatorConfig
+from redlease.operator.handlers import build_registry
 from redlease.operator.injection import InjectConfig
+from redlease.operator.runtime import Runtime
 from redlease.operator.secrets import SecretSource
 from redlease.operator.webhook import HANDLER_ID, LockSource, WebhookConfig
 

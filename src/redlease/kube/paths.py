@@ -11,8 +11,8 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from redlease.kube.lease import API_VERSION as LEASE_API_VERSION
-from redlease.kube.spec import API_VERSION as LOCK_API_VERSION
-from redlease.kube.spec import PLURAL as LOCK_PLURAL
+from redlease.kube.names import API_VERSION as LOCK_API_VERSION
+from redlease.kube.names import PLURAL as LOCK_PLURAL
 
 CORE = "/api/v1"
 LOCKS = f"/apis/{LOCK_API_VERSION}"

@@ -5,8 +5,8 @@ A lock is connectable with four things, in this order: its spec
 (:func:`~redlease.kube.spec.parse_spec`); the scope of its keys in Redis, from its Namespace's
 labels (:func:`~redlease.kube.spec.key_scope`); its credentials, from the Secret
 ``spec.auth.secretRef`` names, by that Secret's consent
-(:func:`~redlease.kube.spec.credentials_from_secret`); its TLS material, from the Secrets of
-``spec.tls``, by their consent (:func:`~redlease.kube.spec.tls_material`). Credentials or TLS
+(:func:`~redlease.kube.secretspec.credentials_from_secret`); its TLS material, from the Secrets of
+``spec.tls``, by their consent (:func:`~redlease.kube.secretspec.tls_material`). Credentials or TLS
 files the caller was given (the sidecar's flags: an injected pod gets them from those Secrets
 as env vars and volumes) stand in for the Secrets, which are then not read.
 
@@ -27,19 +27,16 @@ from typing import Any, Protocol
 from redlease.core.connect import Tls
 from redlease.errors import KubeError
 from redlease.kube.client import KubeClient
-from redlease.kube.spec import (
-    SHARED_KEYS_LABEL,
+from redlease.kube.names import SHARED_KEYS_LABEL
+from redlease.kube.secretspec import (
     CaSecretRef,
     CertSecretRef,
     Credentials,
-    LockSpec,
     SecretRef,
     credentials_from_secret,
-    key_scope,
-    parse_spec,
     tls_material,
-    with_tls_material,
 )
+from redlease.kube.spec import LockSpec, key_scope, parse_spec, with_tls_material
 from redlease.kube.verbs import get
 
 Ref = SecretRef | CaSecretRef | CertSecretRef

@@ -1,4 +1,6 @@
-"""The DistributedLock spec model: API names, parsing, defaults, validation, Secret decoding.
+"""The DistributedLock spec model: parsing, defaults, validation (the API names are
+:mod:`redlease.kube.names`, the declared fields :mod:`redlease.kube.fields`, the Secrets
+:mod:`redlease.kube.secretspec`).
 
 Pure (no I/O). The operator, the sidecar's ``--lock-ref`` and ``redlease run --lock-ref`` all
 read a DistributedLock through :func:`parse_spec`; the command-line flags go through the same
@@ -11,10 +13,7 @@ the same examples to both and expects the same verdict. Every error is a
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
-import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,34 +23,15 @@ from redlease.core.connect import Target, Tls, validate_target, with_pem
 from redlease.core.keys import scoped_name, validate_identity, validate_name
 from redlease.core.rules import MAX_HOLDERS
 from redlease.core.timing import DEFAULT_TTL, TTL_RANGE, Timing, validate_timing
-from redlease.core.urls import Consent
-from redlease.core.urls import check_consent as check_urls
 from redlease.errors import ConfigError
-
-# --- API names (one place: the operator, the sidecar, the chart tests and the docs use these) ---
-
-GROUP = "redlease.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "DistributedLock"
-PLURAL = "distributedlocks"
-FORCE_RELEASE_ANNOTATION = f"{GROUP}/force-release"
-LEADER_LABEL = f"{GROUP}/leader"
-# A Secret opts in to being read by redlease (operator, sidecar) with this label set to "true",
-# and may name the only nodes its credentials may be sent to (comma-separated host:port).
-CREDENTIALS_LABEL = f"{GROUP}/credentials"
-ALLOWED_NODES_ANNOTATION = f"{GROUP}/allowed-nodes"
-# A DistributedLock's keys are scoped to its namespace in Redis (namespace#key) unless the
-# cluster admin labels the Namespace with this set to "true": then they are used as written,
-# shared with every namespace so labelled and with plain `--lock` clients. Namespace labels are
-# the admin's (as Pod Security Admission's are): a namespace's own users cannot set them.
-SHARED_KEYS_LABEL = f"{GROUP}/shared-keys"
-
-# How a sidecar answers /readyz (`--ready`, the `redlease.dev/ready` annotation): connected
-# (up and reaching a quorum; the default), leader, always. See docs/sidecar.md. Here because
-# the sidecar and the operator's injection both use them, and neither imports the other.
-READY_MODES = ("connected", "leader", "always")
-DEFAULT_READY = "connected"
+from redlease.kube.names import SHARED_KEYS_LABEL
+from redlease.kube.secretspec import (
+    CaSecretRef,
+    CertSecretRef,
+    SecretRef,
+    TlsMaterial,
+    TlsRefs,
+)
 
 MAX_KEYS = 16
 MAX_NODES = 15
@@ -77,262 +57,6 @@ def validate_object_name(value: object, field: str) -> str:
     return value
 
 
-# --- the fields a DistributedLock may have ---------------------------------------------------
-
-# Every field of a DistributedLock, at every level, as the CRD's openAPIV3Schema declares them
-# (a test holds the two together). A name maps to None (a value, or an object whose content is
-# not checked here: metadata, status), to a dict (an object with these fields), or to a list of
-# one dict (a list of such objects). The API server silently drops what it does not declare
-# (a structural schema prunes), so a misspelled optional field would take its default unseen:
-# :func:`unknown_fields` names them, as ``kubectl apply --validate=strict`` does.
-Fields = Mapping[str, "Fields | list[Fields] | None"]
-_SECRET_REF: Fields = {"name": None, "usernameKey": None, "passwordKey": None}
-SPEC_FIELDS: Fields = {
-    "keys": None,
-    "ttlSeconds": None,
-    "renewDeadlineSeconds": None,
-    "retryPeriodSeconds": None,
-    "nodes": [{"url": None}],
-    "quorum": None,
-    "cluster": None,
-    "replicas": None,
-    "auth": {"secretRef": _SECRET_REF},
-    "tls": {
-        "insecureSkipVerify": None,
-        "caSecretRef": {"name": None, "key": None},
-        "clientCertSecretRef": {"name": None, "certKey": None, "keyKey": None},
-    },
-    "holders": None,
-    "paused": None,
-    "preferredHolder": None,
-    "strictRestart": None,
-}
-OBJECT_FIELDS: Fields = {
-    "apiVersion": None,
-    "kind": None,
-    "metadata": None,
-    "spec": SPEC_FIELDS,
-    "status": None,
-}
-# What to say where the field's name is not close to one of its level's (keyed by the path of
-# the level with list indexes written as []): a node is a URL only.
-_LEVEL_HINTS = {
-    "spec.nodes[]": "a node has only url; credentials go in spec.auth.secretRef",
-}
-
-
-def unknown_fields(
-    obj: object, fields: Fields = OBJECT_FIELDS, where: str = ""
-) -> list[ConfigError]:
-    """Every field of ``obj`` (a DistributedLock, or the part of one at ``where``) that its
-    level does not declare, in document order: a :class:`ConfigError` whose ``field`` is the
-    path (``spec.nodes[0].pasword``) and whose message offers the closest declared name
-    (``did you mean ttlSeconds?``). Values of the wrong type are :func:`parse_spec`'s to
-    report, so they are not descended into."""
-    if not isinstance(obj, Mapping):
-        return []
-    found: list[ConfigError] = []
-    for name, value in obj.items():
-        path = f"{where}.{name}" if where else str(name)
-        if name not in fields:
-            found.append(ConfigError(path, _unknown_message(str(name), fields, where)))
-            continue
-        child = fields[name]
-        if isinstance(child, list) and isinstance(value, list):
-            for i, item in enumerate(value):
-                found += unknown_fields(item, child[0], f"{path}[{i}]")
-        elif isinstance(child, Mapping):
-            found += unknown_fields(value, child, path)
-    return found
-
-
-def _unknown_message(name: str, fields: Fields, where: str) -> str:
-    """``unknown field`` and a did-you-mean: the closest name of the level (difflib, case
-    folded), else the level's hint, else the names it has."""
-    folded = {known.lower(): known for known in fields}
-    close = difflib.get_close_matches(name.lower(), list(folded), n=1, cutoff=0.6)
-    if close:
-        return f"unknown field (did you mean {folded[close[0]]}?)"
-    hint = _LEVEL_HINTS.get(re.sub(r"\[\d+\]", "[]", where))
-    return f"unknown field ({hint or 'known here: ' + ', '.join(fields)})"
-
-
-# --- credentials -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SecretRef:
-    """``spec.auth.secretRef``: a Secret in the lock's namespace and the keys of its entries."""
-
-    name: str
-    username_key: str = "username"
-    password_key: str = "password"  # noqa: S105 - the name of a key, not a password
-    field = "spec.auth.secretRef"
-
-
-@dataclass(frozen=True, slots=True)
-class CaSecretRef:
-    """``spec.tls.caSecretRef``: the CA bundle (PEM) that verifies the nodes' certificates."""
-
-    name: str
-    key: str = "ca.crt"
-    field = "spec.tls.caSecretRef"
-
-
-@dataclass(frozen=True, slots=True)
-class CertSecretRef:
-    """``spec.tls.clientCertSecretRef``: the client certificate and key (PEM) for mTLS; the
-    defaults are the entries of a ``kubernetes.io/tls`` Secret (as cert-manager writes it)."""
-
-    name: str
-    cert_key: str = "tls.crt"
-    key_key: str = "tls.key"
-    field = "spec.tls.clientCertSecretRef"
-
-
-@dataclass(frozen=True, slots=True)
-class TlsRefs:
-    """The Secrets ``spec.tls`` names (none, either or both; they may be the same Secret)."""
-
-    ca: CaSecretRef | None = None
-    client: CertSecretRef | None = None
-
-    def names(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(r.name for r in (self.ca, self.client) if r is not None))
-
-    def __bool__(self) -> bool:
-        return self.ca is not None or self.client is not None
-
-
-@dataclass(frozen=True, slots=True)
-class TlsMaterial:
-    """PEM text read from the Secrets of :class:`TlsRefs` (never in ``repr``)."""
-
-    ca: str | None = field(default=None, repr=False)
-    cert: str | None = field(default=None, repr=False)
-    key: str | None = field(default=None, repr=False)
-    consent: Consent | None = None  # the nodes the Secrets allow (None: no allowed list)
-
-
-@dataclass(frozen=True, slots=True)
-class Credentials:
-    """Username and password read from a Secret (never in ``repr``)."""
-
-    username: str | None = field(default=None, repr=False)
-    password: str | None = field(default=None, repr=False)
-    consent: Consent | None = None  # the nodes the Secret allows (None: no allowed list)
-
-
-def credentials_from_secret(
-    secret: Mapping[str, Any], ref: SecretRef, urls: Sequence[str] = ()
-) -> Credentials:
-    """Decode the entries ``ref`` names from a Secret object (``data`` is base64,
-    ``stringData`` plain). The password entry is required, the username entry optional.
-
-    Secrets only by consent: whoever may write a DistributedLock chooses its Secret and its
-    nodes, so redlease uses a Secret only if it carries ``redlease.dev/credentials: "true"``,
-    and, if it lists ``redlease.dev/allowed-nodes``, only for those nodes: every one of the
-    lock's ``urls`` must be allowed (:func:`check_consent`), and the consent travels with the
-    credentials so that a master a Sentinel names is checked too. See docs/security.md.
-    """
-    consent = check_consent(secret, ref, urls)
-    password = _secret_entry(secret, ref, ref.password_key, "passwordKey")
-    if password is None:
-        raise ConfigError(
-            "spec.auth.secretRef.passwordKey",
-            f"Secret {ref.name!r} has no entry {ref.password_key!r}",
-        )
-    username = _secret_entry(secret, ref, ref.username_key, "usernameKey")
-    return Credentials(username or None, password, consent)
-
-
-def check_consent(
-    secret: Mapping[str, Any],
-    ref: SecretRef | CaSecretRef | CertSecretRef,
-    urls: Sequence[str] = (),
-) -> Consent | None:
-    """The Secret's consent (``None``: no allowed list), after checking it opted in and
-    allows every one of ``urls`` (scheme, host and port: :func:`redlease.core.urls.
-    consent_names`). A :class:`ConfigError` names the spec field that refers to the Secret,
-    or ``spec.nodes`` and the refused URLs -- never the nodes the Secret allows."""
-    meta = secret.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    if labels.get(CREDENTIALS_LABEL) != "true":
-        raise ConfigError(
-            f"{ref.field}.name",
-            f"Secret {ref.name!r} has not opted in: label it {CREDENTIALS_LABEL}=true to let "
-            "redlease send its credentials to the lock's nodes (docs/security.md)",
-        )
-    allowed = (meta.get("annotations") or {}).get(ALLOWED_NODES_ANNOTATION)
-    if allowed is None:
-        return None
-    consent = Consent.parse(str(allowed), f"Secret {ref.name!r}: {ALLOWED_NODES_ANNOTATION}")
-    check_urls(consent, urls, "spec.nodes", f"Secret {ref.name!r} ({ALLOWED_NODES_ANNOTATION})")
-    return consent
-
-
-def _secret_entry(
-    secret: Mapping[str, Any], ref: SecretRef | CaSecretRef | CertSecretRef, key: str, what: str
-) -> str | None:
-    data = secret.get("data") or {}
-    if key in data:
-        try:
-            return base64.b64decode(str(data[key]), validate=True).decode()
-        except (binascii.Error, ValueError, UnicodeDecodeError):
-            raise ConfigError(
-                f"{ref.field}.{what}",
-                f"entry {key!r} of Secret {ref.name!r} is not valid base64 UTF-8",
-            ) from None
-    string_data = secret.get("stringData") or {}
-    return str(string_data[key]) if key in string_data else None
-
-
-_PEM_KINDS = {
-    "certificate": ("-----BEGIN CERTIFICATE-----",),
-    "private key": ("-----BEGIN PRIVATE KEY-----", "-----BEGIN RSA PRIVATE KEY-----",
-                    "-----BEGIN EC PRIVATE KEY-----"),
-}  # fmt: skip
-
-
-def _pem(
-    secret: Mapping[str, Any],
-    ref: CaSecretRef | CertSecretRef,
-    key: str,
-    what: str,
-    kind: str,
-) -> str:
-    """One PEM entry of a Secret; errors name the field and the entry, never the content."""
-    text = _secret_entry(secret, ref, key, what)
-    if text is None:
-        raise ConfigError(f"{ref.field}.{what}", f"Secret {ref.name!r} has no entry {key!r}")
-    if not any(marker in text for marker in _PEM_KINDS[kind]):
-        raise ConfigError(
-            f"{ref.field}.{what}", f"entry {key!r} of Secret {ref.name!r} is not a PEM {kind}"
-        )
-    return text
-
-
-def tls_material(
-    refs: TlsRefs, secrets: Mapping[str, Mapping[str, Any]], urls: Sequence[str] = ()
-) -> TlsMaterial:
-    """The PEM text of ``spec.tls``'s Secrets (``secrets``: name -> Secret object). Each Secret
-    must consent, as credentials must (:func:`check_consent`): a client key is a credential,
-    and redlease reads no Secret that did not opt in."""
-    ca = cert = key = None
-    consent: Consent | None = None
-    if refs.ca is not None:
-        secret = secrets[refs.ca.name]
-        consent = check_consent(secret, refs.ca, urls)
-        ca = _pem(secret, refs.ca, refs.ca.key, "key", "certificate")
-    if refs.client is not None:
-        secret = secrets[refs.client.name]
-        allowed = check_consent(secret, refs.client, urls)
-        consent = allowed if consent is None else consent & allowed
-        cert = _pem(secret, refs.client, refs.client.cert_key, "certKey", "certificate")
-        key = _pem(secret, refs.client, refs.client.key_key, "keyKey", "private key")
-    return TlsMaterial(ca, cert, key, consent)
-
-
 def with_tls_material(spec: LockSpec, material: TlsMaterial) -> LockSpec:
     """``spec`` whose nodes are reached with the CA and client certificate of ``material``."""
     tls = with_pem(spec.target.tls, material.ca, material.cert, material.key)
@@ -354,7 +78,7 @@ class LockSpec:
     secret_ref: SecretRef | None = None
     paused: bool = False
     preferred_holder: str | None = None
-    tls_refs: TlsRefs = TlsRefs()
+    tls_refs: TlsRefs = TlsRefs()  # noqa: RUF009 - a frozen dataclass: one shared default
     replicas: int = 0  # WAIT for this many replicas after every write; fail closed if fewer
     holders: int = 1  # how many may hold the lock at once (a counting semaphore's limit)
     scope: str | None = None  # see key_scope; set by who reads the object (it is not in .spec)

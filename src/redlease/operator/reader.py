@@ -28,12 +28,14 @@ from redlease.core.admin import force_release_call
 from redlease.core.connect import Target, connect_target
 from redlease.core.keys import LockKeys
 from redlease.core.observe import node_probe
-from redlease.core.rules import Probe, semaphore_quorum
+from redlease.core.restart import Probe
+from redlease.core.rules import semaphore_quorum
 from redlease.core.state import LockState, decode_state, status_call
 from redlease.core.urls import redact
 from redlease.core.view import LockView, lock_view
 from redlease.errors import LockError
-from redlease.kube.spec import Credentials, LockSpec
+from redlease.kube.secretspec import Credentials
+from redlease.kube.spec import LockSpec
 
 # What a node read may fail with. Anything else (a client redis-py refuses to build from a
 # URL, a reply no decoder expects) is logged, and still fails only the locks on that node:

@@ -7,7 +7,7 @@
   refresh or the lease got shorter, so renewals do not cause a write per refresh (the same for
   each ``holders[].expiresAt`` of a counting semaphore).
 * :func:`decide_events` names the Kubernetes Events to post for a transition.
-* Fields the CRD does not declare (:func:`redlease.kube.spec.unknown_fields`; the API server
+* Fields the CRD does not declare (:func:`redlease.kube.fields.unknown_fields`; the API server
   prunes them, so they reach the operator only past a non-pruning path) do not make a lock
   Invalid -- its sidecars run on the fields they know -- but an ``UnknownFields`` condition
   names them with a did-you-mean, and a Warning Event says so once per change.

@@ -13,7 +13,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from redlease.core.view import LockView
-from redlease.kube.spec import Credentials, LockSpec
+from redlease.kube.secretspec import Credentials
+from redlease.kube.spec import LockSpec
 
 Observation = tuple[LockView, float]  # the lock view and the wall-clock time of its read
 ReadFn = Callable[[Sequence[tuple[LockSpec, Credentials | None]]], Awaitable[list[Observation]]]

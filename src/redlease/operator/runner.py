@@ -8,7 +8,7 @@ With leader election (:mod:`.leadership`) the process has three parts:
 * a *serving* kopf (its own thread and loop) runs on every replica: the injection webhook,
   which is stateless, and the liveness endpoint. It has no DistributedLock handler, so it
   watches and writes nothing;
-* a *reconciling* kopf (its own thread and loop, a fresh :class:`~.handlers.Runtime` each
+* a *reconciling* kopf (its own thread and loop, a fresh :class:`~.runtime.Runtime` each
   term) runs only while this replica holds the Lease; it is stopped when the Lease is lost.
 
 Separate loops keep the Lease renewals independent of the reconcile work, and no kopf installs
@@ -26,13 +26,9 @@ import signal
 import threading
 from typing import Any
 
-from redlease.operator.handlers import (
-    OperatorConfig,
-    Runtime,
-    build_registry,
-    operator_settings,
-    serving_registry,
-)
+from redlease.operator.config import OperatorConfig
+from redlease.operator.handlers import build_registry, operator_settings, serving_registry
+from redlease.operator.runtime import Runtime
 
 log = logging.getLogger("redlease.operator")
 
@@ -120,7 +116,7 @@ class Replica:
     """One operator replica under leader election (see the module docstring)."""
 
     def __init__(self, config: OperatorConfig) -> None:
-        from redlease.operator.handlers import api_client, lock_timeout
+        from redlease.operator.config import api_client, lock_timeout
         from redlease.operator.leadership import LeaseElector
         from redlease.operator.secrets import SecretSource
         from redlease.operator.webhook import LockSource

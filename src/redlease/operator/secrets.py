@@ -21,8 +21,9 @@ from typing import Any
 
 from redlease.errors import ConfigError, KubeError
 from redlease.kube.client import KubeClient
+from redlease.kube.names import SHARED_KEYS_LABEL
 from redlease.kube.resolver import Ref
-from redlease.kube.spec import SHARED_KEYS_LABEL, key_scope
+from redlease.kube.spec import key_scope
 from redlease.kube.verbs import get
 from redlease.operator.apifaults import transient
 

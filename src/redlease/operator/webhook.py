@@ -27,7 +27,7 @@ import kopf
 
 from redlease.errors import ConfigError, KubeError
 from redlease.kube.client import KubeClient
-from redlease.kube.spec import SecretRef
+from redlease.kube.secretspec import SecretRef
 from redlease.kube.verbs import get
 from redlease.operator import injection, ports
 from redlease.operator.secrets import SecretSource

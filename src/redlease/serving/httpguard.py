@@ -7,15 +7,14 @@ answers, no state-file writes). :class:`ConnectionGuard` wraps aiohttp's protoco
 
 * closes a connection that has not had a complete request for ``timeout`` seconds (since it was
   opened, or since its last answer: a header and an idle timeout in one rule);
-* reads a request's body before its handler runs, within ``timeout`` seconds of its headers
-  (:data:`BODY_TIMEOUT`): a body that does not arrive in time is answered 408 and its connection
-  closed; while its body arrives a connection is not busy, so at the cap it may be evicted like
-  an idle one (a stalled body holds no slot a probe needs);
+* reads a request's body before its handler runs, within ``timeout`` seconds of its headers: a
+  body that does not arrive in time is answered 408 and its connection closed; while its body
+  arrives a connection is not busy, so at the cap it may be evicted like an idle one;
 * caps live connections below the descriptor limit; at the cap, a new connection evicts the
-  oldest idle one, so a kubelet probe still gets through while an attacker fills the cap. A
-  port holds more descriptors than its cap while a flood is being accepted (:data:`IN_FLIGHT`):
-  the budget counts them, so every port of a process at its worst stays within the limit;
-* :class:`RateLimit` bounds repeated log lines (accept errors) to one per interval;
+  oldest idle one, so a kubelet probe still gets through while an attacker fills the cap. The
+  numbers (the cap, the descriptors a port holds while a flood is accepted, the timeouts) are
+  :mod:`redlease.serving.portlimits`';
+* a :class:`~redlease.serving.throttle.RateLimit` bounds repeated accept errors' log lines;
 * :func:`serve` lengthens the kernel's listen queue, which costs no descriptors;
 * a request that waits long on purpose (a long-poll) is parked (:meth:`~ConnectionGuard.park`):
   a busy connection is never evicted nor timed out, so at most half the cap may be parked
@@ -34,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import resource
 import socket
 import ssl
 import time
@@ -45,46 +43,15 @@ from typing import Any, cast
 
 from aiohttp import web
 
-from redlease.serving.throttle import Throttle
-
-MAX_CONNECTIONS = 256  # more than probes, scrapers and the API server need; see connection_cap
-REQUEST_TIMEOUT = 5.0  # a connection gets this long for each complete request (header + idle)
-FD_RESERVE = 64  # descriptors kept for Redis, the Kubernetes API, state-file writes, logging
-BACKLOG = 4  # asyncio accepts up to this many sockets at once (per loop pass) on a port
-# Descriptors a port holds beyond its cap while a flood is accepted, from asyncio's accept
-# path: a pass accepts BACKLOG sockets; the next pass makes their transports; the one after
-# admits them (connection_made), evicting as many idle connections, whose sockets close a pass
-# later. So two batches not yet admitted and one evicted, not yet closed: cap + 3 * BACKLOG
-# (measured: 48 + 32 + 16 = 96 sockets on a port of cap 48 when BACKLOG was 16).
-IN_FLIGHT = 3 * BACKLOG
-LISTEN_QUEUE = 1024  # the kernel's queue of connected, not yet accepted sockets (no descriptors)
-BODY_TIMEOUT = REQUEST_TIMEOUT  # a request's body must arrive within this long of its headers
-
-
-def connection_cap(wanted: int, share: int = 1) -> int:
-    """``wanted``, but low enough for the soft descriptor limit (:func:`cap_within`)."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return wanted
-    return cap_within(soft, wanted, share)
-
-
-def cap_within(limit: int, wanted: int, share: int = 1) -> int:
-    """The cap of each of ``share`` ports of a process with ``limit`` descriptors: ``wanted``,
-    but low enough that every port at its worst (:func:`port_descriptors`) and
-    :data:`FD_RESERVE` fit in ``limit``."""
-    return max(8, min(wanted, (limit - FD_RESERVE) // max(1, share) - IN_FLIGHT))
-
-
-def port_descriptors(cap: int) -> int:
-    """The most descriptors a port of ``cap`` connections holds: the cap and
-    :data:`IN_FLIGHT`."""
-    return cap + IN_FLIGHT
-
-
-def park_cap(cap: int) -> int:
-    """How many requests may be parked at once on a port of ``cap`` connections: half."""
-    return max(1, cap // 2)
+from redlease.serving.portlimits import (
+    BACKLOG,
+    LISTEN_QUEUE,
+    MAX_CONNECTIONS,
+    REQUEST_TIMEOUT,
+    connection_cap,
+    park_cap,
+)
+from redlease.serving.throttle import RateLimit
 
 
 class _Conn:
@@ -340,24 +307,6 @@ class _GuardedBuffered(_Guarded, asyncio.BufferedProtocol):
 def _key(transport: asyncio.BaseTransport) -> object:
     """One connection's key, the same for its TCP transport and the TLS transport over it."""
     return transport.get_extra_info("socket") or transport
-
-
-class RateLimit(logging.Filter):
-    """Lets the same message through at most once per ``interval`` seconds (a
-    :class:`~redlease.serving.throttle.Throttle`); the next one that passes says how many were
-    suppressed."""
-
-    def __init__(self, interval: float = 10.0) -> None:
-        super().__init__()
-        self.throttle = Throttle(interval)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        skipped = self.throttle.allow(f"{record.name}:{record.msg}", time.monotonic())
-        if skipped is None:
-            return False
-        if skipped:
-            record.msg = f"{record.msg} (and {skipped} more like it)"
-        return True
 
 
 GUARD = web.AppKey("redlease-guard", ConnectionGuard)

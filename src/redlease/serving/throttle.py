@@ -1,6 +1,10 @@
-"""One log line per kind of event per interval (pure: the caller passes the time in)."""
+"""One log line per kind of event per interval: :class:`Throttle` (pure: the caller passes the
+time in) and :class:`RateLimit`, the logging filter over it."""
 
 from __future__ import annotations
+
+import logging
+import time
 
 
 class Throttle:
@@ -21,3 +25,21 @@ class Throttle:
             return None
         self._last[key] = now
         return self._held.pop(key, 0)
+
+
+class RateLimit(logging.Filter):
+    """Lets the same message through at most once per ``interval`` seconds (a
+    :class:`~redlease.serving.throttle.Throttle`); the next one that passes says how many were
+    suppressed."""
+
+    def __init__(self, interval: float = 10.0) -> None:
+        super().__init__()
+        self.throttle = Throttle(interval)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        skipped = self.throttle.allow(f"{record.name}:{record.msg}", time.monotonic())
+        if skipped is None:
+            return False
+        if skipped:
+            record.msg = f"{record.msg} (and {skipped} more like it)"
+        return True

@@ -21,14 +21,9 @@ from redlease.core.urls import digits
 from redlease.errors import ConfigError
 from redlease.kube import sidecar_args
 from redlease.kube.auth import ClusterAuth
-from redlease.kube.spec import (
-    DEFAULT_READY,
-    LEADER_LABEL,
-    READY_MODES,
-    Credentials,
-    LockSpec,
-    validate_object_name,
-)
+from redlease.kube.names import DEFAULT_READY, LEADER_LABEL, READY_MODES
+from redlease.kube.secretspec import Credentials
+from redlease.kube.spec import LockSpec, validate_object_name
 
 __all__ = [
     "DEFAULT_READY",

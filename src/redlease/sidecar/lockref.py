@@ -18,7 +18,8 @@ from redlease.core.urls import Consent, consent_names, redact
 from redlease.errors import ConfigError, KubeError
 from redlease.kube.client import KubeClient
 from redlease.kube.resolver import ApiReads, connectable, scoped_spec
-from redlease.kube.spec import Credentials, LockSpec
+from redlease.kube.secretspec import Credentials
+from redlease.kube.spec import LockSpec
 from redlease.kube.verbs import get, watch
 from redlease.sidecar.config import ElectionConfig, LockRef, election_from_spec
 

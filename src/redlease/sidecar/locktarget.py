@@ -14,7 +14,7 @@ from redlease.core.connect import Target, connect_target
 from redlease.core.gate import GATE
 from redlease.core.primitives import DEFAULT_REPLICA_TIMEOUT
 from redlease.errors import LockError
-from redlease.serving.httpguard import MAX_CONNECTIONS, park_cap
+from redlease.serving.portlimits import MAX_CONNECTIONS, park_cap
 from redlease.sidecar.config import ElectionConfig
 
 CLOSE_TIMEOUT = 2.0  # seconds to release the app's leases at shutdown; the rest expire
@@ -23,7 +23,7 @@ POOL_SPARE = 32  # Redis connections beyond the waits' and the gate's: clean-ups
 
 def lock_waits(cap: int) -> int:
     """How many blocking acquires may be parked at once on a port of ``cap`` connections:
-    three quarters of the guard's :func:`~redlease.serving.httpguard.park_cap`, so long-polls of
+    three quarters of the guard's :func:`~redlease.serving.portlimits.park_cap`, so long-polls of
     ``/status`` (``redlease wait``) keep a quarter whatever the app's waits do (96 and 32 of a
     256-connection port's 128)."""
     return max(1, park_cap(cap) * 3 // 4)

@@ -15,7 +15,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from redlease.core.rules import Outside
+from redlease.core.restart import Outside
 from redlease.core.timing import Timing
 from redlease.sidecar.election import Transition
 from redlease.sidecar.statefile import failure_kind

@@ -37,7 +37,7 @@ from redlease.kube.client import KubeClient
 from redlease.kube.events import event_body
 from redlease.kube.lease import LeaseRecord, duration_seconds
 from redlease.kube.leasewriter import LeaseWriter
-from redlease.kube.spec import GROUP, KIND, VERSION
+from redlease.kube.names import GROUP, KIND, VERSION
 from redlease.kube.verbs import create
 from redlease.sidecar.election import Transition
 

@@ -23,7 +23,7 @@ from redlease.core import _async
 from redlease.core.durability import read_config, restart_loss
 from redlease.core.keys import LockKeys
 from redlease.core.observe import Notices, node_drivers, read_view
-from redlease.core.rules import OPERATOR
+from redlease.core.restart import OPERATOR
 from redlease.core.state import heartbeat_flow
 from redlease.core.timing import REPLY_GRACE, call_timeout, heartbeat_ttl, within
 from redlease.core.view import LockView

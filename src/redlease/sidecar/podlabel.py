@@ -13,7 +13,7 @@ import structlog
 
 from redlease.errors import KubeError
 from redlease.kube.client import KubeClient
-from redlease.kube.spec import LEADER_LABEL
+from redlease.kube.names import LEADER_LABEL
 from redlease.kube.verbs import patch
 
 log = structlog.get_logger("redlease.sidecar")

@@ -13,7 +13,8 @@ from redlease.core.quorum.flows import run
 from redlease.core.quorum.protocol import FanOut, QFlow, Ready, Settings
 from redlease.core.replies import Outcome, decode_acquire
 from redlease.core.requests import Call
-from redlease.core.rules import LATE, Probe, Reply, Result
+from redlease.core.restart import Probe
+from redlease.core.rules import LATE, Reply, Result
 
 TOKEN = "t" * 32
 GRANTED = [scripts.GRANTED, 7, 1, 1000, 1]

@@ -15,7 +15,7 @@ import redlease
 import redlease.aio
 from redlease import LockContention, QuorumUnavailable
 from redlease.core.observe import read_view
-from redlease.core.rules import OPERATOR, REJOINING
+from redlease.core.restart import OPERATOR, REJOINING
 from redlease.core.view import LockView, document
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.polling import async_wait_until, wait_until

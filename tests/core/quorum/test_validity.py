@@ -8,30 +8,32 @@ import pytest
 
 from redlease import ConfigError, errors
 from redlease.core.replies import Outcome
-from redlease.core.rules import (
-    LATE,
+from redlease.core.restart import (
     OPERATOR,
     REJOINING,
     WAITING,
-    Down,
     Probe,
-    Reply,
     birth_list,
     born_members,
     brand_new,
+    may_rejoin,
+    membership,
+    recovery,
+    standing,
+)
+from redlease.core.rules import (
+    LATE,
+    Down,
+    Reply,
     check_quorum,
     decide_acquire,
     extend_verdict,
     jitter,
     kth_largest,
     majority,
-    may_rejoin,
-    membership,
     raise_confirmed,
-    recovery,
     release_verdict,
     reseed_sources,
-    standing,
     tally,
     validity,
 )

@@ -8,7 +8,7 @@ acquire and its undo. ``FCALL`` is used on a connection only when the library un
 redlease's name is byte for byte redlease's code (``scripting.LIBRARY_CHECK``, in the same
 pipeline: no extra round trip); other code there (another ACL user's ``FUNCTION LOAD
 REPLACE``) means ``EVALSHA``. The probe reads the server's ``run_id`` and uptime, the node's
-redlease marker and its persistence mode, which :func:`redlease.core.rules.membership` turns
+redlease marker and its persistence mode, which :func:`redlease.core.restart.membership` turns
 into the restart rule.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from redlease.core import scripts
 from redlease.core.durability import durable as is_durable
-from redlease.core.rules import Probe
+from redlease.core.restart import Probe
 from redlease.core.scripting import LIBRARY_CHECK, library_verdict
 
 # hash on every node: ``run_id`` of the server whose data is intact; ``born``: the birth list

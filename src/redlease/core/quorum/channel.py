@@ -37,7 +37,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from redlease.core import wire
-from redlease.core.rules import Probe
+from redlease.core.restart import Probe
 
 RETRY_CONNECT = 0.25  # after a failed connect, fail fast for this long
 FIRST_CONTACT = 2.0  # how long the first operation of a node set waits for connections

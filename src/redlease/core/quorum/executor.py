@@ -22,7 +22,8 @@ from redlease.core.quorum.channel import FIRST_CONTACT, Channel, Corked, Memo, S
 from redlease.core.quorum.flows import read_owner, run
 from redlease.core.quorum.protocol import Batch, Command, FanOut, QFlow, QRequest, Ready, Settings
 from redlease.core.requests import Call, GaveUp, Request, Wait
-from redlease.core.rules import LATE, Down, Probe, Reply, Result
+from redlease.core.restart import Probe
+from redlease.core.rules import LATE, Down, Reply, Result
 from redlease.core.timing import MIN_WAIT
 from redlease.errors import LockError, LockUnavailable
 

@@ -24,12 +24,9 @@ from redlease.core.quorum.protocol import (
     Settings,
 )
 from redlease.core.requests import Call
-from redlease.core.rules import (
+from redlease.core.restart import (
     REJOINING,
-    Down,
     Probe,
-    Reply,
-    Result,
     birth_list,
     births,
     born_members,
@@ -37,9 +34,9 @@ from redlease.core.rules import (
     clock_seed,
     may_rejoin,
     membership,
-    reseed_sources,
     standing,
 )
+from redlease.core.rules import Down, Reply, Result, reseed_sources
 
 FENCE_PATTERN = "redlease:{*}:fence"
 
@@ -49,7 +46,7 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
 
     A node without a valid marker lost its data (or is new). A brand-new set is marked at once
     (:func:`_bootstrap`), and so is a fresh node whose server is on a birth list
-    (:func:`~redlease.core.rules.born_members`): both are race-free among any number of
+    (:func:`~redlease.core.restart.born_members`): both are race-free among any number of
     clients. Any other fresh node counts again only after it has been up for ``restart_delay``
     and its fence counters were raised (below, then marked): by default to the maximum the
     reachable intact nodes hold and the seed its server clock gives, however few intact nodes

@@ -19,13 +19,8 @@ from redlease.core import client as _redis
 from redlease.core.quorum import _async, _sync
 from redlease.core.quorum.channel import Channel
 from redlease.core.quorum.protocol import Settings
-from redlease.core.rules import (
-    RESTART_DELAY,
-    check_quorum,
-    semaphore_quorum,
-    semaphore_rule,
-    standing,
-)
+from redlease.core.restart import RESTART_DELAY, standing
+from redlease.core.rules import check_quorum, semaphore_quorum, semaphore_rule
 from redlease.core.urls import SENTINEL_SCHEMES, Consent, address_name, sentinel_hosts, url_options
 from redlease.errors import ConfigError
 
@@ -166,7 +161,7 @@ class NodeSet:
 
     def not_counting(self) -> dict[str, str]:
         """Connected nodes that do not count toward quorums, and why (as last probed; the
-        rule of :func:`redlease.core.rules.standing`)."""
+        rule of :func:`redlease.core.restart.standing`)."""
         probes = [ch.probe for ch in self._channels or []]
         if not probes:
             return {}

@@ -13,9 +13,7 @@ from typing import Any
 from redlease.core.primitives import Primitive
 from redlease.core.quorum import _probe
 from redlease.core.requests import Call
-from redlease.core.rules import (
-    Probe,
-)
+from redlease.core.restart import Probe
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +51,7 @@ class FanOut:
 class Ready:
     """Connect every node (if needed) and wait up to ``timeout`` for its probe.
 
-    The reply lists a :class:`~redlease.core.rules.Probe` per node, or :class:`Down` (why it
+    The reply lists a :class:`~redlease.core.restart.Probe` per node, or :class:`Down` (why it
     cannot be reached), or ``None`` (still connecting).
     """
 

@@ -12,8 +12,9 @@ from redlease.core.durations import parse_duration
 from redlease.core.keys import validate_name
 from redlease.core.urls import digits
 from redlease.errors import ConfigError
+from redlease.kube.names import DEFAULT_READY, GROUP, READY_MODES
 from redlease.kube.sidecar_args import DEFAULT_HTTP_PORT, DEFAULT_PROBE_PORT
-from redlease.kube.spec import DEFAULT_READY, GROUP, READY_MODES, validate_object_name
+from redlease.kube.spec import validate_object_name
 
 LOCK_ANNOTATION = f"{GROUP}/lock"  # opt in: the DistributedLock (same namespace) to follow
 INJECT_ANNOTATION = f"{GROUP}/inject"  # "false": opt out

@@ -15,7 +15,7 @@ from typing import Any
 
 from redlease import __version__
 from redlease.kube import sidecar_args as sa
-from redlease.kube.spec import SecretRef, TlsRefs
+from redlease.kube.secretspec import SecretRef, TlsRefs
 from redlease.operator.injection.annotations import Options
 
 SIDECAR_NAME = "redlease"

@@ -15,7 +15,8 @@ from typing import Any
 
 from redlease.core.urls import SENTINEL_SCHEMES
 from redlease.errors import ConfigError
-from redlease.kube.spec import LockSpec, check_consent, parse_spec
+from redlease.kube.secretspec import check_consent
+from redlease.kube.spec import LockSpec, parse_spec
 
 # What a pod's author learns when a lock's Secret does not consent: not which check failed
 # (opt-in label or allowed nodes) nor what the Secret allows.
@@ -72,7 +73,8 @@ def usable_spec(lock: LockLookup, where: str) -> tuple[LockSpec | None, str | No
     Secrets only by consent (docs/security.md): whoever writes a DistributedLock picks its
     Secrets and its nodes, so the injector wires a Secret into a pod only if it carries the
     consent label and, if it lists allowed nodes, the lock's nodes are among them -- the one
-    check in :func:`redlease.kube.spec.check_consent`, as the operator and the sidecar apply it.
+    check in :func:`redlease.kube.secretspec.check_consent`, as the operator and the sidecar
+    apply it.
     """
     if lock.error is not None:
         return None, f"cannot read {where}: {lock.error}"

@@ -15,7 +15,9 @@ from typing import Any
 
 from redlease import __version__
 from redlease.errors import ConfigError
-from redlease.kube.spec import LEADER_LABEL, LockSpec, TlsRefs
+from redlease.kube.names import LEADER_LABEL
+from redlease.kube.secretspec import TlsRefs
+from redlease.kube.spec import LockSpec
 from redlease.operator.injection.annotations import (
     DRAIN_TIMEOUT_ANNOTATION,
     HTTP_PORT_ANNOTATION,
