@@ -1,7 +1,7 @@
 """The node set's membership (restart rule; sans-I/O, docs/quorum.md "Bringing nodes back"):
 which nodes count toward quorums now, marking a brand-new set or nodes on a birth list, and
 re-seeding the fence counters of a node that lost its data before it counts again. Decisions
-come from :mod:`redlease.core.rules`; the flows yield :mod:`.protocol` requests."""
+come from :mod:`redlease.core.restart`; the flows yield :mod:`.protocol` requests."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from redlease.core import scripts
-from redlease.core.intents import (
-    RaiseFence,
-)
+from redlease.core.intents import RaiseFence
 from redlease.core.quorum import _probe
 from redlease.core.quorum.protocol import (
     NODE_READ,
