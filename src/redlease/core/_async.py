@@ -253,53 +253,6 @@ class AsyncNode(_redis.NodeBase):
         takes them off the queue when another owner holds it."""
         return waiting.owner_of(await self.execute(give_up_together(waits, GIVE_UP_WAIT)))
 
-    async def run_all(self, calls: list[Call], budget: Budget | None = None) -> None:
-        """Run ``calls`` (scripts on the node of the first one's key, no owner's request
-        unanswered) written back to back and read in order: one write for all. The calls answered
-        with an error (a script not loaded yet, a moved slot) run again: the first alone, which
-        loads the script or follows the slot, then the others in one write (on a server without
-        the scripts, 3 round trips for the batch, not one per call); every call runs alone
-        while the server's library is still to be checked. The batch ends where ``budget``
-        ends one request of its operation (:meth:`~redlease.core.client.NodeBase.batch_end`),
-        the same rule as the blocking driver's."""
-        end = self.batch_end(budget)
-        home = await self._home(calls[0].keys[0], _redis.left(end))
-        replies: list[Any] = [None] * len(calls)
-        run = _redis.scripting(home) if home is not None else None
-        if run is None or not run.settled:  # no slot map yet, or the library to be checked
-            for call in calls:
-                await self.execute(bounded(call, budget, time.monotonic(), self.socket_timeout))
-            return
-        slot = await gate.aenter(home, _redis.left(end))
-        try:
-            conn = await _checkout(home, _redis.left(end))
-            unread = 0
-            try:
-                writer = getattr(conn, redispy.WRITER, None)
-                if writer is None or writer.transport.is_closing():
-                    raise rex.ConnectionError(f"connection to {self.name} lost")
-                writer.writelines([part for c in calls for part in wire.pack(conn, run.command(c))])
-                unread = len(calls)
-                left = _redis.left(end)
-                try:
-                    async with asyncio.timeout(left):
-                        for i in range(len(calls)):
-                            replies[i] = await redispy.aread(conn)
-                            unread -= 1
-                except TimeoutError:
-                    raise redispy.no_reply(left or 0.0) from None
-            except BaseException:
-                await _close([_redis.Pinned(home, conn, unread, 0.0)])
-                raise
-            await _give(home, conn)
-        finally:
-            slot.release()
-        failed = [c for c, r in zip(calls, replies, strict=True) if isinstance(r, rex.RedisError)]
-        if failed:  # the first alone loads the script (or follows the slot); the rest in one write
-            await self.execute(bounded(failed[0], budget, time.monotonic(), self.socket_timeout))
-            if failed[1:]:
-                await self.run_all(failed[1:], budget)
-
     async def _routed(self, req: Call) -> Any:
         """Through the client's own routing (a cluster whose slot map changed)."""
         try:

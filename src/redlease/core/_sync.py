@@ -197,50 +197,6 @@ class SyncNode(_redis.NodeBase):
             raise reply
         return reply
 
-    def run_all(self, calls: list[Call], budget: Budget | None = None) -> None:
-        """Run ``calls`` (scripts on the node of the first one's key, no owner's request
-        unanswered) written back to back and read in order: one write for all. The calls answered
-        with an error (a script not loaded yet, a moved slot) run again: the first alone, which
-        loads the script or follows the slot, then the others in one write (on a server without
-        the scripts, 3 round trips for the batch, not one per call); every call runs alone
-        while the server's library is still to be checked. The batch ends where ``budget``
-        ends one request of its operation (:meth:`~redlease.core.client.NodeBase.batch_end`),
-        the same rule as the asyncio driver's."""
-        end = self.batch_end(budget)
-        pool = self._pool(calls[0].keys[0])
-        run = _redis.scripting(pool) if pool is not None else None
-        if run is None or not run.settled:  # no slot map yet, or the library to be checked
-            for call in calls:
-                self.execute(bounded(call, budget, time.monotonic(), self.socket_timeout))
-            return
-        replies: list[Any] = [None] * len(calls)
-        slot = gate.enter(pool, _redis.left(end))
-        try:
-            conn = idle.take(pool, _redis.left(end))
-            unread = 0
-            try:
-                packed = [part for c in calls for part in wire.pack(conn, run.command(c))]
-                conn.send_packed_command(packed, check_health=False)
-                unread = len(calls)
-                for i in range(len(calls)):
-                    try:
-                        replies[i] = redispy.read_within(conn, _redis.left(end))
-                    except rex.ResponseError as exc:
-                        replies[i] = exc
-                    unread -= 1
-            except BaseException:
-                self._close([_redis.Pinned(pool, conn, unread, 0.0)])
-                raise
-            idle.give(pool, conn)
-        finally:
-            if slot is not None:
-                slot.release()
-        failed = [c for c, r in zip(calls, replies, strict=True) if isinstance(r, rex.RedisError)]
-        if failed:  # the first alone loads the script (or follows the slot); the rest in one write
-            self.execute(bounded(failed[0], budget, time.monotonic(), self.socket_timeout))
-            if failed[1:]:
-                self.run_all(failed[1:], budget)
-
     # -- what a listener of this node's waiters uses (a quorum executor has its own) --------------
 
     def listen_key(self, req: Wait) -> Hashable:
