@@ -13,7 +13,7 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core import gate, idle, lent, redispy, topology, waiting, wire
+from redlease.core import driving, gate, idle, lent, redispy, topology, waiting, wire
 from redlease.core.primitives import give_up_together
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, bounded, resume
 from redlease.core.timing import GIVE_UP_WAIT, REPLY_GRACE, Budget
@@ -52,10 +52,7 @@ class AsyncNode(_redis.NodeBase):
         if home is None:  # the cluster's slot map is not ready: through the client's routing
             node = self.client.get_node_from_key(req.key)
             return await self.client.execute_command(*args, target_nodes=node)
-        reply = await self._exchange(home, args, timeout=req.timeout)
-        if isinstance(reply, rex.ResponseError):
-            raise reply
-        return reply
+        return driving.checked(await self._exchange(home, args, timeout=req.timeout))
 
     async def _home(self, key: str, wait: float | None = None) -> Any:
         """The pool (or cluster node) serving ``key``; None: let the cluster client route.
@@ -87,20 +84,34 @@ class AsyncNode(_redis.NodeBase):
         home = await self._home(req.keys[0], req.timeout)
         if home is None:
             home = await self._uncovered(req.keys[0], end)
-        for _ in range(_redis.HOPS):
+        try:
+            reply = await self._script(home, req)
+        except rex.RedisError as exc:
+            reply = exc
+        if not isinstance(reply, rex.RedisError):
+            return reply
+        return await self._follow(driving.rerouted(self, req, home, reply, end), req)
+
+    async def _follow(self, steps: driving.Steps, req: Call) -> Any:
+        """Carry out the shared ``steps`` for ``req`` (:mod:`redlease.core.driving`)."""
+        try:
+            step = next(steps)
+            while True:
+                step = steps.send(await self._hop(step, req))
+        except StopIteration as stop:
+            return stop.value
+
+    async def _hop(self, step: driving.Step, req: Call) -> Any:
+        if isinstance(step, driving.Send):
             try:
-                reply = await self._script(home, req)
+                return await self._script(step.home, req)
             except rex.RedisError as exc:
-                reply = exc
-            if not isinstance(reply, rex.RedisError):
-                return reply
-            moved = await self._reroute(home, req, reply, end)
-            if moved is None:
-                if isinstance(reply, rex.AskError) and not isinstance(reply, rex.MovedError):
-                    return await self._routed(req)  # a slot being migrated: redis-py's ASKING
-                raise self.error(reply, home if self.cluster else None) from reply
-            home = moved
-        raise self.error(reply, home) from reply
+                return exc
+        if isinstance(step, driving.Refresh):
+            return await self._refresh(step.home, step.error, step.end)
+        if isinstance(step, driving.Locate):
+            return await self._home(step.key, _redis.left(step.end))
+        return await self._routed(req)
 
     async def _script(self, home: Any, req: Call) -> Any:
         """``req``'s reply from ``home`` (an error reply returned, not raised)."""
@@ -111,17 +122,6 @@ class AsyncNode(_redis.NodeBase):
             for sent in recovery:
                 reply = await self._exchange(home, sent, req.owner, req.timeout)
         return reply
-
-    async def _reroute(self, home: Any, req: Call, error: BaseException, end: float | None) -> Any:
-        """After ``error`` on ``home``: refresh the slot map if it may be stale (waiting for it
-        until ``end`` at most); the node to send ``req`` to now (see the blocking driver's), or
-        None."""
-        if not (self.cluster and _redis.stale_map(error)):
-            return None
-        if not await self._refresh(home, error, end) or not _redis.resendable(error):
-            return None
-        moved = await self._home(req.keys[0], _redis.left(end))
-        return moved if moved is not None and moved is not home else None
 
     async def _uncovered(self, key: str, end: float | None) -> Any:
         """The node of ``key`` once the slot map, which did not cover its slot, was read again
@@ -134,9 +134,7 @@ class AsyncNode(_redis.NodeBase):
         try:
             return client.get_node_from_key(key)
         except RedisClusterException:
-            raise rex.SlotNotCoveredError(
-                f"the cluster's slot map does not cover {key!r}"
-            ) from None
+            raise driving.not_covered(key) from None
 
     async def _refresh(self, home: Any, error: BaseException, end: float | None) -> bool:
         """Re-read the slot map after ``error`` on cluster node ``home``, waiting for it until
@@ -186,10 +184,7 @@ class AsyncNode(_redis.NodeBase):
                             raise redispy.no_reply(limit) from None
                     unread -= 1
             except BaseException as exc:
-                if _redis.keeps_order(owner, unread, exc):
-                    await _close(self.pins.keep(owner, home, conn, unread))
-                else:
-                    await _close([_redis.Pinned(home, conn, unread, 0.0)])
+                await _close(driving.to_close(self, owner, home, conn, unread, exc))
                 raise
             await _give(home, conn)
             return reply
@@ -202,10 +197,11 @@ class AsyncNode(_redis.NodeBase):
         requests take): [key, value], or None if nothing arrived. The reply is awaited a second
         longer (Redis checks blocking timeouts at its ``hz`` tick); then, or when cancelled, the
         connection is dropped. Only the listener of a lock's waiters calls this."""
-        home = await self._home(keys[0], timeout + 1.0)
+        wait = timeout + driving.BLPOP_GRACE
+        home = await self._home(keys[0], wait)
         if home is None:
             return None  # the cluster's slot map is not ready: the next attempt re-routes
-        conn = await _checkout(home, timeout + 1.0)
+        conn = await _checkout(home, wait)
         reply: Any = None
         dropped = False
         try:
@@ -214,7 +210,7 @@ class AsyncNode(_redis.NodeBase):
                 raise rex.ConnectionError(f"connection to {self.name} lost")
             writer.writelines(wire.pack(conn, ("BLPOP", *keys, round(timeout, 3))))
             try:
-                async with asyncio.timeout(timeout + 1.0):
+                async with asyncio.timeout(wait):
                     reply = await redispy.aread(conn)
             except TimeoutError:
                 dropped = True
@@ -225,9 +221,7 @@ class AsyncNode(_redis.NodeBase):
             await _close([_redis.Pinned(home, conn, 1, 0.0)])
             return None
         await _give(home, conn)
-        if isinstance(reply, rex.ResponseError):
-            raise reply
-        return reply
+        return driving.checked(reply)
 
     async def read(self, key: str, *args: Any, timeout: float | None = None) -> Any:
         """One plain command on the node of ``key`` (``args`` includes it), its reply (and a
@@ -237,10 +231,7 @@ class AsyncNode(_redis.NodeBase):
         home = await self._home(key, timeout)
         if home is None:
             return None
-        reply = await self._exchange(home, args, timeout=timeout)
-        if isinstance(reply, rex.ResponseError):
-            raise reply
-        return reply
+        return driving.checked(await self._exchange(home, args, timeout=timeout))
 
     # -- what a listener of this node's waiters uses (a quorum executor has its own) --------------
 
@@ -354,8 +345,7 @@ class Listener:
                 try:
                     popped = await self.node.blpop(self.waiters.keys, step)
                 except Exception as exc:  # noqa: BLE001 - handed to the waiters, who raise it
-                    error = self.node.error(exc) if isinstance(exc, rex.RedisError) else exc
-                    for w in self.waiters.fail(error):
+                    for w in self.waiters.fail(driving.handed(self.node, exc)):
                         _wake(w)
                     continue
                 if popped:

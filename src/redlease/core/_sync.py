@@ -12,7 +12,7 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core import gate, idle, redispy, topology, waiting, wire
+from redlease.core import driving, gate, idle, redispy, topology, waiting, wire
 from redlease.core.primitives import give_up_together
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, bounded, resume
 from redlease.core.timing import GIVE_UP_WAIT, Budget
@@ -51,10 +51,7 @@ class SyncNode(_redis.NodeBase):
         if pool is None:  # the cluster's slot map is not ready: through the client's routing
             node = self.client.get_node_from_key(req.key)
             return self.client.execute_command(*args, target_nodes=node)
-        reply = self._exchange(pool, args, timeout=req.timeout)
-        if isinstance(reply, rex.ResponseError):
-            raise reply
-        return reply
+        return driving.checked(self._exchange(pool, args, timeout=req.timeout))
 
     def _pool(self, key: str) -> Any:
         """The connection pool of the node serving ``key`` (None: let the cluster client route)."""
@@ -74,20 +71,34 @@ class SyncNode(_redis.NodeBase):
         pool = self._pool(req.keys[0])
         if pool is None:
             pool = self._uncovered(req.keys[0], end)
-        for _ in range(_redis.HOPS):
+        try:
+            reply = self._script(pool, req)
+        except rex.RedisError as exc:
+            reply = exc
+        if not isinstance(reply, rex.RedisError):
+            return reply
+        return self._follow(driving.rerouted(self, req, pool, reply, end), req)
+
+    def _follow(self, steps: driving.Steps, req: Call) -> Any:
+        """Carry out the shared ``steps`` for ``req`` (:mod:`redlease.core.driving`)."""
+        try:
+            step = next(steps)
+            while True:
+                step = steps.send(self._hop(step, req))
+        except StopIteration as stop:
+            return stop.value
+
+    def _hop(self, step: driving.Step, req: Call) -> Any:
+        if isinstance(step, driving.Send):
             try:
-                reply = self._script(pool, req)
+                return self._script(step.home, req)
             except rex.RedisError as exc:
-                reply = exc
-            if not isinstance(reply, rex.RedisError):
-                return reply
-            moved = self._reroute(pool, req, reply, end)
-            if moved is None:
-                if isinstance(reply, rex.AskError) and not isinstance(reply, rex.MovedError):
-                    return self._routed(req)  # a slot being migrated: redis-py's ASKING
-                raise self.error(reply, pool if self.cluster else None) from reply
-            pool = moved
-        raise self.error(reply, pool) from reply
+                return exc
+        if isinstance(step, driving.Refresh):
+            return self._refresh(step.home, step.error, step.end)
+        if isinstance(step, driving.Locate):
+            return self._pool(step.key)
+        return self._routed(req)
 
     def _script(self, pool: Any, req: Call) -> Any:
         """``req``'s reply from ``pool``'s node (an error reply returned, not raised)."""
@@ -99,17 +110,6 @@ class SyncNode(_redis.NodeBase):
                 reply = self._exchange(pool, sent, req.owner, req.timeout)
         return reply
 
-    def _reroute(self, pool: Any, req: Call, error: BaseException, end: float | None) -> Any:
-        """After ``error`` on ``pool``'s node: refresh the cluster's slot map if it may be
-        stale (waiting for it until ``end`` at most); the pool to send ``req`` to now if it
-        certainly did not run and its slot has another node (None: report the error)."""
-        if not (self.cluster and _redis.stale_map(error)):
-            return None
-        if not self._refresh(pool, error, end) or not _redis.resendable(error):
-            return None
-        moved = self._pool(req.keys[0])
-        return moved if moved is not None and moved is not pool else None
-
     def _uncovered(self, key: str, end: float | None) -> Any:
         """The pool of ``key``'s node once the cluster's slot map, which did not cover its slot,
         was read again (waiting for it until ``end`` at most); else an outage, nothing sent
@@ -118,7 +118,7 @@ class SyncNode(_redis.NodeBase):
         topology.refresh(self.client, manager.initialize, _redis.left(end))
         pool = self._pool(key)
         if pool is None:
-            raise rex.SlotNotCoveredError(f"the cluster's slot map does not cover {key!r}")
+            raise driving.not_covered(key)
         return pool
 
     def _refresh(self, pool: Any, error: BaseException, end: float | None) -> bool:
@@ -162,10 +162,7 @@ class SyncNode(_redis.NodeBase):
                         reply = exc
                     unread -= 1
             except BaseException as exc:
-                if _redis.keeps_order(owner, unread, exc):
-                    self._close(self.pins.keep(owner, pool, conn, unread))
-                else:
-                    self._close([_redis.Pinned(pool, conn, unread, 0.0)])
+                self._close(driving.to_close(self, owner, pool, conn, unread, exc))
                 raise
             idle.give(pool, conn)
             return reply
@@ -192,10 +189,7 @@ class SyncNode(_redis.NodeBase):
         pool = self._pool(key)
         if pool is None:
             return None
-        reply = self._exchange(pool, args)
-        if isinstance(reply, rex.ResponseError):
-            raise reply
-        return reply
+        return driving.checked(self._exchange(pool, args))
 
     # -- what a listener of this node's waiters uses (a quorum executor has its own) --------------
 
@@ -220,14 +214,14 @@ class SyncNode(_redis.NodeBase):
         if pool is None:
             return None  # the cluster's slot map is not ready: the next attempt re-routes
         try:
-            conn = idle.take(pool, timeout + 1.0)
+            conn = idle.take(pool, timeout + driving.BLPOP_GRACE)
         except rex.RedisError as exc:
             if self.cluster and _redis.stale_map(exc):
-                self._refresh(pool, exc, time.monotonic() + timeout + 1.0)
+                self._refresh(pool, exc, time.monotonic() + timeout + driving.BLPOP_GRACE)
             raise
         try:
             conn.send_command("BLPOP", *keys, round(timeout, 3))
-            if conn.can_read(timeout=timeout + 1.0):
+            if conn.can_read(timeout=timeout + driving.BLPOP_GRACE):
                 reply = conn.read_response()
                 idle.give(pool, conn)
                 return reply
@@ -336,9 +330,8 @@ class Listener:
             try:
                 popped = self.node.blpop(self.waiters.keys, step)
             except Exception as exc:  # noqa: BLE001 - handed to the waiters, who raise it
-                error = self.node.error(exc) if isinstance(exc, rex.RedisError) else exc
                 with self.cond:
-                    served = self.waiters.fail(error)
+                    served = self.waiters.fail(driving.handed(self.node, exc))
                 for w in served:
                     w.signal.set()
                 continue
