@@ -102,6 +102,7 @@ class AsyncNode(_redis.NodeBase):
             return stop.value
 
     async def _hop(self, step: driving.Step, req: Call) -> Any:
+        """Perform one step of :func:`~redlease.core.driving.rerouted` for ``req``."""
         if isinstance(step, driving.Send):
             try:
                 return await self._script(step.home, req)
@@ -143,11 +144,8 @@ class AsyncNode(_redis.NodeBase):
         drop = getattr(home, "disconnect_free_connections", None)
         if isinstance(error, rex.ConnectionError) and drop is not None:
             await drop()
-        manager = self.client.nodes_manager
-        options = _redis.refresh_options(manager, home.name)
-        return await topology.arefresh(
-            self.client, lambda: manager.initialize(**options), _redis.left(end)
-        )
+        read = driving.map_read(self.client, home)
+        return await topology.arefresh(self.client, read, _redis.left(end))
 
     async def _exchange(
         self, home: Any, args: tuple[Any, ...], owner: str = "", timeout: float | None = None
@@ -208,7 +206,7 @@ class AsyncNode(_redis.NodeBase):
             writer = getattr(conn, redispy.WRITER, None)
             if writer is None or writer.transport.is_closing():
                 raise rex.ConnectionError(f"connection to {self.name} lost")
-            writer.writelines(wire.pack(conn, ("BLPOP", *keys, round(timeout, 3))))
+            writer.writelines(wire.pack(conn, driving.blpop(keys, timeout)))
             try:
                 async with asyncio.timeout(wait):
                     reply = await redispy.aread(conn)

@@ -89,6 +89,7 @@ class SyncNode(_redis.NodeBase):
             return stop.value
 
     def _hop(self, step: driving.Step, req: Call) -> Any:
+        """Perform one step of :func:`~redlease.core.driving.rerouted` for ``req``."""
         if isinstance(step, driving.Send):
             try:
                 return self._script(step.home, req)
@@ -130,11 +131,7 @@ class SyncNode(_redis.NodeBase):
         if isinstance(error, rex.ConnectionError):
             idle.drop(pool)
             pool.disconnect(inuse_connections=False)
-        manager = self.client.nodes_manager
-        options = _redis.refresh_options(manager, _redis.home_name(pool))
-        return topology.refresh(
-            self.client, lambda: manager.initialize(**options), _redis.left(end)
-        )
+        return topology.refresh(self.client, driving.map_read(self.client, pool), _redis.left(end))
 
     def _exchange(
         self, pool: Any, args: tuple[Any, ...], owner: str = "", timeout: float | None = None
@@ -220,7 +217,7 @@ class SyncNode(_redis.NodeBase):
                 self._refresh(pool, exc, time.monotonic() + timeout + driving.BLPOP_GRACE)
             raise
         try:
-            conn.send_command("BLPOP", *keys, round(timeout, 3))
+            conn.send_command(*driving.blpop(keys, timeout))
             if conn.can_read(timeout=timeout + driving.BLPOP_GRACE):
                 reply = conn.read_response()
                 idle.give(pool, conn)

@@ -14,7 +14,7 @@ failed exchange, a listener's error handed to its waiters.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +118,20 @@ def to_close(
 def handed(node: _redis.NodeBase, exc: Exception) -> BaseException:
     """What a listener's waiters raise when its BLPOP failed with ``exc``."""
     return node.error(exc) if isinstance(exc, rex.RedisError) else exc
+
+
+def map_read(client: Any, home: Any) -> Callable[[], Any]:
+    """How cluster ``client`` reads its slot map again after ``home`` (a pool or cluster node)
+    failed: its nodes manager's ``initialize``, ``home`` asked last where redis-py supports it."""
+    manager = client.nodes_manager
+    options = _redis.refresh_options(manager, _redis.home_name(home))
+    return lambda: manager.initialize(**options)
+
+
+def blpop(keys: tuple[str, ...], timeout: float) -> tuple[Any, ...]:
+    """The BLPOP of a listener on ``keys`` for ``timeout`` seconds (its reply awaited
+    :data:`BLPOP_GRACE` longer)."""
+    return ("BLPOP", *keys, round(timeout, 3))
 
 
 def not_covered(key: str) -> rex.SlotNotCoveredError:
