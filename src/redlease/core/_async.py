@@ -14,6 +14,7 @@ from redis.exceptions import RedisClusterException
 from redlease.core import _log as log
 from redlease.core import client as _redis
 from redlease.core import driving, gate, idle, lent, redispy, topology, waiting, wire
+from redlease.core.listen import _async as listen
 from redlease.core.primitives import give_up_together
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, bounded, resume
 from redlease.core.timing import GIVE_UP_WAIT, REPLY_GRACE, Budget
@@ -40,7 +41,7 @@ class AsyncNode(_redis.NodeBase):
         if isinstance(req, Call):
             return await self._call(req)
         if isinstance(req, Wait):
-            return await _listener(self, req).wait(req)
+            return await listen.wait(self, req)
         if isinstance(req, Replicate):
             return await self._wait_replicas(req)
         raise TypeError(f"unknown request {req!r}")
@@ -234,7 +235,8 @@ class AsyncNode(_redis.NodeBase):
     # -- what a listener of this node's waiters uses (a quorum executor has its own) --------------
 
     def listen_key(self, req: Wait) -> Hashable:
-        """The key of the listener ``req`` waits with among its client's (see :func:`_listener`)."""
+        """The key of the listener ``req`` waits with among its client's
+        (:func:`redlease.core.listen._async.wait`)."""
         return req.keys
 
     async def give_up(self, waits: list[Wait]) -> waiting.LeaseOwner | None:
@@ -248,129 +250,6 @@ class AsyncNode(_redis.NodeBase):
             return await self.client.execute_command(*req.evalsha())
         except rex.NoScriptError:
             return await self.client.execute_command(*req.eval())
-
-
-class Listener:
-    """The one listener (a task) of a client's waiters on one lock's wake keys in this process
-    and event loop: waiters await futures, the task keeps one BLPOP in flight for all of them
-    and serves them from :class:`~redlease.core.waiting.WaitList`; it ends when nobody waits
-    (cancelled, dropping its connection, when the last waiter gives up)."""
-
-    def __init__(
-        self,
-        node: AsyncNode,
-        req: Wait,
-        loop: asyncio.AbstractEventLoop,
-        registry: dict[Any, Listener],
-    ) -> None:
-        self.node = node
-        self.loop = loop
-        self.waiters = waiting.WaitList(req.keys, req.grants)
-        self.registry = registry  # the client's listeners: this one leaves it when done
-        self.key = node.listen_key(req)  # its key in ``registry``
-        self.task: asyncio.Task[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None  # at the next deadline it gives up for
-        self.giving_up: asyncio.Task[None] | None = None  # the reader of due waiters' lease
-
-    async def wait(self, req: Wait) -> Any:
-        signal = self.loop.create_future()
-        waiter = self.waiters.join(req, self.loop.time(), signal)
-        if self.task is None:
-            self.task = self.loop.create_task(self._run())
-        try:
-            if req.lease:  # resolved by the listener, at the latest at its deadline
-                if self.giving_up is None and (
-                    self.timer is None or waiter.deadline < self.timer.when()
-                ):
-                    self._arm()
-                await signal
-            else:
-                async with asyncio.timeout(req.timeout):
-                    await signal
-        except TimeoutError:
-            pass  # served meanwhile or not: ``waiter`` says
-        finally:
-            if self.waiters.leave(waiter):
-                self._idle()
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.reply if waiter.done else False
-
-    def _idle(self) -> None:
-        """Stop listening once nobody waits."""
-        if not self.waiters and self.task is not None:
-            self.task.cancel()
-            self.task = None
-
-    def _arm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        when = self.waiters.next_due()
-        self.timer = None if when is None else self.loop.call_at(when, self._due)
-
-    def _due(self) -> None:
-        """Give up for the waiters whose deadline has passed (one reader at a time: those due
-        meanwhile go with the next read)."""
-        self.timer = None
-        if self.giving_up is None:
-            self.giving_up = self.loop.create_task(self._give_up())
-
-    async def _give_up(self) -> None:
-        """While waiters are due: read the lease's owner (sent after all their deadlines, by the
-        GIVE_UP that takes those given up off the queue) and tell them."""
-        try:
-            while batch := self.waiters.due(now := self.loop.time()):
-                lease: waiting.LeaseOwner | None = None
-                try:
-                    if self.waiters.together(batch, now):
-                        lease = await self.node.give_up([w.wait for w in batch])
-                except Exception:  # noqa: BLE001,S110 - each makes its own last attempt instead
-                    pass
-                finally:
-                    settled = self.waiters.settle(batch, lease)
-                    for w in settled:
-                        _wake(w)
-        finally:
-            self.giving_up = None
-            self._idle()
-            self._arm()
-
-    async def _run(self) -> None:
-        me = asyncio.current_task()
-        try:
-            while self.waiters:
-                step = self.waiters.listen_timeout(self.loop.time())
-                try:
-                    popped = await self.node.blpop(self.waiters.keys, step)
-                except Exception as exc:  # noqa: BLE001 - handed to the waiters, who raise it
-                    for w in self.waiters.fail(driving.handed(self.node, exc)):
-                        _wake(w)
-                    continue
-                if popped:
-                    waiter = self.waiters.route(popped)
-                    if waiter is not None:
-                        _wake(waiter)
-        finally:
-            if self.task is me:
-                self.task = None
-            if not self.waiters and self.registry.get(self.key) is self:
-                del self.registry[self.key]
-
-
-def _wake(waiter: waiting.Waiter) -> None:
-    if not waiter.signal.done():
-        waiter.signal.set_result(None)
-
-
-def _listener(node: AsyncNode, req: Wait) -> Listener:
-    """The listener of ``node``'s client for ``req``'s wake keys in the running loop."""
-    found: dict[Hashable, Listener] = waiting.registry(node.client)[2]
-    key = node.listen_key(req)
-    listener = found.get(key)
-    loop = asyncio.get_running_loop()
-    if listener is None or listener.loop is not loop:
-        listener = found[key] = Listener(node, req, loop, found)
-    return listener
 
 
 async def _checkout(home: Any, timeout: float | None = None) -> Any:
