@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: help venv e2e lint typecheck test test-quick test-latest test-long test-matrix demo chaos chaos-quick clean lock image image-push
+.PHONY: help venv e2e lint typecheck test test-quick test-latest test-floor floor-suite test-long test-matrix demo chaos chaos-quick clean lock image image-push
 
 # The image the chart and the examples run (ghcr.io/redlease/redlease:<version>). Needs a Docker
 # engine (BuildKit); IMAGE=registry/name overrides the repository. `make image-push` pushes it
@@ -18,6 +18,7 @@ help:
 	@echo "make test        lint, type-check, chaos-quick, the suite (not long), core+quorum on every server"
 	@echo "make test-quick  the same without tests marked slow"
 	@echo "make test-latest the quick suite on the newest releases (before make lock moves the pins)"
+	@echo "make test-floor  the core and quorum suites on pyproject's oldest redis-py"
 	@echo "make lock        lock pyproject's changes (requirements/*.txt), keeping the other pins"
 	@echo "make lock UPGRADE=1  move every lock to the newest releases"
 	@echo "make test-long   the minute-long measurements and outages make test leaves out"
@@ -130,6 +131,24 @@ test-latest:
 	rm -rf $(LATEST_VENV)
 	$(MAKE) --no-print-directory test-quick VENV=$(LATEST_VENV) LATEST=1
 	rm -rf $(LATEST_VENV)
+
+# The library's suites (core, asyncio, quorum, the redis-py fence) on the oldest redis-py
+# pyproject.toml admits, over the locked environment (hiredis and the rest stay locked: only
+# redis-py moves), in a throwaway venv (not part of `make test`, not in CI): the declared floor
+# is one the library works on.
+FLOOR_VENV  := /tmp/redlease-floor-venv
+REDIS_FLOOR  = $(shell sed -n 's/^ *"redis\[hiredis\]>=\([0-9.]*\)".*/\1/p' pyproject.toml)
+FLOOR_TESTS := tests/core/test_locks.py tests/core/test_aio.py tests/core/test_handoff.py \
+  tests/core/test_semaphore.py tests/core/test_deadlines.py tests/core/test_idle.py \
+  tests/core/test_redispy_fence.py tests/core/quorum
+test-floor:
+	rm -rf $(FLOOR_VENV)
+	$(MAKE) --no-print-directory floor-suite VENV=$(FLOOR_VENV)
+	rm -rf $(FLOOR_VENV)
+
+floor-suite: $(STAMP)
+	$(PY) -m pip install --quiet --only-binary :all: --no-deps "redis==$(REDIS_FLOOR)"
+	$(PYTEST) $(FLOOR_TESTS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -13,7 +13,8 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core import gate, idle, lent, redispy, topology, waiting, wire
+from redlease.core import driving, gate, idle, lent, redispy, topology, waiting, wire
+from redlease.core.listen import _async as listen
 from redlease.core.primitives import give_up_together
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, bounded, resume
 from redlease.core.timing import GIVE_UP_WAIT, REPLY_GRACE, Budget
@@ -40,7 +41,7 @@ class AsyncNode(_redis.NodeBase):
         if isinstance(req, Call):
             return await self._call(req)
         if isinstance(req, Wait):
-            return await _listener(self, req).wait(req)
+            return await listen.wait(self, req)
         if isinstance(req, Replicate):
             return await self._wait_replicas(req)
         raise TypeError(f"unknown request {req!r}")
@@ -52,10 +53,7 @@ class AsyncNode(_redis.NodeBase):
         if home is None:  # the cluster's slot map is not ready: through the client's routing
             node = self.client.get_node_from_key(req.key)
             return await self.client.execute_command(*args, target_nodes=node)
-        reply = await self._exchange(home, args, timeout=req.timeout)
-        if isinstance(reply, rex.ResponseError):
-            raise reply
-        return reply
+        return driving.checked(await self._exchange(home, args, timeout=req.timeout))
 
     async def _home(self, key: str, wait: float | None = None) -> Any:
         """The pool (or cluster node) serving ``key``; None: let the cluster client route.
@@ -87,20 +85,35 @@ class AsyncNode(_redis.NodeBase):
         home = await self._home(req.keys[0], req.timeout)
         if home is None:
             home = await self._uncovered(req.keys[0], end)
-        for _ in range(_redis.HOPS):
+        try:
+            reply = await self._script(home, req)
+        except rex.RedisError as exc:
+            reply = exc
+        if not isinstance(reply, rex.RedisError):
+            return reply
+        return await self._follow(driving.rerouted(self, req, home, reply, end), req)
+
+    async def _follow(self, steps: driving.Steps, req: Call) -> Any:
+        """Carry out the shared ``steps`` for ``req`` (:mod:`redlease.core.driving`)."""
+        try:
+            step = next(steps)
+            while True:
+                step = steps.send(await self._hop(step, req))
+        except StopIteration as stop:
+            return stop.value
+
+    async def _hop(self, step: driving.Step, req: Call) -> Any:
+        """Perform one step of :func:`~redlease.core.driving.rerouted` for ``req``."""
+        if isinstance(step, driving.Send):
             try:
-                reply = await self._script(home, req)
+                return await self._script(step.home, req)
             except rex.RedisError as exc:
-                reply = exc
-            if not isinstance(reply, rex.RedisError):
-                return reply
-            moved = await self._reroute(home, req, reply, end)
-            if moved is None:
-                if isinstance(reply, rex.AskError) and not isinstance(reply, rex.MovedError):
-                    return await self._routed(req)  # a slot being migrated: redis-py's ASKING
-                raise self.error(reply, home if self.cluster else None) from reply
-            home = moved
-        raise self.error(reply, home) from reply
+                return exc
+        if isinstance(step, driving.Refresh):
+            return await self._refresh(step.home, step.error, step.end)
+        if isinstance(step, driving.Locate):
+            return await self._home(step.key, _redis.left(step.end))
+        return await self._routed(req)
 
     async def _script(self, home: Any, req: Call) -> Any:
         """``req``'s reply from ``home`` (an error reply returned, not raised)."""
@@ -111,17 +124,6 @@ class AsyncNode(_redis.NodeBase):
             for sent in recovery:
                 reply = await self._exchange(home, sent, req.owner, req.timeout)
         return reply
-
-    async def _reroute(self, home: Any, req: Call, error: BaseException, end: float | None) -> Any:
-        """After ``error`` on ``home``: refresh the slot map if it may be stale (waiting for it
-        until ``end`` at most); the node to send ``req`` to now (see the blocking driver's), or
-        None."""
-        if not (self.cluster and _redis.stale_map(error)):
-            return None
-        if not await self._refresh(home, error, end) or not _redis.resendable(error):
-            return None
-        moved = await self._home(req.keys[0], _redis.left(end))
-        return moved if moved is not None and moved is not home else None
 
     async def _uncovered(self, key: str, end: float | None) -> Any:
         """The node of ``key`` once the slot map, which did not cover its slot, was read again
@@ -134,9 +136,7 @@ class AsyncNode(_redis.NodeBase):
         try:
             return client.get_node_from_key(key)
         except RedisClusterException:
-            raise rex.SlotNotCoveredError(
-                f"the cluster's slot map does not cover {key!r}"
-            ) from None
+            raise driving.not_covered(key) from None
 
     async def _refresh(self, home: Any, error: BaseException, end: float | None) -> bool:
         """Re-read the slot map after ``error`` on cluster node ``home``, waiting for it until
@@ -145,11 +145,8 @@ class AsyncNode(_redis.NodeBase):
         drop = getattr(home, "disconnect_free_connections", None)
         if isinstance(error, rex.ConnectionError) and drop is not None:
             await drop()
-        manager = self.client.nodes_manager
-        options = _redis.refresh_options(manager, home.name)
-        return await topology.arefresh(
-            self.client, lambda: manager.initialize(**options), _redis.left(end)
-        )
+        read = driving.map_read(self.client, home)
+        return await topology.arefresh(self.client, read, _redis.left(end))
 
     async def _exchange(
         self, home: Any, args: tuple[Any, ...], owner: str = "", timeout: float | None = None
@@ -186,10 +183,7 @@ class AsyncNode(_redis.NodeBase):
                             raise redispy.no_reply(limit) from None
                     unread -= 1
             except BaseException as exc:
-                if _redis.keeps_order(owner, unread, exc):
-                    await _close(self.pins.keep(owner, home, conn, unread))
-                else:
-                    await _close([_redis.Pinned(home, conn, unread, 0.0)])
+                await _close(driving.to_close(self, owner, home, conn, unread, exc))
                 raise
             await _give(home, conn)
             return reply
@@ -202,19 +196,20 @@ class AsyncNode(_redis.NodeBase):
         requests take): [key, value], or None if nothing arrived. The reply is awaited a second
         longer (Redis checks blocking timeouts at its ``hz`` tick); then, or when cancelled, the
         connection is dropped. Only the listener of a lock's waiters calls this."""
-        home = await self._home(keys[0], timeout + 1.0)
+        wait = timeout + driving.BLPOP_GRACE
+        home = await self._home(keys[0], wait)
         if home is None:
             return None  # the cluster's slot map is not ready: the next attempt re-routes
-        conn = await _checkout(home, timeout + 1.0)
+        conn = await _checkout(home, wait)
         reply: Any = None
         dropped = False
         try:
             writer = getattr(conn, redispy.WRITER, None)
             if writer is None or writer.transport.is_closing():
                 raise rex.ConnectionError(f"connection to {self.name} lost")
-            writer.writelines(wire.pack(conn, ("BLPOP", *keys, round(timeout, 3))))
+            writer.writelines(wire.pack(conn, driving.blpop(keys, timeout)))
             try:
-                async with asyncio.timeout(timeout + 1.0):
+                async with asyncio.timeout(wait):
                     reply = await redispy.aread(conn)
             except TimeoutError:
                 dropped = True
@@ -225,9 +220,7 @@ class AsyncNode(_redis.NodeBase):
             await _close([_redis.Pinned(home, conn, 1, 0.0)])
             return None
         await _give(home, conn)
-        if isinstance(reply, rex.ResponseError):
-            raise reply
-        return reply
+        return driving.checked(reply)
 
     async def read(self, key: str, *args: Any, timeout: float | None = None) -> Any:
         """One plain command on the node of ``key`` (``args`` includes it), its reply (and a
@@ -237,15 +230,13 @@ class AsyncNode(_redis.NodeBase):
         home = await self._home(key, timeout)
         if home is None:
             return None
-        reply = await self._exchange(home, args, timeout=timeout)
-        if isinstance(reply, rex.ResponseError):
-            raise reply
-        return reply
+        return driving.checked(await self._exchange(home, args, timeout=timeout))
 
     # -- what a listener of this node's waiters uses (a quorum executor has its own) --------------
 
     def listen_key(self, req: Wait) -> Hashable:
-        """The key of the listener ``req`` waits with among its client's (see :func:`_listener`)."""
+        """The key of the listener ``req`` waits with among its client's
+        (:func:`redlease.core.listen._async.wait`)."""
         return req.keys
 
     async def give_up(self, waits: list[Wait]) -> waiting.LeaseOwner | None:
@@ -253,183 +244,12 @@ class AsyncNode(_redis.NodeBase):
         takes them off the queue when another owner holds it."""
         return waiting.owner_of(await self.execute(give_up_together(waits, GIVE_UP_WAIT)))
 
-    async def run_all(self, calls: list[Call], budget: Budget | None = None) -> None:
-        """Run ``calls`` (scripts on the node of the first one's key, no owner's request
-        unanswered) written back to back and read in order: one write for all. The calls answered
-        with an error (a script not loaded yet, a moved slot) run again: the first alone, which
-        loads the script or follows the slot, then the others in one write (on a server without
-        the scripts, 3 round trips for the batch, not one per call); every call runs alone
-        while the server's library is still to be checked. The batch ends where ``budget``
-        ends one request of its operation (:meth:`~redlease.core.client.NodeBase.batch_end`),
-        the same rule as the blocking driver's."""
-        end = self.batch_end(budget)
-        home = await self._home(calls[0].keys[0], _redis.left(end))
-        replies: list[Any] = [None] * len(calls)
-        run = _redis.scripting(home) if home is not None else None
-        if run is None or not run.settled:  # no slot map yet, or the library to be checked
-            for call in calls:
-                await self.execute(bounded(call, budget, time.monotonic(), self.socket_timeout))
-            return
-        slot = await gate.aenter(home, _redis.left(end))
-        try:
-            conn = await _checkout(home, _redis.left(end))
-            unread = 0
-            try:
-                writer = getattr(conn, redispy.WRITER, None)
-                if writer is None or writer.transport.is_closing():
-                    raise rex.ConnectionError(f"connection to {self.name} lost")
-                writer.writelines([part for c in calls for part in wire.pack(conn, run.command(c))])
-                unread = len(calls)
-                left = _redis.left(end)
-                try:
-                    async with asyncio.timeout(left):
-                        for i in range(len(calls)):
-                            replies[i] = await redispy.aread(conn)
-                            unread -= 1
-                except TimeoutError:
-                    raise redispy.no_reply(left or 0.0) from None
-            except BaseException:
-                await _close([_redis.Pinned(home, conn, unread, 0.0)])
-                raise
-            await _give(home, conn)
-        finally:
-            slot.release()
-        failed = [c for c, r in zip(calls, replies, strict=True) if isinstance(r, rex.RedisError)]
-        if failed:  # the first alone loads the script (or follows the slot); the rest in one write
-            await self.execute(bounded(failed[0], budget, time.monotonic(), self.socket_timeout))
-            if failed[1:]:
-                await self.run_all(failed[1:], budget)
-
     async def _routed(self, req: Call) -> Any:
         """Through the client's own routing (a cluster whose slot map changed)."""
         try:
             return await self.client.execute_command(*req.evalsha())
         except rex.NoScriptError:
             return await self.client.execute_command(*req.eval())
-
-
-class Listener:
-    """The one listener (a task) of a client's waiters on one lock's wake keys in this process
-    and event loop: waiters await futures, the task keeps one BLPOP in flight for all of them
-    and serves them from :class:`~redlease.core.waiting.WaitList`; it ends when nobody waits
-    (cancelled, dropping its connection, when the last waiter gives up)."""
-
-    def __init__(
-        self,
-        node: AsyncNode,
-        req: Wait,
-        loop: asyncio.AbstractEventLoop,
-        registry: dict[Any, Listener],
-    ) -> None:
-        self.node = node
-        self.loop = loop
-        self.waiters = waiting.WaitList(req.keys, req.grants)
-        self.registry = registry  # the client's listeners: this one leaves it when done
-        self.key = node.listen_key(req)  # its key in ``registry``
-        self.task: asyncio.Task[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None  # at the next deadline it gives up for
-        self.giving_up: asyncio.Task[None] | None = None  # the reader of due waiters' lease
-
-    async def wait(self, req: Wait) -> Any:
-        signal = self.loop.create_future()
-        waiter = self.waiters.join(req, self.loop.time(), signal)
-        if self.task is None:
-            self.task = self.loop.create_task(self._run())
-        try:
-            if req.lease:  # resolved by the listener, at the latest at its deadline
-                if self.giving_up is None and (
-                    self.timer is None or waiter.deadline < self.timer.when()
-                ):
-                    self._arm()
-                await signal
-            else:
-                async with asyncio.timeout(req.timeout):
-                    await signal
-        except TimeoutError:
-            pass  # served meanwhile or not: ``waiter`` says
-        finally:
-            if self.waiters.leave(waiter):
-                self._idle()
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.reply if waiter.done else False
-
-    def _idle(self) -> None:
-        """Stop listening once nobody waits."""
-        if not self.waiters and self.task is not None:
-            self.task.cancel()
-            self.task = None
-
-    def _arm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        when = self.waiters.next_due()
-        self.timer = None if when is None else self.loop.call_at(when, self._due)
-
-    def _due(self) -> None:
-        """Give up for the waiters whose deadline has passed (one reader at a time: those due
-        meanwhile go with the next read)."""
-        self.timer = None
-        if self.giving_up is None:
-            self.giving_up = self.loop.create_task(self._give_up())
-
-    async def _give_up(self) -> None:
-        """While waiters are due: read the lease's owner (sent after all their deadlines, by the
-        GIVE_UP that takes those given up off the queue) and tell them."""
-        try:
-            while batch := self.waiters.due(now := self.loop.time()):
-                lease: waiting.LeaseOwner | None = None
-                try:
-                    if self.waiters.together(batch, now):
-                        lease = await self.node.give_up([w.wait for w in batch])
-                except Exception:  # noqa: BLE001,S110 - each makes its own last attempt instead
-                    pass
-                finally:
-                    settled = self.waiters.settle(batch, lease)
-                    for w in settled:
-                        _wake(w)
-        finally:
-            self.giving_up = None
-            self._idle()
-            self._arm()
-
-    async def _run(self) -> None:
-        me = asyncio.current_task()
-        try:
-            while self.waiters:
-                step = self.waiters.listen_timeout(self.loop.time())
-                try:
-                    popped = await self.node.blpop(self.waiters.keys, step)
-                except Exception as exc:  # noqa: BLE001 - handed to the waiters, who raise it
-                    error = self.node.error(exc) if isinstance(exc, rex.RedisError) else exc
-                    for w in self.waiters.fail(error):
-                        _wake(w)
-                    continue
-                if popped:
-                    waiter = self.waiters.route(popped)
-                    if waiter is not None:
-                        _wake(waiter)
-        finally:
-            if self.task is me:
-                self.task = None
-            if not self.waiters and self.registry.get(self.key) is self:
-                del self.registry[self.key]
-
-
-def _wake(waiter: waiting.Waiter) -> None:
-    if not waiter.signal.done():
-        waiter.signal.set_result(None)
-
-
-def _listener(node: AsyncNode, req: Wait) -> Listener:
-    """The listener of ``node``'s client for ``req``'s wake keys in the running loop."""
-    found: dict[Hashable, Listener] = waiting.registry(node.client)[2]
-    key = node.listen_key(req)
-    listener = found.get(key)
-    loop = asyncio.get_running_loop()
-    if listener is None or listener.loop is not loop:
-        listener = found[key] = Listener(node, req, loop, found)
-    return listener
 
 
 async def _checkout(home: Any, timeout: float | None = None) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -12,7 +11,8 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core import gate, idle, redispy, topology, waiting, wire
+from redlease.core import driving, gate, idle, redispy, topology, waiting, wire
+from redlease.core.listen import _sync as listen
 from redlease.core.primitives import give_up_together
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, bounded, resume
 from redlease.core.timing import GIVE_UP_WAIT, Budget
@@ -37,7 +37,7 @@ class SyncNode(_redis.NodeBase):
         if isinstance(req, Call):
             return self._call(req)
         if isinstance(req, Wait):
-            return _wait(self, req)
+            return listen.wait(self, req)
         if isinstance(req, Replicate):
             return self._wait_replicas(req)
         raise TypeError(f"unknown request {req!r}")
@@ -51,10 +51,7 @@ class SyncNode(_redis.NodeBase):
         if pool is None:  # the cluster's slot map is not ready: through the client's routing
             node = self.client.get_node_from_key(req.key)
             return self.client.execute_command(*args, target_nodes=node)
-        reply = self._exchange(pool, args, timeout=req.timeout)
-        if isinstance(reply, rex.ResponseError):
-            raise reply
-        return reply
+        return driving.checked(self._exchange(pool, args, timeout=req.timeout))
 
     def _pool(self, key: str) -> Any:
         """The connection pool of the node serving ``key`` (None: let the cluster client route)."""
@@ -74,20 +71,35 @@ class SyncNode(_redis.NodeBase):
         pool = self._pool(req.keys[0])
         if pool is None:
             pool = self._uncovered(req.keys[0], end)
-        for _ in range(_redis.HOPS):
+        try:
+            reply = self._script(pool, req)
+        except rex.RedisError as exc:
+            reply = exc
+        if not isinstance(reply, rex.RedisError):
+            return reply
+        return self._follow(driving.rerouted(self, req, pool, reply, end), req)
+
+    def _follow(self, steps: driving.Steps, req: Call) -> Any:
+        """Carry out the shared ``steps`` for ``req`` (:mod:`redlease.core.driving`)."""
+        try:
+            step = next(steps)
+            while True:
+                step = steps.send(self._hop(step, req))
+        except StopIteration as stop:
+            return stop.value
+
+    def _hop(self, step: driving.Step, req: Call) -> Any:
+        """Perform one step of :func:`~redlease.core.driving.rerouted` for ``req``."""
+        if isinstance(step, driving.Send):
             try:
-                reply = self._script(pool, req)
+                return self._script(step.home, req)
             except rex.RedisError as exc:
-                reply = exc
-            if not isinstance(reply, rex.RedisError):
-                return reply
-            moved = self._reroute(pool, req, reply, end)
-            if moved is None:
-                if isinstance(reply, rex.AskError) and not isinstance(reply, rex.MovedError):
-                    return self._routed(req)  # a slot being migrated: redis-py's ASKING
-                raise self.error(reply, pool if self.cluster else None) from reply
-            pool = moved
-        raise self.error(reply, pool) from reply
+                return exc
+        if isinstance(step, driving.Refresh):
+            return self._refresh(step.home, step.error, step.end)
+        if isinstance(step, driving.Locate):
+            return self._pool(step.key)
+        return self._routed(req)
 
     def _script(self, pool: Any, req: Call) -> Any:
         """``req``'s reply from ``pool``'s node (an error reply returned, not raised)."""
@@ -99,17 +111,6 @@ class SyncNode(_redis.NodeBase):
                 reply = self._exchange(pool, sent, req.owner, req.timeout)
         return reply
 
-    def _reroute(self, pool: Any, req: Call, error: BaseException, end: float | None) -> Any:
-        """After ``error`` on ``pool``'s node: refresh the cluster's slot map if it may be
-        stale (waiting for it until ``end`` at most); the pool to send ``req`` to now if it
-        certainly did not run and its slot has another node (None: report the error)."""
-        if not (self.cluster and _redis.stale_map(error)):
-            return None
-        if not self._refresh(pool, error, end) or not _redis.resendable(error):
-            return None
-        moved = self._pool(req.keys[0])
-        return moved if moved is not None and moved is not pool else None
-
     def _uncovered(self, key: str, end: float | None) -> Any:
         """The pool of ``key``'s node once the cluster's slot map, which did not cover its slot,
         was read again (waiting for it until ``end`` at most); else an outage, nothing sent
@@ -118,7 +119,7 @@ class SyncNode(_redis.NodeBase):
         topology.refresh(self.client, manager.initialize, _redis.left(end))
         pool = self._pool(key)
         if pool is None:
-            raise rex.SlotNotCoveredError(f"the cluster's slot map does not cover {key!r}")
+            raise driving.not_covered(key)
         return pool
 
     def _refresh(self, pool: Any, error: BaseException, end: float | None) -> bool:
@@ -130,11 +131,7 @@ class SyncNode(_redis.NodeBase):
         if isinstance(error, rex.ConnectionError):
             idle.drop(pool)
             pool.disconnect(inuse_connections=False)
-        manager = self.client.nodes_manager
-        options = _redis.refresh_options(manager, _redis.home_name(pool))
-        return topology.refresh(
-            self.client, lambda: manager.initialize(**options), _redis.left(end)
-        )
+        return topology.refresh(self.client, driving.map_read(self.client, pool), _redis.left(end))
 
     def _exchange(
         self, pool: Any, args: tuple[Any, ...], owner: str = "", timeout: float | None = None
@@ -162,10 +159,7 @@ class SyncNode(_redis.NodeBase):
                         reply = exc
                     unread -= 1
             except BaseException as exc:
-                if _redis.keeps_order(owner, unread, exc):
-                    self._close(self.pins.keep(owner, pool, conn, unread))
-                else:
-                    self._close([_redis.Pinned(pool, conn, unread, 0.0)])
+                self._close(driving.to_close(self, owner, pool, conn, unread, exc))
                 raise
             idle.give(pool, conn)
             return reply
@@ -192,59 +186,13 @@ class SyncNode(_redis.NodeBase):
         pool = self._pool(key)
         if pool is None:
             return None
-        reply = self._exchange(pool, args)
-        if isinstance(reply, rex.ResponseError):
-            raise reply
-        return reply
-
-    def run_all(self, calls: list[Call], budget: Budget | None = None) -> None:
-        """Run ``calls`` (scripts on the node of the first one's key, no owner's request
-        unanswered) written back to back and read in order: one write for all. The calls answered
-        with an error (a script not loaded yet, a moved slot) run again: the first alone, which
-        loads the script or follows the slot, then the others in one write (on a server without
-        the scripts, 3 round trips for the batch, not one per call); every call runs alone
-        while the server's library is still to be checked. The batch ends where ``budget``
-        ends one request of its operation (:meth:`~redlease.core.client.NodeBase.batch_end`),
-        the same rule as the asyncio driver's."""
-        end = self.batch_end(budget)
-        pool = self._pool(calls[0].keys[0])
-        run = _redis.scripting(pool) if pool is not None else None
-        if run is None or not run.settled:  # no slot map yet, or the library to be checked
-            for call in calls:
-                self.execute(bounded(call, budget, time.monotonic(), self.socket_timeout))
-            return
-        replies: list[Any] = [None] * len(calls)
-        slot = gate.enter(pool, _redis.left(end))
-        try:
-            conn = idle.take(pool, _redis.left(end))
-            unread = 0
-            try:
-                packed = [part for c in calls for part in wire.pack(conn, run.command(c))]
-                conn.send_packed_command(packed, check_health=False)
-                unread = len(calls)
-                for i in range(len(calls)):
-                    try:
-                        replies[i] = redispy.read_within(conn, _redis.left(end))
-                    except rex.ResponseError as exc:
-                        replies[i] = exc
-                    unread -= 1
-            except BaseException:
-                self._close([_redis.Pinned(pool, conn, unread, 0.0)])
-                raise
-            idle.give(pool, conn)
-        finally:
-            if slot is not None:
-                slot.release()
-        failed = [c for c, r in zip(calls, replies, strict=True) if isinstance(r, rex.RedisError)]
-        if failed:  # the first alone loads the script (or follows the slot); the rest in one write
-            self.execute(bounded(failed[0], budget, time.monotonic(), self.socket_timeout))
-            if failed[1:]:
-                self.run_all(failed[1:], budget)
+        return driving.checked(self._exchange(pool, args))
 
     # -- what a listener of this node's waiters uses (a quorum executor has its own) --------------
 
     def listen_key(self, req: Wait) -> Hashable:
-        """The key of the listener ``req`` waits with among its client's (see :func:`_wait`)."""
+        """The key of the listener ``req`` waits with among its client's
+        (:func:`redlease.core.listen._sync.wait`)."""
         return req.keys
 
     def give_up(self, waits: list[Wait]) -> waiting.LeaseOwner | None:
@@ -264,14 +212,14 @@ class SyncNode(_redis.NodeBase):
         if pool is None:
             return None  # the cluster's slot map is not ready: the next attempt re-routes
         try:
-            conn = idle.take(pool, timeout + 1.0)
+            conn = idle.take(pool, timeout + driving.BLPOP_GRACE)
         except rex.RedisError as exc:
             if self.cluster and _redis.stale_map(exc):
-                self._refresh(pool, exc, time.monotonic() + timeout + 1.0)
+                self._refresh(pool, exc, time.monotonic() + timeout + driving.BLPOP_GRACE)
             raise
         try:
-            conn.send_command("BLPOP", *keys, round(timeout, 3))
-            if conn.can_read(timeout=timeout + 1.0):
+            conn.send_command(*driving.blpop(keys, timeout))
+            if conn.can_read(timeout=timeout + driving.BLPOP_GRACE):
                 reply = conn.read_response()
                 idle.give(pool, conn)
                 return reply
@@ -282,130 +230,6 @@ class SyncNode(_redis.NodeBase):
             raise
         pool.release(conn)
         return None
-
-
-class Listener:
-    """The one listener (a thread) of a client's waiters on one lock's wake keys in this
-    process: waiters wait on events, the thread keeps one BLPOP in flight for all of them and
-    serves them from :class:`~redlease.core.waiting.WaitList`. It lingers a moment after the
-    last waiter (the next one is often about to come), holding no connection meanwhile, then
-    leaves the client's ``registry`` (waiters join under :data:`_LISTENERS`, it leaves under it).
-
-    Waiters due together are given up for together (as the asyncio listener does): the first
-    whose deadline passes reads the lease once for all those due then, one at a time.
-    """
-
-    def __init__(self, node: SyncNode, req: Wait, registry: dict[Any, Listener]) -> None:
-        self.node = node
-        self.waiters = waiting.WaitList(req.keys, req.grants)
-        self.registry = registry
-        self.key = node.listen_key(req)  # its key in ``registry``
-        self.cond = threading.Condition()
-        self.running = False
-        self.giving_up = False  # a waiter's thread reads the lease for those due
-
-    def join(self, req: Wait) -> waiting.Waiter:
-        with self.cond:
-            waiter = self.waiters.join(req, time.monotonic(), threading.Event())
-            if self.running:
-                self.cond.notify()
-            else:
-                self.running = True
-                name = f"redlease-waiters {self.node.lock}"
-                threading.Thread(target=self._run, name=name, daemon=True).start()
-        return waiter
-
-    def wait(self, waiter: waiting.Waiter) -> Any:
-        try:
-            if not waiter.signal.wait(waiter.wait.timeout) and waiter.wait.lease:
-                self._give_up(waiter)
-        finally:
-            with self.cond:
-                self.waiters.leave(waiter)
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.reply if waiter.done else False
-
-    def _give_up(self, waiter: waiting.Waiter) -> None:
-        """At ``waiter``'s deadline: unless another thread is giving up for the waiters due
-        (it serves ``waiter`` too before it stops), read the lease's owner (sent after the
-        deadlines of all those due now, by the GIVE_UP that takes those given up off the queue)
-        and tell them, while any are due."""
-        with self.cond:
-            mine = not self.giving_up and not waiter.done
-            self.giving_up = self.giving_up or mine
-        if not mine:
-            waiter.signal.wait()  # served, failed or given up for by the thread giving up
-            return
-        try:
-            while True:
-                with self.cond:
-                    now = time.monotonic()
-                    batch = self.waiters.due(now)
-                    if not batch:
-                        self.giving_up = False
-                        break
-                    together = self.waiters.together(batch, now)
-                lease: waiting.LeaseOwner | None = None
-                try:
-                    if together:
-                        lease = self.node.give_up([w.wait for w in batch])
-                except Exception:  # noqa: BLE001,S110 - each makes its own last attempt instead
-                    pass
-                with self.cond:
-                    settled = self.waiters.settle(batch, lease)
-                for w in settled:
-                    w.signal.set()
-        finally:  # after a failure here too: whoever is due now makes its own last attempt
-            with self.cond:
-                self.giving_up = False
-                left = self.waiters.due(time.monotonic())
-            for w in left:
-                w.signal.set()
-
-    def _run(self) -> None:
-        while True:
-            with self.cond:
-                if not self.waiters:
-                    self.cond.wait(waiting.LINGER)
-            if not self.waiters:
-                with _LISTENERS, self.cond:
-                    if not self.waiters:
-                        self.running = False
-                        if self.registry.get(self.key) is self:
-                            del self.registry[self.key]
-                        return
-            with self.cond:
-                step = self.waiters.listen_timeout(time.monotonic())
-            try:
-                popped = self.node.blpop(self.waiters.keys, step)
-            except Exception as exc:  # noqa: BLE001 - handed to the waiters, who raise it
-                error = self.node.error(exc) if isinstance(exc, rex.RedisError) else exc
-                with self.cond:
-                    served = self.waiters.fail(error)
-                for w in served:
-                    w.signal.set()
-                continue
-            if popped:
-                with self.cond:
-                    waiter = self.waiters.route(popped)
-                if waiter is not None:
-                    waiter.signal.set()
-
-
-_LISTENERS = threading.Lock()
-
-
-def _wait(node: SyncNode, req: Wait) -> Any:
-    """Wait for ``req`` with the listener of ``node``'s client for its wake keys."""
-    found: dict[Hashable, Listener] = waiting.registry(node.client)[2]
-    key = node.listen_key(req)
-    with _LISTENERS:
-        listener = found.get(key)
-        if listener is None:
-            listener = found[key] = Listener(node, req, found)
-        waiter = listener.join(req)
-    return listener.wait(waiter)
 
 
 def drive(

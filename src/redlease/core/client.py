@@ -19,7 +19,7 @@ import redis.sentinel as sentinel
 from redlease.core import homes
 from redlease.core.requests import Request
 from redlease.core.scripting import Scripting
-from redlease.core.timing import MIN_WAIT, Budget
+from redlease.core.timing import MIN_WAIT
 from redlease.errors import ConnectionLimit, LockError, LockUnavailable, ProtocolError
 
 PIN_HOLD = 30.0  # a pinned connection nobody came back for is closed after this many seconds
@@ -48,17 +48,6 @@ class NodeBase:
         self.socket_timeout = socket_timeout(client)
         self.cluster = not hasattr(client, "connection_pool")
         self.pins = Pins()
-
-    def batch_end(self, budget: Budget | None) -> float | None:
-        """When a batch of requests written together (``run_all``) stops waiting for its
-        replies, connecting included: where one request of the operation would (``budget``:
-        :func:`redlease.core.requests.bounded`), the whole batch as one; without a budget, the
-        client's socket timeout from now (None: no end)."""
-        now = time.monotonic()
-        wait = (
-            self.socket_timeout if budget is None else budget.bound(None, now, self.socket_timeout)
-        )
-        return None if wait is None else now + wait
 
     def error(self, exc: BaseException, home: Any = None) -> BaseException:
         """The redlease exception to raise for a redis-py error on this node (``home``: the

@@ -20,7 +20,8 @@ None of that is redis-py's public API, so every name of it is here:
 on real objects of the locked redis-py (requirements/dev.txt), connected to a real server, so a
 release that renames or drops one fails there; it also fails a use of a redis-py private
 anywhere else in ``src/``. Every name here was checked by that test on redis-py 5.0.1, 6.4.0,
-7.0.1 and 8.2.0 (the lock).
+7.0.1 and 8.2.0 (the lock); `make test-floor` runs it, with the core suites, on pyproject's
+floor (6.2.0).
 Attributes redlease sets on redis-py objects itself are its own, named ``_redlease_...``.
 """
 
@@ -107,7 +108,9 @@ def read_within(conn: Any, timeout: float | None) -> Any:
     for a later read. The reply comes straight from the connection's parser where it has one,
     as :func:`aread` reads (``read_response`` builds an error text for every read and keeps the
     health-check clock; the drivers write without health checks); a failing socket is
-    redis-py's ConnectionError or TimeoutError, as there."""
+    redis-py's ConnectionError or TimeoutError, as there. Before redis-py 8.0 the blocking
+    hiredis parser raised the builtin TimeoutError on a timed-out read, not redis-py's: both
+    are :func:`no_reply` (the deadline handling knows only redis-py's)."""
     sock = conn._sock  # SOCK: None once dropped
     if sock is None:
         raise rex.ConnectionError("the connection was closed")
@@ -117,13 +120,13 @@ def read_within(conn: Any, timeout: float | None) -> Any:
     if timeout is None or (before is not None and timeout >= before):
         try:
             reply = read()
-        except rex.TimeoutError:
+        except (rex.TimeoutError, TimeoutError):
             raise no_reply(before or 0.0) from None
     else:
         sock.settimeout(timeout)
         try:
             reply = read()
-        except rex.TimeoutError:
+        except (rex.TimeoutError, TimeoutError):
             raise no_reply(timeout) from None
         finally:
             with contextlib.suppress(OSError):  # closed meanwhile: nothing to put back
