@@ -37,7 +37,9 @@ from redis.sentinel import Sentinel
 
 import redlease
 import redlease.aio
-from redlease.devtools.localredis import LocalCluster, RedisServer, SentinelDeployment
+from redlease.devtools.localcluster import LocalCluster
+from redlease.devtools.localredis import RedisServer
+from redlease.devtools.localsentinel import SentinelDeployment
 from redlease.devtools.polling import wait_until
 from redlease.quorum import NodeSet
 

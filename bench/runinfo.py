@@ -30,7 +30,7 @@ def versions() -> dict[str, str]:
 
 def environment() -> dict[str, Any]:
     """The machine, the interpreter, the server and the load average before the run."""
-    from redlease.devtools.localredis import server_version
+    from redlease.devtools.redisbinary import server_version
 
     return {
         "cpus": os.cpu_count(),

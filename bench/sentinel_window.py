@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from redlease import Lock, LockContention, LockUnavailable
 from redlease.core.connect import connect
-from redlease.devtools.localredis import SentinelDeployment
+from redlease.devtools.localsentinel import SentinelDeployment
 
 
 @dataclass(frozen=True)

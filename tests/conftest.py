@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING
 import pytest
 import redis
 
-from redlease.devtools.localredis import (
+from redlease.devtools.localcluster import LocalCluster
+from redlease.devtools.localredis import RedisServer
+from redlease.devtools.redisbinary import (
     FLAVOURS,
     SERVER_ENV,
-    LocalCluster,
-    RedisServer,
     ServerError,
     describe,
     find_redis_server,
-    tls_unsupported,
 )
+from redlease.devtools.tlsprobe import tls_unsupported
 
 if TYPE_CHECKING:
     from redlease.devtools.kubeemulator import Cluster

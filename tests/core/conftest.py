@@ -11,7 +11,8 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from redlease.devtools.localredis import LocalCluster, RedisServer
+from redlease.devtools.localcluster import LocalCluster
+from redlease.devtools.localredis import RedisServer
 
 _names = itertools.count()
 

@@ -25,7 +25,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 import redlease
 from redlease import aio
 from redlease.core import gate, idle
-from redlease.devtools.localredis import LocalCluster
+from redlease.devtools.localcluster import LocalCluster
 
 from .test_waiters import Connections
 

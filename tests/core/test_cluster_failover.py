@@ -22,7 +22,8 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redlease import Lock, LockUnavailable, MultiLock, aio
 from redlease.core import client as drivers
 from redlease.core.keys import LockKeys
-from redlease.devtools.localredis import LocalCluster, RedisServer
+from redlease.devtools.localcluster import LocalCluster
+from redlease.devtools.localredis import RedisServer
 from redlease.devtools.polling import async_wait_until
 
 T = TypeVar("T")

@@ -26,7 +26,8 @@ from redis.sentinel import Sentinel
 import redlease
 import redlease.aio
 from redlease.core.observe import read_view
-from redlease.devtools.localredis import RedisServer, SentinelDeployment, free_port
+from redlease.devtools.localredis import RedisServer, free_port
+from redlease.devtools.localsentinel import SentinelDeployment
 from redlease.devtools.netfault import DelayProxy
 from redlease.devtools.polling import wait_until
 from redlease.errors import LockUnavailable

@@ -18,7 +18,8 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 import redlease
 from redlease import LockUnavailable, aio
-from redlease.devtools.localredis import LocalCluster, RedisServer
+from redlease.devtools.localcluster import LocalCluster
+from redlease.devtools.localredis import RedisServer
 from redlease.devtools.multikey import (
     After,
     AsyncAfter,

@@ -21,7 +21,9 @@ from redis.cluster import RedisCluster
 from redis.sentinel import Sentinel
 
 from redlease.core import redispy
-from redlease.devtools.localredis import LocalCluster, RedisServer, SentinelDeployment
+from redlease.devtools.localcluster import LocalCluster
+from redlease.devtools.localredis import RedisServer
+from redlease.devtools.localsentinel import SentinelDeployment
 
 SRC = Path(redispy.__file__).resolve().parents[1]  # src/redlease
 FENCE = Path(redispy.__file__).resolve()

@@ -8,8 +8,10 @@ import sys
 
 import pytest
 
-from redlease.devtools import localredis
-from redlease.devtools.localredis import PortTaken, RedisServer, SentinelDeployment
+from redlease.devtools import localredis, localsentinel
+from redlease.devtools.localredis import RedisServer
+from redlease.devtools.localsentinel import SentinelDeployment
+from redlease.devtools.redisbinary import PortTaken
 
 
 def test_a_taken_port_is_detected_and_an_automatic_one_replaced() -> None:
@@ -72,9 +74,9 @@ def test_a_sentinel_group_is_started_again_when_one_of_its_ports_is_taken(
                 return other.port
             return real(with_bus=with_bus)
 
-        monkeypatch.setattr(localredis, "free_port", first_taken)
+        monkeypatch.setattr(localsentinel, "free_port", first_taken)  # where the group picks ports
         with SentinelDeployment(replicas=1) as d:
-            monkeypatch.setattr(localredis, "free_port", real)
+            monkeypatch.setattr(localsentinel, "free_port", real)
             ports = [s.port for s in d.sentinel_servers]
             assert handed == [other.port]
             assert other.port not in ports and len(ports) == 3

@@ -1,5 +1,5 @@
 """A real Sentinel failover: a master, replicas (``--replicaof``) and three Sentinels on free
-ports (:class:`~redlease.devtools.localredis.SentinelDeployment`). The master is SIGKILLed,
+ports (:class:`~redlease.devtools.localsentinel.SentinelDeployment`). The master is SIGKILLed,
 the Sentinels promote a replica, and leases resume on the new master: for the library (sync
 and asyncio) and for a `redlease sidecar` process on ``redis+sentinel://``. With
 ``replicas=1`` the lease and the fence counter were confirmed on a replica before the grant
@@ -24,7 +24,8 @@ import redlease.aio
 from bench.sentinel_window import MODES, Mode, trial
 from redlease import Lock, LockContention, LockUnavailable
 from redlease.core.connect import connect
-from redlease.devtools.localredis import RedisServer, SentinelDeployment
+from redlease.devtools.localredis import RedisServer
+from redlease.devtools.localsentinel import SentinelDeployment
 from redlease.devtools.sidecarprocs import Sidecar, wait_until
 
 T = TypeVar("T")

@@ -20,13 +20,10 @@ from typing import Any
 import pytest
 
 from redlease.devtools.kubeemulator import Cluster, until
-from redlease.devtools.localredis import (
-    RedisServer,
-    SentinelServer,
-    TlsFiles,
-    tls_unsupported,
-)
+from redlease.devtools.localredis import RedisServer, TlsFiles
+from redlease.devtools.localsentinel import SentinelServer
 from redlease.devtools.sidecarprocs import ROOT, Sidecar, env
+from redlease.devtools.tlsprobe import tls_unsupported
 
 TIMING = ["--ttl", "3", "--renew-deadline", "2", "--retry-period", "0.2"]
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from redlease.core.keys import LockKeys
-from redlease.devtools.localredis import LocalCluster
+from redlease.devtools.localcluster import LocalCluster
 from redlease.devtools.sidecarprocs import Sidecar, wait_until
 
 

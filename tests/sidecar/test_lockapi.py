@@ -15,7 +15,8 @@ import pytest
 import redis
 
 from redlease.core.keys import LockKeys
-from redlease.devtools.localredis import LocalCluster, RedisServer
+from redlease.devtools.localcluster import LocalCluster
+from redlease.devtools.localredis import RedisServer
 from redlease.devtools.sidecarprocs import Sidecar, wait_until
 
 CURL = shutil.which("curl")

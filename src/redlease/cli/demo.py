@@ -140,7 +140,7 @@ def check_ready() -> str:
     into its one ``pip install`` line) and a server binary (:class:`ConfigError` naming the ways
     to get one). Without this the sidecars died unseen and the demo said, 15 s later, only
     "no leader was elected"; without a server it printed a traceback."""
-    from redlease.devtools.localredis import ServerError, find_redis_server
+    from redlease.devtools.redisbinary import ServerError, find_redis_server
 
     for module in SIDECAR_MODULES:
         if importlib.util.find_spec(module) is None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
-from redlease.devtools.localredis import RedisServer, find_flavour
+from redlease.devtools.localredis import RedisServer
+from redlease.devtools.redisbinary import find_flavour
 
 # flavours whose binaries run under libfaketime (Debian's Redis 7.0 does not)
 TOLERANT = ("valkey8", "redis6")

@@ -22,15 +22,15 @@ from pathlib import Path
 
 import redis
 
-from redlease.devtools.localredis import (
+from redlease.devtools.localredis import RedisServer
+from redlease.devtools.redisbinary import (
     FLAVOURS,
-    RedisServer,
     ServerBinary,
     available_flavours,
     describe,
     find_redis_server,
-    tls_unsupported,
 )
+from redlease.devtools.tlsprobe import tls_unsupported
 
 ROOT = Path(__file__).resolve().parents[3]
 # tests/core/quorum is a suite of its own

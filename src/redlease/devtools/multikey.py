@@ -12,7 +12,7 @@ from redis.crc import key_slot
 from redlease.core.requests import Call, Request
 from redlease.devtools.localredis import RedisServer
 
-MASTERS = 3  # devtools.localredis.LocalCluster: slots split evenly, in server order
+MASTERS = 3  # devtools.localcluster.LocalCluster: slots split evenly, in server order
 
 
 def master_of(name: str) -> int:

@@ -2,7 +2,7 @@
 
 :func:`running` starts one (the ``tls_redis`` fixture of tests/conftest.py); its plain port stays
 open for the test's own checks. The binary must serve TLS
-(:func:`~redlease.devtools.localredis.tls_unsupported` checks it with a handshake): otherwise the
+(:func:`~redlease.devtools.tlsprobe.tls_unsupported` checks it with a handshake): otherwise the
 fixture skips the test with its one line saying why.
 """
 

@@ -18,16 +18,10 @@ import redis
 import redlease
 import redlease.aio
 from redlease import LockContention, QuorumUnavailable
-from redlease.devtools.localredis import (
-    FLAVOURS,
-    RedisServer,
-    ServerError,
-    TlsFiles,
-    available_flavours,
-    describe,
-    tls_unsupported,
-)
+from redlease.devtools.localredis import RedisServer, TlsFiles
 from redlease.devtools.polling import wait_until
+from redlease.devtools.redisbinary import FLAVOURS, ServerError, available_flavours, describe
+from redlease.devtools.tlsprobe import tls_unsupported
 from redlease.quorum import NodeSet
 from tests.core.quorum import test_quorum
 from tests.core.quorum.conftest import lease_keys

@@ -17,7 +17,8 @@ import pytest
 import redlease
 from redlease import QuorumUnavailable
 from redlease.core.connect import connect
-from redlease.devtools.localredis import RedisServer, TlsFiles, tls_unsupported
+from redlease.devtools.localredis import RedisServer, TlsFiles
+from redlease.devtools.tlsprobe import tls_unsupported
 from redlease.quorum import NodeSet
 from tests.core.quorum.conftest import round_trip_over
 
