@@ -177,7 +177,7 @@ bench-scale-quick: $(BENCH_STAMP)  ## fewer points (< 2 min)
 
 # --- soak (soak/soak.py, docs/soak.md): not part of `make test` -----------------------------------
 .PHONY: soak
-soak: $(STAMP)  ## 20 min (<= 25 with setup) of leader kills and Redis restarts; SOAK_MINUTES=N to shorten
+soak: $(STAMP)  ## 20 min (<= 25 with setup) of leader kills, Redis and RedLock-set restarts, node-set changes; SOAK_MINUTES=N to shorten
 	$(PY) soak/soak.py --report soak-report.json
 
 image:  ## build the operator/sidecar image (needs a Docker engine)

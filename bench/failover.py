@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +42,21 @@ def _env() -> dict[str, str]:
 class Sidecar:
     """One ``redlease sidecar`` process and a keep-alive HTTP connection to it."""
 
-    def __init__(self, url: str, identity: str, ttl: float | None, lock: str = LOCK) -> None:
+    def __init__(
+        self,
+        url: str,
+        identity: str,
+        ttl: float | None,
+        lock: str = LOCK,
+        source: Sequence[str] | None = None,
+    ) -> None:
+        """``source``: the flags naming the lock and its nodes instead of ``--lock LOCK --redis
+        URL`` (e.g. ``--lock-ref NS/NAME --kube-api URL``; give ``ttl`` None with it)."""
         self.identity = identity
         self.port = free_port()
         self.state_dir = Path(tempfile.mkdtemp(prefix="redlease-bench-sidecar-"))
-        cmd = [sys.executable, "-m", "redlease", "sidecar", "--lock", lock, "--redis", url]
+        cmd = [sys.executable, "-m", "redlease", "sidecar"]
+        cmd += ["--lock", lock, "--redis", url] if source is None else list(source)
         if ttl is not None:
             cmd += ["--ttl", f"{ttl:g}"]
         cmd += ["--identity", identity, "--http", f"127.0.0.1:{self.port}"]

@@ -400,12 +400,7 @@ def majority_restart(run: Run, nodes: list[int], empty: bool = False) -> None:
         run.nodes[i].kill()
         run.count("node_killed")
         if empty:
-            for item in ("appendonlydir", "appendonly.aof", "dump.rdb"):
-                path = run.nodes[i].workdir / item
-                if path.is_dir():
-                    shutil.rmtree(path)
-                else:
-                    path.unlink(missing_ok=True)
+            run.nodes[i].wipe()
     time.sleep(0.3)
     since = now()
     for i in nodes:

@@ -4,9 +4,12 @@
 listens. In its own process the emulator's work (every status patch, watch event and Event of
 the operator) cannot slow down the soak's driver, which times the failovers.
 
-KMock keeps every request and matches each new one against that whole log, so its cost per
-request grows with the run (in a 5-minute soak it stalled for a minute and a half): the log is
-cut to its last :data:`KEEP` requests every second. Nothing here reads the log.
+KMock keeps every request and matches each new one against that whole log, once per declared
+reaction, so its cost per request grows with the log (in a 5-minute soak it stalled for a
+minute and a half): the log is cut to its last :data:`KEEP` requests every :data:`TRIM`
+seconds. With 500 kept, the RedLock set's part (more status writes during its outages, and its
+``--lock-ref`` sidecars reading their Namespace on each) took KMock to a whole core and 2-10 s
+per answer. Nothing here reads the log.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import kmock  # noqa: E402
 
 from redlease.devtools.kubeemulator import Emulator, declare  # noqa: E402
 
-KEEP = 500  # requests kept in KMock's log (a request being served is among the last few)
+KEEP = 100  # requests kept in KMock's log (a request being served is among the last few)
+TRIM = 0.25  # s between two cuts
 
 
 async def serve(port: int) -> None:
@@ -39,7 +43,7 @@ async def serve(port: int) -> None:
         while not stop.is_set():
             del api._requests[:-KEEP]
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
+                await asyncio.wait_for(stop.wait(), TRIM)
 
 
 if __name__ == "__main__":

@@ -335,6 +335,16 @@ class RedisServer:
         self.kill()
         return self.start(timeout)
 
+    def wipe(self) -> None:
+        """Delete the server's data files (AOF, RDB; kill it first): its next start is empty,
+        as a node that lost its disk."""
+        for item in ("appendonlydir", "appendonly.aof", "dump.rdb"):
+            path = self.workdir / item
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+
     def stop(self) -> None:
         self.kill()
         if self in _STARTED:

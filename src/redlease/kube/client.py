@@ -137,7 +137,13 @@ class KubeClient:
             raise KubeError(f"{method} {path}: {reason}", None, reason) from None
 
     async def stream(self, path: str, timeout: float) -> AsyncIterator[dict[str, Any]]:
-        """Watch events of ``path`` (``?watch=true`` already in it) for at most ``timeout``."""
+        """Watch events of ``path`` (``?watch=true`` already in it) for at most ``timeout``,
+        then :class:`TimeoutError`. Only the reads are bounded: a deadline around the
+        ``yield`` would fire in the reader's own code when it passes while the reader handles
+        an event, and cancel the reader's task instead (the sidecar then stopped following its
+        DistributedLock for good)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         try:
             async with self.session().get(
                 self.base + path,
@@ -150,10 +156,11 @@ class KubeClient:
                     raise KubeError(
                         f"watch {path}: HTTP {resp.status}: {_reason(await resp.text())}"
                     )
-                async with asyncio.timeout(timeout):
-                    async for line in resp.content:
-                        if line.strip():
-                            yield json.loads(line)
+                while line := await asyncio.wait_for(
+                    resp.content.readline(), max(0.0, deadline - loop.time())
+                ):
+                    if line.strip():
+                        yield json.loads(line)
         except (aiohttp.ClientError, json.JSONDecodeError) as exc:
             raise KubeError(f"watch {path}: {type(exc).__name__}: {exc}") from None
 
