@@ -81,3 +81,13 @@ def test_a_sentinel_group_is_started_again_when_one_of_its_ports_is_taken(
             assert handed == [other.port]
             assert other.port not in ports and len(ports) == 3
             assert d.master_port() == d.master.port  # type: ignore[union-attr]
+
+
+def test_free_ports_are_outside_the_kernels_ephemeral_range() -> None:
+    """A port the kernel may hand to an outgoing connection can be taken between its choice
+    and the server's bind (an operator's metrics port was refused under load): none is."""
+    ephemeral = localredis._ephemeral()
+    for _ in range(50):
+        assert localredis.free_port() not in ephemeral
+        port = localredis.free_port(with_bus=True)
+        assert port not in ephemeral and port + 10000 not in ephemeral and port + 10000 <= 65535

@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import ctypes
 import os
+import random
 import re
 import shutil
 import signal
@@ -90,22 +91,50 @@ def _reserve(port: int) -> bool:
 _CLAIMED: list[Path] = []
 
 
+_FLOOR = 10000  # ports below are left to the machine's own services
+_BUS = 10000  # a cluster node's bus port is its port + 10000
+_RESERVED = {6379, 6379 + _BUS}  # never a developer's own Redis
+
+
+def _ephemeral() -> range:
+    """The kernel's range of ports for outgoing connections (Linux's default if unreadable)."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+def _usable(port: int, with_bus: bool, ephemeral: range) -> bool:
+    ports = (port, port + _BUS) if with_bus else (port,)
+    return all(p <= 65535 and p not in ephemeral and p not in _RESERVED for p in ports)
+
+
+def _bindable(port: int) -> bool:
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+    except OSError:
+        return False
+    return True
+
+
 def free_port(*, with_bus: bool = False) -> int:
     """A free TCP port on 127.0.0.1 (and port + 10000 free too when ``with_bus``), claimed
-    for this process so that no other process using this function picks it too."""
+    for this process so that no other process using this function picks it too.
+
+    Chosen outside the kernel's ephemeral range: a port from ``bind(("", 0))`` is one the
+    kernel also gives to outgoing connections, and one of the hundreds a test run opens took
+    a chosen port before its server bound it (an operator's port refused, seen under load)."""
+    ephemeral = _ephemeral()
+    candidates = [p for p in range(_FLOOR, 65536) if _usable(p, with_bus, ephemeral)] or list(
+        range(_FLOOR, 65536 - (_BUS if with_bus else 0))
+    )
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port: int = s.getsockname()[1]
-        if port == 6379 or (with_bus and port + 10000 > 65535):
+        port = random.choice(candidates)
+        if not _bindable(port) or (with_bus and not _bindable(port + _BUS)):
             continue
-        if with_bus:
-            try:
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        if not _reserve(port) or (with_bus and not _reserve(port + 10000)):
+        if not _reserve(port) or (with_bus and not _reserve(port + _BUS)):
             continue
         return port
     raise ServerError("no free port found")
