@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 
 import redis
 
-from redlease.devtools.localredis import RedisServer, command, replication, until
+from redlease.devtools.localredis import RedisServer, Started, command, replication, until
 from redlease.devtools.redisbinary import ServerError
 
 
 @dataclass
-class LocalCluster:
+class LocalCluster(Started):
     """A Redis Cluster of ``masters`` primaries on loopback, each with ``replicas`` replicas.
 
     With replicas, a master that dies is replaced by its replica after ``node_timeout_ms``
@@ -205,12 +205,6 @@ class LocalCluster:
     def stop(self) -> None:
         for s in self.everyone:
             s.stop()
-
-    def __enter__(self) -> LocalCluster:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 __all__ = ["LocalCluster"]

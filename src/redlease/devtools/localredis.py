@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import redis
 
@@ -192,8 +192,24 @@ class TlsFiles:
         return files
 
 
+class Started:
+    """``with deployment:`` starts it and stops it at the end (servers, clusters, Sentinels)."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 @dataclass
-class RedisServer:
+class RedisServer(Started):
     """One redis-server process on 127.0.0.1. Not persistent unless ``persistent=True``."""
 
     port: int = 0
@@ -379,12 +395,6 @@ class RedisServer:
         if self in _STARTED:
             _STARTED.remove(self)
         shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def command(server: RedisServer, *args: Any) -> Any:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from redlease.devtools.localredis import RedisServer, free_port, replication, until
+from redlease.devtools.localredis import RedisServer, Started, free_port, replication, until
 from redlease.devtools.redisbinary import PortTaken, ServerError, find_redis_server
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class SentinelServer(RedisServer):
 
 
 @dataclass
-class SentinelDeployment:
+class SentinelDeployment(Started):
     """A Sentinel-managed master on loopback: a master, ``replicas`` replicas (``--replicaof``)
     and ``sentinels`` Sentinels (quorum ``quorum``), tuned so that a SIGKILLed master is
     failed over in about 1-3 s (``down_after_ms``, ``failover_timeout_ms``).
@@ -233,12 +233,6 @@ class SentinelDeployment:
             self.master.stop()
         for link in self.links:
             link.stop()
-
-    def __enter__(self) -> SentinelDeployment:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 __all__ = ["SentinelDeployment", "SentinelServer"]

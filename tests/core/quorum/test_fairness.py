@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 import redlease
 import redlease.aio
-from redlease import LockTimeout
+from redlease import LockTimeout, QuorumUnavailable
 from redlease.core.keys import LockKeys
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.polling import wait_until
@@ -116,6 +116,10 @@ def test_greedy_clients_leave_no_registration(
                 lock.acquire(timeout=0.001)
             except LockTimeout:
                 gave_up[0] += 1
+            except QuorumUnavailable:
+                # 1 ms can end before a busy machine's first probe of the nodes answers (a
+                # node set's channels reconnect): that attempt never registered, nothing to check
+                pass
             else:
                 lock.release()
 
