@@ -135,6 +135,29 @@ async def test_asyncio_restart_and_bound(own_server: RedisServer) -> None:
     await client.aclose()
 
 
+async def test_asyncio_kept_connection_is_taken_without_awaiting_only_while_clean(
+    own_server: RedisServer,
+) -> None:
+    """The uncontended request's checkout (idle.aready) takes the kept connection at once, and
+    passes over one whose peer closed before the event loop saw it (a server restarted in
+    between, with no await): the socket itself says so, the request goes through anyway."""
+    client = aioredis.Redis(host="127.0.0.1", port=own_server.port)
+    lock = aio.Lock(client, "idle-ready", ttl=5)
+    await lock.acquire()
+    await lock.release()
+    pool = client.connection_pool
+    (kept,) = _kept(pool)
+    assert idle.aready(pool) is kept
+    await idle.agive(pool, kept)
+    own_server.restart()  # no await since: the event loop has not seen the close
+    assert idle.aready(pool) is None
+    assert _kept(pool) == [kept]  # left to atake, which closes it
+    await lock.acquire()
+    await lock.release()
+    assert kept not in _kept(pool)
+    await client.aclose()
+
+
 async def _closed_seen(conn: Any) -> bool:
     """The event loop saw the peer close ``conn``: redis-py 8.0-8.1's ``can_read`` says True,
     8.2's raises ConnectionError ("Connection closed by server")."""

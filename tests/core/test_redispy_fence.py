@@ -24,6 +24,7 @@ from redlease.core import redispy
 from redlease.devtools.localcluster import LocalCluster
 from redlease.devtools.localredis import RedisServer
 from redlease.devtools.localsentinel import SentinelDeployment
+from redlease.devtools.polling import async_wait_until
 
 SRC = Path(redispy.__file__).resolve().parents[1]  # src/redlease
 FENCE = Path(redispy.__file__).resolve()
@@ -91,6 +92,14 @@ async def test_asyncio_connection(redis_server: RedisServer) -> None:
     await conn.send_command("PING")
     assert await redispy.aread(conn) == b"PONG"
     assert not getattr(stream, redispy.STREAM_BUFFER)  # redis-py parsed it all
+    assert redispy.aunread(conn) is False  # clean: what can_read answers, without awaiting
+    await conn.send_command("PING")
+    async def buffered() -> bool:
+        return bool(getattr(stream, redispy.STREAM_BUFFER))
+
+    await async_wait_until(buffered)
+    assert redispy.aunread(conn) is True and await conn.can_read()  # a reply nobody read
+    assert await redispy.aread(conn) == b"PONG"
     assert redispy.hiredis_reader(conn, object()) is not None
     await _asyncio(conn)
     await client.aclose()

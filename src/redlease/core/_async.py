@@ -13,7 +13,7 @@ from redis.exceptions import RedisClusterException
 
 from redlease.core import _log as log
 from redlease.core import client as _redis
-from redlease.core import driving, gate, idle, lent, redispy, topology, waiting, wire
+from redlease.core import driving, gate, idle, lent, redispy, topology, waiting, watch, wire
 from redlease.core.listen import _async as listen
 from redlease.core.primitives import give_up_together
 from redlease.core.requests import Call, Flow, Replicate, Request, Wait, bounded, resume
@@ -157,10 +157,14 @@ class AsyncNode(_redis.NodeBase):
         pinned = self.pins.take(owner, home) if owner else None
         slot = None
         if pinned is None:
-            slot = await gate.aenter(home, self.socket_timeout if timeout is None else timeout)
+            slot = gate.aenter_now(home)
+            if slot is None:
+                slot = await gate.aenter(home, self.socket_timeout if timeout is None else timeout)
         try:
             try:
-                conn = pinned.conn if pinned else await _checkout(home, timeout)
+                conn = pinned.conn if pinned else idle.aready(home)
+                if conn is None:
+                    conn = await _checkout(home, timeout)
             except rex.RedisError as exc:
                 raise _redis.unsent(exc)  # noqa: B904 - the cause is kept by unsent()
             unread = pinned.unread if pinned else 0
@@ -176,11 +180,15 @@ class AsyncNode(_redis.NodeBase):
                     if limit is None:
                         reply = await redispy.aread(conn)
                     else:
+                        bound = watch.bound_task(limit)  # asyncio.timeout's cost, without a timer
                         try:
-                            async with asyncio.timeout(limit):
-                                reply = await redispy.aread(conn)
-                        except TimeoutError:
-                            raise redispy.no_reply(limit) from None
+                            reply = await redispy.aread(conn)
+                        except asyncio.CancelledError:
+                            if watch.timed_out(bound):
+                                raise redispy.no_reply(limit) from None
+                            raise
+                        finally:
+                            bound.close()
                     unread -= 1
             except BaseException as exc:
                 await _close(driving.to_close(self, owner, home, conn, unread, exc))

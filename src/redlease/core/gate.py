@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
+import contextlib
 import threading
 import time
 from typing import Any
@@ -26,16 +26,6 @@ from redlease.core import homes
 GATE = 4  # requests in flight per pool and process: a few round trips' worth of pipelining
 _ATTR = "_redlease_gate"
 _MAKE = threading.Lock()
-_FORKS = 0  # forks this process descends from: a gate made before a fork is not the child's
-
-
-def _forked() -> None:
-    global _FORKS
-    _FORKS += 1
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
 
 
 def _stuck(timeout: float) -> rex.MaxConnectionsError:
@@ -101,11 +91,11 @@ def enter(home: Any, timeout: float | None) -> Gate | None:
     if state is None:
         return None
     found = state.get(_ATTR)
-    if found is None or found[0] != _FORKS:
+    if found is None or found[0] != homes.FORKS:
         with _MAKE:
             found = state.get(_ATTR)
-            if found is None or found[0] != _FORKS:
-                found = (_FORKS, Gate())
+            if found is None or found[0] != homes.FORKS:
+                found = (homes.FORKS, Gate())
                 state[_ATTR] = found
     gate: Gate = found[1]
     if not gate.take(timeout):
@@ -113,22 +103,83 @@ def enter(home: Any, timeout: float | None) -> Gate | None:
     return gate
 
 
-async def aenter(home: Any, timeout: float | None) -> asyncio.Semaphore:
-    """:func:`enter` for an asyncio request (one gate per pool or cluster node and event
-    loop)."""
+class AsyncGate:
+    """:data:`GATE` slots of one pool for one event loop's tasks.
+
+    A free slot is taken without awaiting (:meth:`take_now`: a count, no coroutine; an
+    ``asyncio.BoundedSemaphore`` cost an uncontended request two coroutine frames and a
+    ``locked()`` scan of its waiters, issue 39). A task that finds none free queues a future
+    (:meth:`take`); a slot given back goes to the oldest waiter still waiting, and a waiter
+    handed a slot but cancelled before it ran passes the slot on, so none is lost.
+    """
+
+    __slots__ = ("_free", "_waiters")
+
+    def __init__(self, slots: int = GATE) -> None:
+        self._free = slots
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def take_now(self) -> bool:
+        """A slot if one is free and nobody queues for one (queued tasks go first)."""
+        if self._free and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
+    async def take(self, timeout: float | None) -> bool:
+        """A slot, waiting at most ``timeout`` (None: for ever) in turn; False if none came."""
+        if self.take_now():
+            return True
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            async with asyncio.timeout(timeout):
+                await fut
+        except TimeoutError:
+            return fut.done() and not fut.cancelled()  # handed a slot as the wait ended
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self.release()  # handed a slot, then cancelled: the slot goes on
+            raise
+        finally:
+            if not fut.done():
+                fut.cancel()
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(fut)
+        return True
+
+    def release(self) -> None:
+        """Give a slot back: to the oldest task still waiting, else to the free count."""
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self._free += 1
+
+
+def _agate(home: Any) -> AsyncGate:
     state = homes.state(home)
     loop = asyncio.get_running_loop()
     found = state.get(_ATTR)
     if found is None or found[0] is not loop:
-        found = (loop, asyncio.BoundedSemaphore(GATE))
+        found = (loop, AsyncGate())
         state[_ATTR] = found
-    gate: asyncio.Semaphore = found[1]
-    if not gate.locked():
-        await gate.acquire()  # no wait: a free slot is taken at once
-        return gate
-    try:
-        async with asyncio.timeout(timeout):
-            await gate.acquire()
-    except TimeoutError:
-        raise _stuck(timeout or 0.0) from None
+    gate: AsyncGate = found[1]
+    return gate
+
+
+def aenter_now(home: Any) -> AsyncGate | None:
+    """A slot for one asyncio request if one is free now, taken without awaiting; None: wait
+    for one with :func:`aenter`."""
+    gate = _agate(home)
+    return gate if gate.take_now() else None
+
+
+async def aenter(home: Any, timeout: float | None) -> AsyncGate:
+    """:func:`enter` for an asyncio request (one gate per pool or cluster node and event
+    loop)."""
+    gate = _agate(home)
+    if not await gate.take(timeout):
+        raise _stuck(timeout or 0.0)
     return gate

@@ -19,7 +19,6 @@ over, dropped (:func:`drop`) or garbage-collected.
 
 from __future__ import annotations
 
-import os
 import select
 import time
 from typing import Any
@@ -29,7 +28,7 @@ import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from redlease.core import dial, masters, redispy
+from redlease.core import dial, homes, masters, redispy
 from redlease.core.timing import MIN_WAIT
 
 # connections kept per pool: a request per slot of the gate (redlease.core.gate) and a
@@ -47,9 +46,9 @@ def _kept(pool: Any, kinds: tuple[type, ...]) -> list[Any] | None:
     if type(pool) not in kinds:
         return None
     state = pool.__dict__.get(_ATTR)
-    pid = os.getpid()
-    if state is None or state[0] != pid:
-        state = (pid, [])
+    forks = homes.FORKS
+    if state is None or state[0] != forks:
+        state = (forks, [])
         pool.__dict__[_ATTR] = state
     kept: list[Any] = state[1]
     return kept
@@ -151,6 +150,26 @@ def give(pool: Any, conn: Any) -> None:
         conn.disconnect()
     else:
         pool.release(conn)
+
+
+def aready(pool: Any) -> Any | None:
+    """The kept connection of an asyncio ``pool`` if it is clean now, taken without awaiting
+    (the uncontended request: no coroutine, no deadline around its checkout); None: take one
+    with :func:`atake` (none kept, or the newest needs a look that awaits or goes back)."""
+    kept = _kept(pool, _AKEPT)
+    if not kept:
+        return None
+    conn = kept[-1]
+    if not conn.is_connected or redispy.aunread(conn) is not False:
+        return None
+    if type(pool) is not redis.asyncio.ConnectionPool and not masters.current(pool, conn):
+        return None
+    # the event loop may not have seen the end of stream yet: ask the socket itself
+    sock = getattr(conn, redispy.WRITER).transport.get_extra_info("socket")
+    if sock is not None and not _quiet(sock):
+        return None
+    kept.pop()
+    return conn
 
 
 async def atake(pool: Any, timeout: float | None = None) -> Any:

@@ -157,6 +157,25 @@ async def aread(conn: Any) -> Any:
     return reply
 
 
+def aunread(conn: Any) -> bool | None:
+    """Whether an asyncio connection has something unread or its stream ended (True) or is
+    clean (False), asked without awaiting: what redis-py 8's hiredis parser answers in its
+    ``can_read`` coroutine (unparsed bytes, the stream's end or error, the stream's buffer).
+    None when it cannot be told here (not a hiredis parser): ask ``can_read``. The uncontended
+    request takes its kept connection with this (:func:`redlease.core.idle.aready`), without a
+    coroutine and a deadline around it (issue 39)."""
+    stream = getattr(conn, READER, None)
+    reader = getattr(getattr(conn, PARSER, None), PARSER_READER, None)
+    if stream is None or reader is None or not hasattr(reader, "has_data"):
+        return None
+    return bool(
+        reader.has_data()
+        or stream.at_eof()
+        or stream.exception() is not None
+        or getattr(stream, STREAM_BUFFER, b"")
+    )
+
+
 def hiredis_reader(conn: Any, more: object) -> hiredis.Reader | None:
     """A ``hiredis.Reader`` that parses ``conn``'s replies (a connected asyncio redis-py
     connection) as its own parser does: redis-py's error classes for error replies, its

@@ -23,7 +23,7 @@ from typing import Any
 
 import redis.exceptions as rex
 
-from redlease.core import _async, redispy
+from redlease.core import _async, redispy, watch
 from redlease.core.primitives import give_up_together
 from redlease.core.quorum import _probe, channel
 from redlease.core.quorum.executor import Blpop, Collect, QuorumExecutor, Settle, Step, Steps
@@ -216,6 +216,7 @@ async def collect(
     if not due:
         return
     loop = asyncio.get_running_loop()
+    dog = watch.watchdog(loop)
     fut: asyncio.Future[None] = loop.create_future()
     left = len(due)
     enough = len(due) - max(0, needed - (len(pairs) - len(due)))  # ``left`` that will do
@@ -232,11 +233,12 @@ async def collect(
     until = deadline
     try:
         while True:
-            timer = loop.call_later(max(0.0, until - time.monotonic()), _expire, fut)
+            # the loop's one reply-deadline timer (core/watch.py), not a timer per fan-out
+            timer = dog.arm(loop.time() + max(0.0, until - time.monotonic()), _expire, fut)
             try:
                 await fut
             finally:
-                timer.cancel()
+                timer.close()
             late = True
             if left <= enough:
                 break
