@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = ("uncontended", "client", "handoff", "failover", "quorum", "waiters", "longpoll")
+SCENARIOS = (
+    "uncontended", "client", "server", "handoff", "failover", "quorum", "waiters", "longpoll",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,10 @@ def _measure(only: list[str], mode: str, plan: Plan, log: Callable[[str], None])
 
         # callgrind's counts only in the full run (about 3 minutes); calls in both
         results["client"] = client.scenario(with_instructions=None if mode == "full" else False)
+    if "server" in only and mode == "full":  # callgrind: about 10 s
+        from bench import instructions
+
+        results["server"] = instructions.scenario(log=log)
     if "handoff" in only:
         results["handoff"] = handoff.scenario(
             seconds=plan.handoff_seconds, reps=plan.handoff_reps, log=log

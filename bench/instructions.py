@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 import redis
 
@@ -79,16 +81,30 @@ def count(name: str, pairs: int, out_dir: str) -> float:
     return total / pairs
 
 
+NAMES = (CONTRACT_FLOOR, FLOOR, "redlease Lock", "redis-py Lock")
+TOOLS = ("valgrind", "callgrind_control", "redis-server")
+
+
+def scenario(pairs: int = 1000, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """``make bench``'s server figure: instructions per pair of each of :data:`NAMES`, or why
+    it was not measured (the tools missing)."""
+    missing = [t for t in TOOLS if not shutil.which(t)]
+    if missing:
+        return {"skipped": f"needs {', '.join(missing)} on PATH"}
+    log(f"server instructions per pair under callgrind ({pairs} pairs each) ...")
+    with tempfile.TemporaryDirectory() as tmp:
+        per = {name: count(name, pairs, tmp) for name in NAMES}
+    return {"pairs": pairs, "goal": GOAL, "contract_floor": CONTRACT_FLOOR, "per_pair": per}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.instructions")
     ap.add_argument("--pairs", type=int, default=1000, help="measured pairs per contender")
     args = ap.parse_args()
-    missing = [t for t in ("valgrind", "callgrind_control", "redis-server") if not shutil.which(t)]
-    if missing:
-        sys.exit(f"bench.instructions needs {', '.join(missing)} on PATH")
-    with tempfile.TemporaryDirectory() as tmp:
-        names = [CONTRACT_FLOOR, FLOOR, "redlease Lock", "redis-py Lock"]
-        per = {name: count(name, args.pairs, tmp) for name in names}
+    found = scenario(args.pairs, log=lambda _: None)
+    if "skipped" in found:
+        sys.exit(f"bench.instructions {found['skipped']}")
+    per = found["per_pair"]
     ours = per["redlease Lock"]
     print(f"server instructions per uncontended pair ({args.pairs} pairs, callgrind):")
     for name, n in per.items():

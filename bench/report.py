@@ -61,8 +61,8 @@ def markdown(results: dict[str, Any], chart: str | None) -> str:
             "One client, one lock, acquire then release in a loop; pairs per second.",
             "",
             "| scenario | contender | pairs/s | min - max | x reference | redlease x this "
-            "| Redis us/pair | Redis CPU us/pair |",
-            "|---|---|---:|---:|---:|---:|---:|",
+            "| Redis us/pair | Redis CPU us/pair | client CPU us/pair | client sleeps/pair |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         rows = unc["contenders"]
         ours = {
@@ -77,7 +77,7 @@ def markdown(results: dict[str, Any], chart: str | None) -> str:
         for r in rows:
             name = f"**{r['name']}**" if r["ours"] else r["name"]
             if r.get("skipped"):
-                lines.append(f"| {r['group']} | {name} | {r['skipped']} | | | | |")
+                lines.append(f"| {r['group']} | {name} | {r['skipped']} | | | | | | |")
                 continue
             s = r["samples"]
             mine = ours[r["group"]]
@@ -88,7 +88,9 @@ def markdown(results: dict[str, Any], chart: str | None) -> str:
                 f"| {r['group']} | {name} | {_n(r['pairs_per_s'])} | "
                 f"{_n(min(s))} - {_n(max(s))} | {_x(r['ratio_to_reference'])} | {vs} | "
                 f"{_n(r.get('redis_exec_us_per_pair', math.nan), 1)} | "
-                f"{_n(r.get('redis_cpu_us_per_pair', math.nan), 1)} |"
+                f"{_n(r.get('redis_cpu_us_per_pair', math.nan), 1)} | "
+                f"{_n(r.get('client_cpu_us_per_pair', math.nan), 1)} | "
+                f"{_n(r.get('client_sleeps_per_pair', math.nan), 2)} |"
             )
         lines += [
             "",
@@ -99,7 +101,12 @@ def markdown(results: dict[str, Any], chart: str | None) -> str:
             'includes the commands it calls, which count once more on their own). "Redis CPU '
             "us/pair\": CPU time of the servers' main threads per pair (`INFO cpu`), socket "
             "reads and writes included. Both are measured in wall time, so they grow when a "
-            "server is preempted (3 servers and the client share 2 CPUs in the quorum group).",
+            "server is preempted (3 servers and the client share 2 CPUs in the quorum group). "
+            '"client CPU us/pair": the benchmark process\'s own CPU time (user + system) per '
+            'pair; "client sleeps/pair": how often it slept waiting (voluntary context '
+            "switches): a client that looks for its reply before the server has answered "
+            "sleeps and pays a wake-up, so a client that does less after its send sleeps more "
+            '(the notes below, "Where an uncontended pair\'s time goes").',
         ]
     cl = results.get("client", {}).get("per_pair")
     if cl:
@@ -121,6 +128,24 @@ def markdown(results: dict[str, Any], chart: str | None) -> str:
                 f"| {name} | {row['python_calls']:.0f} | {row['builtin_calls']:.0f} | "
                 f"{row['io_calls']:.0f} | {f'{ins / 1000:.0f}k' if ins else '-'} |"
             )
+    sv = results.get("server", {}).get("per_pair")
+    if sv:
+        floor = sv[results["server"]["contract_floor"]]
+        lines += [
+            "",
+            "## The server's work per pair (a count that does not move with the load)",
+            "",
+            "Instructions redis-server executes per uncontended pair under callgrind "
+            "(`bench/instructions.py`, "
+            f"{results['server']['pairs']} pairs each, request parsing and replies included), "
+            "next to the contract floor (the least any implementation of DESIGN.md's rules "
+            "can do) and the 7-call floor (docs/scale.md).",
+            "",
+            "| contender | instructions | x contract floor |",
+            "|---|---:|---:|",
+        ]
+        for name, n in sv.items():
+            lines.append(f"| {name} | {n / 1000:.1f}k | {n / floor:.2f}x |")
     ho = results.get("handoff")
     if ho:
         lines += [

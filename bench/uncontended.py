@@ -7,6 +7,7 @@ Each contender is measured for a fixed time slice per repetition; repetitions ar
 from __future__ import annotations
 
 import asyncio
+import resource
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ class Contender:
     samples: list[float] = field(default_factory=list)
     exec_us: list[float] = field(default_factory=list)  # Redis execution time per pair
     cpu_us: list[float] = field(default_factory=list)  # Redis CPU time per pair
+    client_cpu_us: list[float] = field(default_factory=list)  # this process's CPU per pair
+    blocks: list[float] = field(default_factory=list)  # times this process slept, per pair
     _ops: Any = None
     _closers: list[Callable[[], Any]] = field(default_factory=list)
 
@@ -228,15 +231,23 @@ def server_cpu_us(clients: list[redis.Redis]) -> float:
 def _measure(
     c: Contender, runner: asyncio.Runner, seconds: float, stat_clients: list[redis.Redis]
 ) -> float:
-    """Pairs/s of one time slice; records the servers' execution and CPU time per pair too."""
+    """Pairs/s of one time slice; records the servers' execution and CPU time per pair too,
+    and the client's own: its CPU time and how often it slept (voluntary context switches: a
+    reply not there yet when the client looked; each costs a wake-up)."""
     acquire, release = c._ops
     for client in stat_clients:
         client.config_resetstat()
     cpu0 = server_cpu_us(stat_clients) if stat_clients else 0.0
+    own0 = resource.getrusage(resource.RUSAGE_SELF)
     if c.is_async:
         n, took = runner.run(_time_async(acquire, release, seconds))
     else:
         n, took = _time_sync(acquire, release, seconds)
+    own1 = resource.getrusage(resource.RUSAGE_SELF)
+    if n:
+        used = own1.ru_utime + own1.ru_stime - own0.ru_utime - own0.ru_stime
+        c.client_cpu_us.append(used * 1e6 / n)
+        c.blocks.append((own1.ru_nvcsw - own0.ru_nvcsw) / n)
     if stat_clients and n:
         c.cpu_us.append((server_cpu_us(stat_clients) - cpu0) / n)
         c.exec_us.append(exec_usec(stat_clients) / n)
@@ -270,6 +281,8 @@ def run_contenders(
                 _measure(c, runner, warmup, stat_clients)
                 c.exec_us.clear()
                 c.cpu_us.clear()
+                c.client_cpu_us.clear()
+                c.blocks.clear()
         live: list[Contender | None] = [c for c in contenders if not c.skipped]
         if ref_port is not None and reference.available():
             live.append(None)  # the reference's slot
@@ -291,6 +304,10 @@ def run_contenders(
     for client in stat_clients:
         client.close()
     return ref_samples
+
+
+def _median(values: list[float]) -> float:
+    return stats.median(values) if values else float("nan")
 
 
 def scenario(
@@ -334,6 +351,8 @@ def scenario(
                 "samples": c.samples,
                 "redis_exec_us_per_pair": stats.median(c.exec_us) if c.exec_us else float("nan"),
                 "redis_cpu_us_per_pair": stats.median(c.cpu_us) if c.cpu_us else float("nan"),
+                "client_cpu_us_per_pair": _median(c.client_cpu_us),
+                "client_sleeps_per_pair": _median(c.blocks),
                 "ratio_to_reference": stats.ratio(rate, ref_rate),
                 "skipped": c.skipped,
             }

@@ -84,6 +84,22 @@ def test_targets_report_missing_scenarios_as_not_measured() -> None:
     assert checks["asyncio pairs/s >= 1.25x redis.asyncio Lock"].met is None
     assert checks["client instructions/pair <= 0.8x redis-py Lock's"].met is None
     assert "sidecar unavailable" in checks["SIGTERM failover p50 <= 50 ms"].measured
+    assert checks["server instructions/pair <= 1.15x the contract floor"].met is None
+
+
+def test_server_instructions_are_held_to_the_contract_floor() -> None:
+    from bench.instructions import CONTRACT_FLOOR
+
+    def server(ours: float) -> dict[str, object]:
+        per = {"redlease Lock": ours, CONTRACT_FLOOR: 100_000.0, "redis-py Lock": 34_000.0}
+        return {"server": {"goal": 1.15, "contract_floor": CONTRACT_FLOOR, "per_pair": per}}
+
+    label = "server instructions/pair <= 1.15x the contract floor"
+    met = {c.target: c for c in evaluate(server(110_000.0))}[label]
+    assert met.met is True and met.measured.startswith("1.10x (110.0k vs 100.0k)")
+    assert {c.target: c for c in evaluate(server(120_000.0))}[label].met is False
+    skipped = {c.target: c for c in evaluate({"server": {"skipped": "needs valgrind on PATH"}})}
+    assert skipped[label].measured == "needs valgrind on PATH"
 
 
 def test_markdown_renders_partial_results_without_reference() -> None:

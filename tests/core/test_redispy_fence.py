@@ -94,6 +94,7 @@ async def test_asyncio_connection(redis_server: RedisServer) -> None:
     assert not getattr(stream, redispy.STREAM_BUFFER)  # redis-py parsed it all
     assert redispy.aunread(conn) is False  # clean: what can_read answers, without awaiting
     await conn.send_command("PING")
+
     async def buffered() -> bool:
         return bool(getattr(stream, redispy.STREAM_BUFFER))
 

@@ -51,9 +51,9 @@ def sidecar_login(api: str | None, pod: Pod, identity: str) -> ClusterAuth | Non
     """``--kube-api``, else the in-cluster API; None outside a cluster (only ``--lock-ref``,
     ``--pod-label``, ``--lease-mirror`` and ``--events`` need one). The service account's
     token (re-read on every request) and CA go with https only: a plain-http proxy on this
-    host (:func:`~redlease.kube.client.check_api_url`) gets no token."""
-    from redlease.kube.auth import ClusterAuth
-    from redlease.kube.client import check_api_url
+    host (:func:`~redlease.kube.auth.check_api_url`) gets no token. Imports nothing of the
+    HTTP stack: ``redlease run`` logs in here too."""
+    from redlease.kube.auth import ClusterAuth, check_api_url
 
     api = api or in_cluster_api()
     if not api:

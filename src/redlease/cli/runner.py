@@ -20,18 +20,19 @@ import os
 import signal
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from redlease.cli.runspec import LEASE_LOST, NOT_EXECUTABLE, NOT_FOUND, UNAVAILABLE, RunConfig
 from redlease.core.timing import call_timeout, safe_grace
 from redlease.kube.auth import required
-from redlease.kube.client import KubeClient
 from redlease.sidecar.config import ElectionConfig
 from redlease.sidecar.election import Transition
 from redlease.sidecar.elector import Hooks, SidecarElector
-from redlease.sidecar.lockref import LockRefFollower
+
+if TYPE_CHECKING:
+    from redlease.sidecar.lockref import LockRefFollower
 
 log = structlog.get_logger("redlease.run")
 
@@ -159,6 +160,10 @@ async def run_async(config: RunConfig) -> int:
     if config.lock_ref is None:
         assert config.election is not None
         return await _run(config, config.election, terminate, None)
+    # only --lock-ref talks to the Kubernetes API: the HTTP stack is imported for it alone
+    from redlease.kube.client import KubeClient
+    from redlease.sidecar.lockref import LockRefFollower
+
     kube = KubeClient(required(config.kube))
     try:
         holder: list[SidecarElector] = []  # the elector, once the first read made it

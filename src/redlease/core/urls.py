@@ -9,6 +9,7 @@ which with :mod:`redlease.core.quorum.nodeset` builds on this module).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -96,6 +97,19 @@ def validate_url(url: object, field: str = "--redis", *, credentials: bool = Tru
     elif port == 0:
         raise ConfigError(field, f"bad port in {redact(url)}")
     return url
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` reaches only this machine (this pod): a loopback address or
+    ``localhost``; ``0.0.0.0``, ``::`` and every other address or name do not. The one rule
+    for where the sidecar may serve without a token and where a plain-http Kubernetes API
+    proxy is accepted."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def digits(raw: str) -> int | None:

@@ -18,8 +18,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from redlease import __version__
+from redlease.core.urls import is_loopback
 from redlease.errors import ConfigError
 
 
@@ -146,3 +148,19 @@ def in_cluster(api: str, sa_dir: Path, namespace: str | None = None) -> ClusterA
         ca_file=str(ca) if ca.exists() else None,
         namespace=namespace or service_account_namespace(sa_dir),
     )
+
+
+def check_api_url(url: str) -> bool:
+    """Whether the token may be sent to ``url``: https only. Plain http is accepted for a
+    proxy on this host (kubectl proxy, tests), which then gets no token; anything else is a
+    :class:`ConfigError` naming ``--kube-api``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ConfigError("--kube-api", f"not an http(s) URL: {url!r}")
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
+        raise ConfigError(
+            "--kube-api",
+            "use https:// (the service-account token must not travel in plain text); "
+            f"http:// only for a proxy on this host, got {url!r}",
+        )
+    return parts.scheme == "https"

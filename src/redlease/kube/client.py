@@ -17,16 +17,14 @@ threads): each loop gets its own connection pool, closed by :meth:`KubeClient.cl
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import ssl
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import aiohttp
 
-from redlease.errors import ConfigError, KubeError
+from redlease.errors import KubeError
 
 TIMEOUT = 10.0  # seconds for one call (connecting included) unless the caller says otherwise
 
@@ -163,31 +161,6 @@ class KubeClient:
                         yield json.loads(line)
         except (aiohttp.ClientError, json.JSONDecodeError) as exc:
             raise KubeError(f"watch {path}: {type(exc).__name__}: {exc}") from None
-
-
-def check_api_url(url: str) -> bool:
-    """Whether the token may be sent to ``url``: https only. Plain http is accepted for a
-    proxy on this host (kubectl proxy, tests), which then gets no token; anything else is a
-    :class:`ConfigError` naming ``--kube-api``."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise ConfigError("--kube-api", f"not an http(s) URL: {url!r}")
-    if parts.scheme == "http" and not _loopback(parts.hostname):
-        raise ConfigError(
-            "--kube-api",
-            "use https:// (the service-account token must not travel in plain text); "
-            f"http:// only for a proxy on this host, got {url!r}",
-        )
-    return parts.scheme == "https"
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _reason(text: str) -> str:

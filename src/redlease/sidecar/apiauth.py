@@ -15,13 +15,13 @@ aiohttp middleware.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from redlease.core.urls import is_loopback
 from redlease.errors import ConfigError
 from redlease.kube.sidecar_args import API_TOKEN_FILE
 
@@ -51,17 +51,6 @@ def read_token(path: str | Path, flag: str = TOKEN_FILE_FLAG) -> str:
             flag, f"the token in {path} must be at least {MIN_TOKEN} characters, without spaces"
         )
     return token
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an ``--http`` host) reaches only this pod: a loopback address or
-    ``localhost``; ``0.0.0.0``, ``::`` and every other address or name do not."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_exposure(host: str | None, guarded: Mapping[str, bool], token: str | None) -> None:
