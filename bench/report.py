@@ -62,7 +62,7 @@ def markdown(results: dict[str, Any], chart: str | None) -> str:
             "",
             "| scenario | contender | pairs/s | min - max | x reference | redlease x this "
             "| Redis us/pair | Redis CPU us/pair | client CPU us/pair | client sleeps/pair |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         rows = unc["contenders"]
         ours = {
