@@ -120,3 +120,25 @@ def test_a_shorter_deadline_behind_a_longer_one_still_fires_on_time() -> None:
     (short, other), _ = _run(main())
     assert short == "timed out"
     assert other == "cancelled"
+
+
+def test_a_thousand_waits_each_end_at_their_own_deadline_never_before() -> None:
+    """1,000 tasks waiting at once with deadlines spread over 0.2 s: every one times out, none
+    before its deadline (the one timer moves from each deadline to the next due)."""
+
+    async def main() -> list[tuple[float, float]]:
+        loop = asyncio.get_running_loop()
+        ends: list[tuple[float, float]] = []
+
+        async def one(i: int) -> None:
+            seconds = 0.05 + (i % 100) * 0.002
+            start = loop.time()
+            assert await _bounded_wait(loop.create_future(), seconds) == "timed out"
+            ends.append((start + seconds, loop.time()))
+
+        await asyncio.gather(*(one(i) for i in range(1000)))
+        return ends
+
+    ends, _ = _run(main())
+    assert len(ends) == 1000
+    assert all(ended >= due for due, ended in ends)  # never early
