@@ -8,6 +8,7 @@ every change and every resync.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -56,7 +57,7 @@ class LockRefFollower:
         self.identity = identity
         self.on_config = on_config
         self.resync = resync
-        self.generation: Any = None
+        self.spec_read: Any = None  # the spec last read in full (with its Namespace, Secrets)
         self.pinned_nodes: frozenset[str] | None = ref.pinned_nodes
         self.problem: str | None = None
 
@@ -87,9 +88,11 @@ class LockRefFollower:
         lock = await connectable(
             spec, namespace, self.reads, credentials=credentials, tls=given_tls
         )
-        return election_from_spec(
+        config = election_from_spec(
             lock.spec, self.identity, lock.credentials, self.ref.replica_timeout
         )
+        self.spec_read = copy.deepcopy(obj.get("spec"))
+        return config
 
     def _given_credentials(self, spec: LockSpec) -> Credentials | None:
         """The credentials given with the reference; with ``--allowed-master``, kept to the
@@ -143,7 +146,7 @@ class LockRefFollower:
                     obj = event.get("object") or {}
                     if (obj.get("metadata") or {}).get("name") != self.ref.name:
                         continue
-                    if event.get("type") in ("ADDED", "MODIFIED"):
+                    if event.get("type") in ("ADDED", "MODIFIED") and not self._unchanged(obj):
                         await self._apply(obj)
                 delay = 0.5
             except TimeoutError:
@@ -152,6 +155,15 @@ class LockRefFollower:
                 log.warning("DistributedLock not followed", lock_ref=str(self.ref), error=str(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
+
+    def _unchanged(self, obj: dict[str, Any]) -> bool:
+        """Whether ``obj`` carries the spec last read in full. The operator writes the status
+        at every change of the lock's state, and the watch starts with the object as it
+        stands: re-reading the Namespace and the Secrets for each cost one API read per pod
+        per status write. The spec itself is compared, not ``metadata.generation`` (an API
+        server bumps it on spec changes, but not every emulator does); the Namespace and the
+        Secrets are read again at every ``resync`` anyway."""
+        return self.spec_read is not None and obj.get("spec") == self.spec_read
 
     async def _apply(self, obj: dict[str, Any] | None) -> None:
         try:

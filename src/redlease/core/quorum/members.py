@@ -37,6 +37,9 @@ from redlease.core.restart import (
 from redlease.core.rules import Down, Reply, Result, reseed_sources
 
 FENCE_PATTERN = "redlease:{*}:fence"
+# why a node that has not answered its first probe does not count: it may be slow or hung as
+# well as unreachable (a refused or failed connect is reported with its own error instead)
+STILL_CONNECTING = "no answer yet (connecting: handshake and probe not answered)"
 
 
 def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFlow:
@@ -57,7 +60,8 @@ def ensure_members(cfg: Settings, replies: Sequence[Probe | Down | None]) -> QFl
         if cfg.outside:  # the common case, kept cheap: every node counts
             cfg.outside = {}
         return tuple(range(len(replies)))
-    reasons = [p.error.message if isinstance(p, Down) else "not reachable" for p in replies]
+    # None: a node still connecting (handshake, probe) when the operation's deadline came
+    reasons = [p.error.message if isinstance(p, Down) else STILL_CONNECTING for p in replies]
     probes = [p if isinstance(p, Probe) else None for p in replies]
     states = [membership(p) for p in probes]
     if "fresh" in states:
