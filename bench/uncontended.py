@@ -341,7 +341,7 @@ def scenario(
     ref_rate = stats.median(ref)
     rows = []
     for c in single_cs + quorum_cs:
-        rate = stats.median(c.samples) if c.samples else float("nan")
+        rate = _median(c.samples)
         rows.append(
             {
                 "name": c.name,
@@ -349,8 +349,8 @@ def scenario(
                 "ours": c.ours,
                 "pairs_per_s": rate,
                 "samples": c.samples,
-                "redis_exec_us_per_pair": stats.median(c.exec_us) if c.exec_us else float("nan"),
-                "redis_cpu_us_per_pair": stats.median(c.cpu_us) if c.cpu_us else float("nan"),
+                "redis_exec_us_per_pair": _median(c.exec_us),
+                "redis_cpu_us_per_pair": _median(c.cpu_us),
                 "client_cpu_us_per_pair": _median(c.client_cpu_us),
                 "client_sleeps_per_pair": _median(c.blocks),
                 "ratio_to_reference": stats.ratio(rate, ref_rate),

@@ -164,9 +164,7 @@ def aready(pool: Any) -> Any | None:
         return None
     if type(pool) is not redis.asyncio.ConnectionPool and not masters.current(pool, conn):
         return None
-    # the event loop may not have seen the end of stream yet: ask the socket itself
-    sock = getattr(conn, redispy.WRITER).transport.get_extra_info("socket")
-    if sock is not None and not _quiet(sock):
+    if not _aquiet(conn):
         return None
     kept.pop()
     return conn
@@ -209,7 +207,12 @@ async def aclean(conn: Any) -> bool:
             return False
     except (redis.exceptions.ConnectionError, OSError):
         return False
-    # the event loop may not have seen the end of stream yet: ask the socket itself
+    return _aquiet(conn)
+
+
+def _aquiet(conn: Any) -> bool:
+    """Nothing on an asyncio connection's socket: the event loop may not have seen the end of
+    stream (or a stray byte) yet, so the socket itself is asked."""
     writer = getattr(conn, redispy.WRITER, None)
     sock = writer.transport.get_extra_info("socket") if writer is not None else None
     return sock is None or _quiet(sock)
